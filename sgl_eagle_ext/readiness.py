@@ -1,0 +1,125 @@
+"""Readiness that cannot be fooled, and the small HTTP client the launcher uses.
+
+Ready means: GET /health_generate answers 200. SGLang answers 503 until its
+warm-up generation has succeeded and, after that, answers 200 only when a fresh
+1-token generation has gone through every rank (/model_info and /v1/models
+answer 200 long before). The listener must also belong to our own server
+process tree, so an old server still holding the port cannot pass for ours.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+import psutil
+
+from sgl_eagle_ext.server_process import ServerProcess
+
+EXIT_SERVER_FAILED = 1
+EXIT_WATCHDOG = 3
+
+
+class StartupFailed(Exception):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Reply:
+    status: int  # 0: no HTTP answer (refused, reset, timed out)
+    body: dict | list | None = None
+    error: str = ""
+
+
+def request(url: str, payload: dict | None = None, api_key: str | None = None,
+            timeout: float = 30.0) -> Reply:
+    data = None if payload is None else json.dumps(payload).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, headers=headers,
+                                 method="GET" if data is None else "POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        return Reply(e.code, error=e.read()[:300].decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError) as e:  # refused, reset, timeout
+        return Reply(0, error=str(getattr(e, "reason", e)))
+    try:
+        return Reply(status, json.loads(raw) if raw else None)
+    except ValueError:
+        return Reply(status, None, error=raw[:300].decode("utf-8", "replace"))
+
+
+def listener_pids(port: int) -> set[int] | None:
+    """PIDs listening on TCP `port`, or None if the OS does not tell us."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, PermissionError):
+        return None
+    return {c.pid for c in conns
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+
+
+def wait_ready(server: ServerProcess, base_url: str, port: int, *, api_key: str | None,
+               stall_timeout: float, startup_timeout: float, poll: float = 2.0) -> float:
+    """Block until the server is ready; return seconds taken.
+
+    Raises StartupFailed when the server exits, when its log shows no progress
+    for `stall_timeout` s (the watchdog), or after `startup_timeout` s (0: none).
+    """
+    t0 = time.monotonic()
+    while True:
+        code = server.returncode()
+        if code is not None:
+            raise StartupFailed(
+                f"the server exited with code {code} during startup (phase: {server.phase})",
+                EXIT_SERVER_FAILED)
+        if stall_timeout and server.stalled_for() > stall_timeout:
+            raise StartupFailed(
+                f"watchdog: no server log progress for {server.stalled_for():.0f} s "
+                f"(limit {stall_timeout:.0f} s) while {server.phase}", EXIT_WATCHDOG)
+        elapsed = time.monotonic() - t0
+        if startup_timeout and elapsed > startup_timeout:
+            raise StartupFailed(
+                f"watchdog: not ready after {elapsed:.0f} s (limit {startup_timeout:.0f} s) "
+                f"while {server.phase}", EXIT_WATCHDOG)
+        reply = request(f"{base_url}/health_generate", api_key=api_key, timeout=30)
+        if reply.status == 200:
+            owners = listener_pids(port)
+            if owners is None or owners & server.tree_pids():
+                return time.monotonic() - t0
+            raise StartupFailed(
+                f"port {port} answers, but it is held by process(es) {sorted(owners)}, not by "
+                f"the server this launcher started", EXIT_SERVER_FAILED)
+        time.sleep(poll)
+
+
+def accept_length(meta: dict) -> float | None:
+    """SGLang's accept length of one request (tokens per verify cycle)."""
+    if "spec_accept_length" in meta:
+        return float(meta["spec_accept_length"])
+    if meta.get("spec_verify_ct"):
+        return meta["completion_tokens"] / meta["spec_verify_ct"]
+    return None
+
+
+def generate(base_url: str, texts: list[str], max_new_tokens: int, api_key: str | None = None,
+             timeout: float = 600.0) -> list[dict]:
+    """Greedy generations of `texts` through /generate (one batched request)."""
+    reply = request(f"{base_url}/generate", {
+        "text": texts,
+        "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens,
+                            "ignore_eos": True},
+    }, api_key=api_key, timeout=timeout)
+    if reply.status != 200 or not isinstance(reply.body, list):
+        raise StartupFailed(f"/generate failed: HTTP {reply.status} {reply.error}",
+                            EXIT_SERVER_FAILED)
+    return reply.body

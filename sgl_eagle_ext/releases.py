@@ -1,0 +1,136 @@
+"""Supported SGLang releases: the one table of version knowledge.
+
+Everything that differs between SGLang releases and that the launcher, the
+patches or the anchor checks need to know lives in RELEASES below. Facts come
+from reading each release's wheel (see shared/reference in the steering repo).
+
+Flag vocabulary: preset files use SGLang's classic flag names (those of
+0.5.10.post1); `Release.renames` and `Release.expansions` translate them into
+the spelling a given release accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import MappingProxyType
+from typing import Mapping
+
+from sgl_eagle_ext.errors import UserError
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    # "v1": EAGLEWorker (speculative/eagle_worker.py) runs EAGLE-3 by default;
+    # "v2": EAGLEWorkerV2 + EagleDraftWorker (speculative/eagle_worker_v2.py).
+    spec_worker: str
+    # The `sglang.srt.plugins` entry-point group is loaded in scheduler processes.
+    plugin_entry_point: bool
+    # GET /ready exists (cheap "startup complete" probe; no generation).
+    ready_endpoint: bool
+    torch: str  # the torch release the wheel pins
+    # Classic flag -> this release's flag. A flag renamed here is refused
+    # ("ambiguous option") or deprecated by the release.
+    renames: Mapping[str, str] = field(default_factory=dict)
+    # Classic boolean flag -> the (flag, value) pairs that replace it.
+    expansions: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # Module holding SGLang's own tree-build / greedy-verify Triton kernels.
+    tree_kernels: str | None = None
+    # Requirements file of the CPU harness (harness/), None if it cannot run there.
+    cpu_requirements: str | None = None
+    notes: str = ""
+
+    def flag(self, name: str) -> str:
+        """This release's spelling of a classic flag name (without dashes)."""
+        return self.renames.get(name, name)
+
+
+_GRAPH_FLAGS_V16 = MappingProxyType({"cuda-graph-max-bs": "cuda-graph-max-bs-decode",
+                                     "cuda-graph-bs": "cuda-graph-bs-decode"})
+_GRAPH_OFF_V16 = MappingProxyType({
+    "disable-cuda-graph": (("cuda-graph-backend-decode", "disabled"),
+                           ("cuda-graph-backend-prefill", "disabled")),
+})
+
+RELEASES: tuple[Release, ...] = (
+    Release(
+        "0.5.10.post1", spec_worker="v1", plugin_entry_point=False, ready_endpoint=False,
+        torch="2.9.1",
+        notes="last release with the v1 EAGLEWorker, first with Kimi-K2.5; CUDA-graph "
+              "setup resets the draft's capture layers (see patches/)",
+    ),
+    Release(
+        "0.5.13.post1", spec_worker="v2", plugin_entry_point=True, ready_endpoint=False,
+        torch="2.11.0",
+        notes="v1 worker deleted; plugin entry point appears; aux-layer fixes #22836, #25454",
+    ),
+    Release(
+        "0.5.16", spec_worker="v2", plugin_entry_point=True, ready_endpoint=False,
+        torch="2.11.0", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        notes="--cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode",
+    ),
+    Release(
+        "0.5.19", spec_worker="v2", plugin_entry_point=True, ready_endpoint=False,
+        torch="2.13.0", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+    ),
+    Release(
+        "0.5.21", spec_worker="v2", plugin_entry_point=True, ready_endpoint=True,
+        torch="2.13.0", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        notes="--cuda-graph-max-bs is gone (argparse: ambiguous option)",
+    ),
+    Release(
+        "0.5.23", spec_worker="v2", plugin_entry_point=True, ready_endpoint=True,
+        torch="2.14.1", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        cpu_requirements="sglang-0.5.23-cpu.txt",
+    ),
+)
+
+BY_VERSION: Mapping[str, Release] = MappingProxyType({r.version: r for r in RELEASES})
+# The release the CPU harness installs by default: the newest one it can run.
+PRIMARY = RELEASES[-1]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Sortable key: 0.5.10.post1 -> (0, 5, 10, 1); pre-releases sort before."""
+    nums = [int(n) for n in re.findall(r"\d+", version)]
+    return tuple(nums + [0] * (4 - len(nums)))
+
+
+def installed_version() -> str | None:
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
+    """The table row for `version` (None: the installed release, else PRIMARY).
+
+    Returns (release, how) where `how` says where the version came from.
+    An unknown release is refused unless `force`, which then uses the rules of
+    the nearest older supported release.
+    """
+    how = "given"
+    if version is None:
+        version = installed_version()
+        how = "installed"
+        if version is None:
+            return PRIMARY, "not installed; assuming the primary release"
+    if version in BY_VERSION:
+        return BY_VERSION[version], how
+    supported = ", ".join(BY_VERSION)
+    if not force:
+        raise UserError(
+            f"SGLang {version} ({how}) is not a supported release (supported: {supported}).",
+            fix="use a supported release, or pass --force to apply the rules of the nearest "
+                "older supported release",
+        )
+    older = [r for r in RELEASES if version_key(r.version) <= version_key(version)]
+    row = older[-1] if older else RELEASES[0]
+    return row, f"{how}; unsupported, --force: using the rules of {row.version}"
