@@ -1,0 +1,114 @@
+"""Install the CPU harness: a virtual environment with a real, pinned SGLang release.
+
+    python3 -m sgl_eagle_ext.cpu.install [--release 0.5.23] [--venv .venv]
+
+A plain `pip install sglang` fails on a machine without GPU (GPU-only wheels,
+a placeholder package whose build downloads from an unreachable host). The
+route that works: the torch release SGLang pins, then SGLang with --no-deps,
+then its CPU-usable dependencies pinned in harness/<file> (named by the release
+table), then this project in editable mode. Re-running is cheap: a stamp
+records what was installed. Uses only the standard library (runs before the
+venv exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sgl_eagle_ext import releases
+from sgl_eagle_ext.errors import UserError, cli
+
+REPO = Path(__file__).resolve().parents[2]
+HARNESS_DIR = REPO / "harness"
+STAMP = ".sgl-eagle-ext-harness"
+PROG = "sgl_eagle_ext.cpu.install"
+# This machine's pip configuration warns once per package about missing local
+# index folders; those lines say nothing about the install.
+NOISE = ("WARNING: Location 'file://",)
+
+
+def default_venv(release: releases.Release) -> Path:
+    if release is releases.PRIMARY:
+        return REPO / ".venv"
+    return REPO / f".venv-{release.version}"
+
+
+def fingerprint(release: releases.Release) -> str:
+    h = hashlib.sha256()
+    for part in (release.version, release.torch, release.cpu_requirements or ""):
+        h.update(part.encode())
+    for f in (HARNESS_DIR / release.cpu_requirements, REPO / "pyproject.toml"):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def run(cmd: list[str], what: str) -> None:
+    t0 = time.monotonic()
+    print(f"  {what} ...", end="", flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = [ln for ln in p.stdout.splitlines() if not ln.startswith(NOISE)]
+    if p.returncode != 0:
+        print(" failed")
+        print("\n".join(lines[-40:]), file=sys.stderr)
+        raise UserError(f"{what} failed (exit {p.returncode}): {' '.join(cmd)}", code=1)
+    print(f" {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+@cli(PROG)
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=f"python3 -m {PROG}", description=__doc__.split("\n")[0])
+    p.add_argument("--release", default=releases.PRIMARY.version,
+                   help=f"SGLang release (default {releases.PRIMARY.version})")
+    p.add_argument("--venv", help="virtual environment folder (default .venv for the primary "
+                                  "release, .venv-<release> otherwise)")
+    p.add_argument("--recreate", action="store_true", help="delete the venv first")
+    args = p.parse_args(argv)
+
+    release, _ = releases.resolve(args.release)
+    if not release.cpu_requirements:
+        supported = [r.version for r in releases.RELEASES if r.cpu_requirements]
+        raise UserError(f"the CPU harness cannot run SGLang {release.version}.",
+                        fix=f"use one of: {', '.join(supported)}")
+    if sys.version_info < (3, 11):
+        raise UserError(f"Python {sys.version.split()[0]} is too old for SGLang "
+                        f"{release.version}.", fix="run this with python3.11 or newer")
+    venv = Path(args.venv) if args.venv else default_venv(release)
+    stamp = venv / STAMP
+    want = fingerprint(release)
+    if args.recreate and venv.exists():
+        shutil.rmtree(venv)
+    if stamp.is_file() and stamp.read_text().strip() == want:
+        print(f"{PROG}: {venv} is up to date (SGLang {release.version})")
+        return 0
+
+    t0 = time.monotonic()
+    print(f"{PROG}: installing SGLang {release.version} for CPU into {venv}")
+    py = venv / "bin" / "python"
+    pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check"]
+    if not py.exists():
+        run([sys.executable, "-m", "venv", str(venv)], "create the virtual environment")
+    run(pip + [f"torch=={release.torch}"], f"torch {release.torch}")
+    run(pip + ["--no-deps", f"sglang=={release.version}"], f"sglang {release.version} (no deps)")
+    run(pip + ["-r", str(HARNESS_DIR / release.cpu_requirements)],
+        f"CPU dependencies ({release.cpu_requirements})")
+    run(pip + ["-e", f"{REPO}[test]"], "sgl-eagle-ext (editable)")
+    stamp.write_text(want + "\n")
+    print(f"{PROG}: done in {time.monotonic() - t0:.0f} s; {venv} holds "
+          f"{du(venv) / 2**30:.1f} GiB")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    sys.exit(main())
