@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import os
 
-CPU_ENV = "EAGLE_EXT_CPU"  # set by the CPU harness overlay (launch/cpu.toml)
+CPU_ENV = "EAGLE_EXT_CPU"  # set by the CPU harness overlay (launch/overlays/cpu.toml)
+# Fault injection for the launcher's own tests: "hang-scheduler" makes every
+# scheduler process hang before SGLang starts in it, as a stuck CUDA-graph
+# capture does, so the watchdog must find and stop the whole tree.
+FAULT_ENV = "EAGLE_EXT_FAULT"
+PROFILE_ENV = "EAGLE3_PROFILE"  # per-phase profiling of the EAGLE worker (profiling/)
 
 
 def cpu_harness_enabled() -> bool:
@@ -24,7 +29,16 @@ def in_server_process() -> None:
 
 
 def in_scheduler_process() -> None:
+    if os.environ.get(FAULT_ENV) == "hang-scheduler":
+        import time
+
+        while True:
+            time.sleep(3600)
     if cpu_harness_enabled():
         from sgl_eagle_ext.cpu import harness
 
         harness.install_scheduler()
+    if os.environ.get(PROFILE_ENV) == "1":
+        from sgl_eagle_ext import profiling
+
+        profiling.install_from_env()

@@ -21,6 +21,53 @@ from sgl_eagle_ext.errors import UserError
 
 
 @dataclass(frozen=True)
+class WorkerAnchors:
+    """Where each profiled phase lives for one EAGLE worker generation.
+
+    Anchors are "module:Class.method" and must be defined in that class body
+    (tests/test_anchors.py checks every release's pristine source).
+    """
+
+    worker: str  # "v1" or "v2"
+    step: str  # one speculation cycle (decode) or prefill
+    draft: str  # all draft steps, incl. CUDA-graph replay
+    verify: str  # target verify forward + accept/sample
+    target_forward: str  # called with is_verify=True inside verify
+    draft_extend: str  # draft-extend after decode
+    # Where per-request accept counts reach the CPU (v2, possibly a later
+    # iteration under the overlap scheduler); None: the step's own result
+    # carries them (v1, synchronous).
+    accept_join: str | None
+
+    def anchors(self) -> dict[str, str]:
+        roles = ("step", "draft", "verify", "target_forward", "draft_extend", "accept_join")
+        return {r: getattr(self, r) for r in roles if getattr(self, r)}
+
+
+_TP = "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation"
+_V1 = "sglang.srt.speculative.eagle_worker:EAGLEWorker"
+_V2 = "sglang.srt.speculative.eagle_worker_v2"
+V1_WORKER = WorkerAnchors(
+    "v1", step=f"{_V1}.forward_batch_generation", draft=f"{_V1}.draft", verify=f"{_V1}.verify",
+    target_forward=_TP, draft_extend=f"{_V1}.forward_draft_extend_after_decode", accept_join=None)
+
+
+def _v2_worker(accept_join: str) -> WorkerAnchors:
+    return WorkerAnchors(
+        "v2", step=f"{_V2}:EAGLEWorkerV2.forward_batch_generation",
+        draft=f"{_V2}:EagleDraftWorker.draft", verify=f"{_V2}:EAGLEWorkerV2.verify",
+        target_forward=_TP, draft_extend=f"{_V2}:EagleDraftWorker._draft_extend_for_decode",
+        accept_join=accept_join)
+
+
+# 0.5.10.post1 runs v2 only with SGLANG_ENABLE_SPEC_V2=1 (and topk 1).
+V2_WORKER_0510 = _v2_worker("sglang.srt.managers.scheduler_output_processor_mixin:"
+                            "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids")
+V2_WORKER = _v2_worker("sglang.srt.managers.scheduler_components.batch_result_processor:"
+                       "SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
+
+
+@dataclass(frozen=True)
 class Release:
     version: str
     # "v1": EAGLEWorker (speculative/eagle_worker.py) runs EAGLE-3 by default;
@@ -40,6 +87,8 @@ class Release:
     tree_kernels: str | None = None
     # Requirements file of the CPU harness (harness/), None if it cannot run there.
     cpu_requirements: str | None = None
+    # EAGLE workers present in the release and the anchors profiling wraps.
+    workers: tuple[WorkerAnchors, ...] = (V2_WORKER,)
     notes: str = ""
 
     def flag(self, name: str) -> str:
@@ -57,7 +106,7 @@ _GRAPH_OFF_V16 = MappingProxyType({
 RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.10.post1", spec_worker="v1", plugin_entry_point=False, ready_endpoint=False,
-        torch="2.9.1",
+        torch="2.9.1", workers=(V1_WORKER, V2_WORKER_0510),
         notes="last release with the v1 EAGLEWorker, first with Kimi-K2.5; CUDA-graph "
               "setup resets the draft's capture layers (see patches/)",
     ),

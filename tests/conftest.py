@@ -1,0 +1,138 @@
+"""Shared helpers: the tiny model pair, and a launcher run as a user would run it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+READY_TIMEOUT = 900  # seconds; the CPU harness is slow (Triton interpreter)
+
+
+@pytest.fixture(scope="session")
+def tiny_models() -> dict[str, Path]:
+    from sgl_eagle_ext.cpu import tiny_models
+
+    root = Path(os.environ.get("EAGLE_EXT_MODELS_DIR", tiny_models.DEFAULT_DIR)).expanduser()
+    return {k: Path(v) for k, v in tiny_models.build(root).items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Launcher:
+    """`python -m sgl_eagle_ext.launch ...` as a subprocess, with its output
+    collected and every descendant it ever had remembered (orphan checks)."""
+
+    def __init__(self, args: list[str], tmp: Path, env: dict | None = None):
+        self.port = free_port()
+        self.log_file = tmp / f"server-{self.port}.log"
+        ours, sep, extra = (args[: args.index("--")], ["--"], args[args.index("--") + 1:]) \
+            if "--" in args else (args, ["--"], [])
+        self.cmd = [sys.executable, "-m", "sgl_eagle_ext.launch", *ours,
+                    "--log-file", str(self.log_file), "--quiet", *sep, *extra,
+                    "--port", str(self.port)]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.lines: list[str] = []
+        self.descendants: set[int] = set()
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env={**os.environ, **(env or {})})
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._watch_tree, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def _watch_tree(self) -> None:
+        while self.proc.poll() is None:
+            try:
+                kids = psutil.Process(self.proc.pid).children(recursive=True)
+                self.descendants |= {k.pid for k in kids}
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(0.2)
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, needle: str, timeout: float = READY_TIMEOUT) -> str:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            for line in self.lines:
+                if needle in line:
+                    return line
+            if self.proc.poll() is not None:
+                time.sleep(0.5)  # let the reader drain
+                if any(needle in ln for ln in self.lines):
+                    continue
+                raise AssertionError(f"launcher exited ({self.proc.returncode}) before "
+                                     f"{needle!r}:\n{self.output}\n--- log ---\n{self.log_text()}")
+            time.sleep(0.5)
+        raise AssertionError(f"no {needle!r} after {timeout} s:\n{self.output}")
+
+    def wait_until(self, predicate, timeout: float = 120) -> None:
+        t0 = time.monotonic()
+        while not predicate():
+            if time.monotonic() - t0 > timeout or self.proc.poll() is not None:
+                raise AssertionError(f"condition not met:\n{self.output}")
+            time.sleep(0.2)
+
+    def log_text(self) -> str:
+        return self.log_file.read_text() if self.log_file.exists() else ""
+
+    def signal(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
+        self.proc.send_signal(sig)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = READY_TIMEOUT) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+    def orphans(self) -> list[int]:
+        alive = []
+        for pid in self.descendants:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+        for pid in self.orphans():
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+@pytest.fixture
+def start_launcher(tmp_path):
+    started: list[Launcher] = []
+
+    def start(*args: str, env: dict | None = None) -> Launcher:
+        launcher = Launcher(list(args), tmp_path, env)
+        started.append(launcher)
+        return launcher
+
+    yield start
+    for launcher in started:
+        launcher.cleanup()

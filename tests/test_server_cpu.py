@@ -1,0 +1,128 @@
+"""Real SGLang servers on the CPU harness, started through our launcher.
+
+Each test starts the real HTTP server, scheduler, EAGLE worker and tokenizer
+with the project's tiny model pair (see sgl_eagle_ext/cpu/).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+import pytest
+
+from conftest import Launcher
+from sgl_eagle_ext import readiness
+from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
+
+pytestmark = pytest.mark.server
+MAX_NEW_TOKENS = 16
+
+
+def greedy(launcher: Launcher) -> list[dict]:
+    return readiness.generate(launcher.base_url, list(DEMO_PROMPTS), MAX_NEW_TOKENS)
+
+
+def mean_accept(outs: list[dict]) -> float:
+    values = [readiness.accept_length(o["meta_info"]) for o in outs]
+    assert None not in values, outs
+    return sum(values) / len(values)
+
+
+def tokens(outs: list[dict]) -> list[list[int]]:
+    return [o["output_ids"] for o in outs]
+
+
+def stop_cleanly(launcher: Launcher) -> None:
+    assert launcher.signal(signal.SIGTERM) == 128 + signal.SIGTERM
+    assert launcher.orphans() == [], "processes left behind"
+    assert launcher.descendants, "the launcher never had a server process"
+
+
+def assert_ready_after_warmup(launcher: Launcher) -> None:
+    """READY only after SGLang's own warm-up generation succeeded."""
+    launcher.wait_for("READY in")
+    log = launcher.log_text()
+    assert "fired up and ready to roll" in log, log[-3000:]
+    assert readiness.request(f"{launcher.base_url}/health_generate").status == 200
+
+
+@pytest.fixture(scope="module")
+def baseline_tokens(tiny_models, tmp_path_factory):
+    launcher = Launcher(["--preset", "baseline", "--cpu", "--model-path",
+                         str(tiny_models["target"])], tmp_path_factory.mktemp("baseline"))
+    try:
+        assert_ready_after_warmup(launcher)
+        outs = greedy(launcher)
+        assert all(readiness.accept_length(o["meta_info"]) is None for o in outs)
+        assert all(len(o["output_ids"]) == MAX_NEW_TOKENS for o in outs)
+        stop_cleanly(launcher)
+        return tokens(outs)
+    finally:
+        launcher.cleanup()
+
+
+@pytest.mark.parametrize("preset, draft, low, high", [
+    ("eagle3-2step", "mostly", 2.0, 3.0),   # tree: up to steps + 1 = 3 tokens per cycle
+    ("eagle3-3step", "mostly", 2.0, 4.0),
+    ("eagle3-3step", "never", 1.0, 1.2),
+    ("eagle3-5step", "partial", 1.2, 4.0),
+])
+def test_eagle3_is_lossless_and_accepts_as_designed(tiny_models, baseline_tokens,
+                                                    start_launcher, preset, draft, low, high):
+    launcher = start_launcher("--preset", preset, "--cpu",
+                              "--model-path", str(tiny_models["target"]),
+                              "--draft-model-path", str(tiny_models[f"draft-{draft}"]))
+    assert_ready_after_warmup(launcher)
+    spec_line = launcher.wait_for("spec check:")
+    outs = greedy(launcher)
+    assert tokens(outs) == baseline_tokens  # speculation never changes greedy output
+    acc = mean_accept(outs)
+    assert low <= acc <= high, (preset, draft, acc)
+    reported = float(re.search(r"accept length ([\d.]+)", spec_line).group(1))
+    assert low <= reported <= high, spec_line
+    stop_cleanly(launcher)
+
+
+def test_demo_runs_end_to_end(start_launcher):
+    launcher = start_launcher("--demo")
+    assert launcher.wait() == 0, launcher.output
+    out = launcher.output
+    for prompt in DEMO_PROMPTS:
+        assert f"> {prompt}" in out
+    acc = [float(x) for x in re.findall(r"accept length ([\d.]+)", out)]
+    assert len(acc) >= len(DEMO_PROMPTS) and min(acc) > 1.5, out
+    assert "SGLang's average accept length" in out
+    assert launcher.orphans() == []
+
+
+def test_watchdog_stops_a_hung_startup(tiny_models, start_launcher):
+    launcher = start_launcher("--preset", "baseline", "--cpu", "--stall-timeout", "20",
+                              "--model-path", str(tiny_models["target"]),
+                              env={"EAGLE_EXT_FAULT": "hang-scheduler"})
+    assert launcher.wait(timeout=300) == readiness.EXIT_WATCHDOG, launcher.output
+    assert "watchdog: no server log progress" in launcher.output
+    assert "stopping the server process tree" in launcher.output
+    assert len(launcher.descendants) >= 2  # the server and its (hung) scheduler
+    assert launcher.orphans() == []
+
+
+def test_ctrl_c_during_startup_stops_everything(tiny_models, start_launcher):
+    launcher = start_launcher("--preset", "eagle3-3step", "--cpu",
+                              "--model-path", str(tiny_models["target"]),
+                              "--draft-model-path", str(tiny_models["draft-mostly"]))
+    launcher.wait_until(lambda: len(launcher.descendants) >= 3)  # server + its children
+    assert launcher.signal(signal.SIGINT) == 128 + signal.SIGINT
+    assert "SIGINT: stopping the server process tree" in launcher.output
+    assert "READY" not in launcher.output
+    assert launcher.orphans() == []
+
+
+def test_server_that_fails_during_startup(tiny_models, start_launcher):
+    # A context length beyond the model's makes SGLang itself refuse to start.
+    launcher = start_launcher("--preset", "baseline", "--cpu",
+                              "--model-path", str(tiny_models["target"]),
+                              "--", "--context-length", "1000000")
+    assert launcher.wait(timeout=300) == readiness.EXIT_SERVER_FAILED, launcher.output
+    assert "exited with code" in launcher.output
+    assert launcher.orphans() == []
