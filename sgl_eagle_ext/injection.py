@@ -28,7 +28,10 @@ def in_server_process() -> None:
         harness.install_server()
 
 
-def in_scheduler_process() -> None:
+def in_scheduler_process(tp_rank="?") -> None:
+    from sgl_eagle_ext import nccl
+
+    nccl.report_rank(tp_rank)  # the NCCL settings this rank really has
     if os.environ.get(FAULT_ENV) == "hang-scheduler":
         import time
 

@@ -22,7 +22,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext import presets, readiness, releases
+from sgl_eagle_ext import nccl, presets, readiness, releases
 from sgl_eagle_ext.errors import UserError, cli
 from sgl_eagle_ext.serve import API_KEY_ENV
 from sgl_eagle_ext.server_process import ServerProcess
@@ -74,6 +74,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--startup-timeout", type=float, default=0.0,
                    help="watchdog: stop the server if not ready after this many seconds "
                         "(default 0: no limit)")
+    p.add_argument("--nccl-debug", action="store_true",
+                   help="NCCL's own INIT/ENV logging to per-process files next to the server "
+                        "log, summarised after startup")
     p.add_argument("--no-spec-check", action="store_true",
                    help="skip the accept-length check generation after readiness")
     p.add_argument("--quiet", action="store_true", help="do not echo the server log to the terminal")
@@ -225,6 +228,39 @@ def spec_check(base_url: str, api_key: str | None) -> None:
         print(f"{PROG}: spec check: accept length {acc:.2f}", flush=True)
 
 
+class NcclReports:
+    """Collects each rank's EAGLE_EXT_NCCL line from the server output."""
+
+    def __init__(self):
+        self.ranks: dict[str, dict[str, str]] = {}
+
+    def __call__(self, line: str) -> None:
+        parsed = nccl.parse_line(line)
+        if parsed:
+            self.ranks[parsed[0]] = parsed[1]
+
+    def print(self, expected: dict[str, str]) -> None:
+        if not self.ranks:
+            print(f"{PROG}: warning: no rank reported its NCCL settings", file=sys.stderr)
+            return
+        text, warnings = nccl.table(self.ranks, expected)
+        print(f"{PROG}: NCCL settings seen by each rank:\n{text}", flush=True)
+        for w in warnings:
+            print(f"{PROG}: warning: NCCL: {w}", file=sys.stderr, flush=True)
+        if not warnings:
+            print(f"{PROG}: NCCL: all {len(self.ranks)} rank(s) match the preset", flush=True)
+
+
+def print_nccl_debug(folder: Path) -> None:
+    summary = nccl.debug_summary(folder)
+    if not summary:
+        print(f"{PROG}: --nccl-debug: NCCL wrote no log in {folder} (no NCCL communicator: "
+              f"TP 1 or CPU)", flush=True)
+    for name, taken in summary.items():
+        shown = " ".join(f"{k}={v}" for k, v in sorted(taken.items())) or "(none)"
+        print(f"{PROG}: {name}: NCCL took from the environment: {shown}", flush=True)
+
+
 def _raise_stopped(signum, _frame):
     raise Stopped(signum)
 
@@ -243,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     if api_key:
         env[API_KEY_ENV] = api_key
     cmd = [sys.executable, "-m", "sgl_eagle_ext.serve", *server_args]
+    for w in nccl.override_warnings(release, server_args, env):
+        print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
     if args.dry_run:
         print_dry_run(preset, release, how, cmd, env)
         return 0
@@ -257,8 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     check_port_free(host, port)
 
     log_path = Path(args.log_file or f"logs/{preset.name}-{datetime.now():%Y%m%d-%H%M%S}.log")
+    expected_nccl = {k: v for k, v in env.items() if k.startswith(nccl.PREFIXES)}
+    debug_dir = log_path.with_suffix(".nccl")
+    if args.nccl_debug:
+        debug_dir.mkdir(parents=True, exist_ok=True)
+        env.update(nccl.debug_env(debug_dir.resolve()))
+    reports = NcclReports()
     server = ServerProcess(cmd, {**os.environ, **env}, log_path, redact=[api_key or ""],
-                           echo=not args.quiet)
+                           echo=not args.quiet, listeners=[reports])
     base_url = f"http://{probe_host(host)}:{port}"
     print(f"{PROG}: preset {preset.name}, SGLang {release.version} ({how}); log {log_path}",
           flush=True)
@@ -268,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         took = readiness.wait_ready(server, base_url, port, api_key=api_key,
                                     stall_timeout=args.stall_timeout,
                                     startup_timeout=args.startup_timeout)
+        reports.print(expected_nccl)
+        if args.nccl_debug:
+            print_nccl_debug(debug_dir)
         print(f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
               f"SGLang {release.version}, pid {server.pid}, log {log_path})", flush=True)
         if args.demo:

@@ -68,6 +68,31 @@ V2_WORKER = _v2_worker("sglang.srt.managers.scheduler_components.batch_result_pr
 
 
 @dataclass(frozen=True)
+class EnvOverride:
+    """An environment variable SGLang itself writes before spawning the ranks."""
+
+    var: str
+    when: str  # human words, printed in the warning
+    flags: tuple[str, ...] = ()  # any of these flags triggers it; () = always
+    setdefault: bool = False  # True: only fills an unset variable
+
+
+_ENV_OVERRIDES_COMMON = (
+    EnvOverride("CUDA_DEVICE_MAX_CONNECTIONS", "always set to 8"),
+    EnvOverride("NCCL_CUMEM_ENABLE", "forced to 1 by --enable-symm-mem",
+                flags=("--enable-symm-mem",)),
+    EnvOverride("NCCL_NVLS_ENABLE", "forced to 1 by --enable-nccl-nvls / --enable-symm-mem",
+                flags=("--enable-nccl-nvls", "--enable-symm-mem")),
+    EnvOverride("NCCL_ALGO", "set to allreduce:tree by --enable-deterministic-inference at TP>1",
+                flags=("--enable-deterministic-inference",)),
+)
+_ENV_OVERRIDES_0519 = _ENV_OVERRIDES_COMMON + tuple(
+    EnvOverride(v, "set by --enable-deterministic-inference at TP>1",
+                flags=("--enable-deterministic-inference",))
+    for v in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"))
+
+
+@dataclass(frozen=True)
 class Release:
     version: str
     # "v1": EAGLEWorker (speculative/eagle_worker.py) runs EAGLE-3 by default;
@@ -89,12 +114,38 @@ class Release:
     cpu_requirements: str | None = None
     # EAGLE workers present in the release and the anchors profiling wraps.
     workers: tuple[WorkerAnchors, ...] = (V2_WORKER,)
+    # Environment SGLang writes in the launcher process (inherited by every rank).
+    env_overrides: tuple[EnvOverride, ...] = _ENV_OVERRIDES_COMMON
+    # EAGLE-3 aux layers: how explicit eagle_aux_hidden_state_layer_ids become the
+    # layers whose input is captured, per target family (preflight/aux_layers.py).
+    aux_offset: Mapping[str, str] = field(default_factory=lambda: _AUX_OFFSET_NEW)
+    # CUDA-graph setup resets the capture layers to the defaults, so decode/verify
+    # graphs capture other layers than prefill (upstream #22836, fixed in 0.5.13).
+    graph_resets_aux_layers: bool = False
+    # LlamaForCausalLMEagle3 sizes fc by the id count (num_aux_hidden_states, else
+    # len(eagle_config ids)); False: always 3 inputs.
+    draft_fc_follows_ids: bool = True
+    # EAGLE-3 draft classes registered (used when the release's source is not at hand).
+    eagle3_drafts: tuple[str, ...] = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
+    # Source patches this release needs: ids in patches/manifest.toml.
+    patches: tuple[str, ...] = ()
     notes: str = ""
 
     def flag(self, name: str) -> str:
         """This release's spelling of a classic flag name (without dashes)."""
         return self.renames.get(name, name)
 
+
+# Aux-layer offset rules (values of Release.aux_offset): AUX_PLUS_ONE always adds 1
+# (ids mean "output of layer i"); AUX_FIRST_IS_1 adds 1 only when the first id is 1,
+# else uses the ids as is ("input of layer i"; upstream #25454); AUX_UNLESS_MAX_IS_N
+# uses them as is when their max is the layer count, else adds 1.
+AUX_PLUS_ONE, AUX_FIRST_IS_1, AUX_UNLESS_MAX_IS_N = "+1", "+1 if first id is 1", "+1 unless max is N"
+# Keys: target families (preflight/aux_layers.py maps architectures to them).
+_AUX_OFFSET_OLD = MappingProxyType({"llama": AUX_PLUS_ONE, "deepseek": AUX_PLUS_ONE,
+                                    "gpt-oss": AUX_PLUS_ONE})
+_AUX_OFFSET_V13 = MappingProxyType({**_AUX_OFFSET_OLD, "deepseek": AUX_FIRST_IS_1})
+_AUX_OFFSET_NEW = MappingProxyType({**_AUX_OFFSET_V13, "gpt-oss": AUX_UNLESS_MAX_IS_N})  # 0.5.19+
 
 _GRAPH_FLAGS_V16 = MappingProxyType({"cuda-graph-max-bs": "cuda-graph-max-bs-decode",
                                      "cuda-graph-bs": "cuda-graph-bs-decode"})
@@ -107,29 +158,34 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.10.post1", spec_worker="v1", plugin_entry_point=False, ready_endpoint=False,
         torch="2.9.1", workers=(V1_WORKER, V2_WORKER_0510),
+        aux_offset=_AUX_OFFSET_OLD, graph_resets_aux_layers=True, draft_fc_follows_ids=False,
+        eagle3_drafts=("LlamaForCausalLMEagle3",),
+        patches=("cuda-graph-aux-layers", "deepseek-aux-offset"),
         notes="last release with the v1 EAGLEWorker, first with Kimi-K2.5; CUDA-graph "
               "setup resets the draft's capture layers (see patches/)",
     ),
     Release(
         "0.5.13.post1", spec_worker="v2", plugin_entry_point=True, ready_endpoint=False,
-        torch="2.11.0",
+        torch="2.11.0", aux_offset=_AUX_OFFSET_V13,
         notes="v1 worker deleted; plugin entry point appears; aux-layer fixes #22836, #25454",
     ),
     Release(
         "0.5.16", spec_worker="v2", plugin_entry_point=True, ready_endpoint=False,
         torch="2.11.0", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
-        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree", aux_offset=_AUX_OFFSET_V13,
         notes="--cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode",
     ),
     Release(
         "0.5.19", spec_worker="v2", plugin_entry_point=True, ready_endpoint=False,
         torch="2.13.0", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        env_overrides=_ENV_OVERRIDES_0519,
     ),
     Release(
         "0.5.21", spec_worker="v2", plugin_entry_point=True, ready_endpoint=True,
         torch="2.13.0", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        env_overrides=_ENV_OVERRIDES_0519,
         notes="--cuda-graph-max-bs is gone (argparse: ambiguous option)",
     ),
     Release(
@@ -137,6 +193,9 @@ RELEASES: tuple[Release, ...] = (
         torch="2.14.1", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         cpu_requirements="sglang-0.5.23-cpu.txt",
+        env_overrides=_ENV_OVERRIDES_0519 + (
+            EnvOverride("NCCL_GRAPH_REGISTER", "defaults to 0 when TP>1 and CUDA graphs are on",
+                        setdefault=True),),
     ),
 )
 

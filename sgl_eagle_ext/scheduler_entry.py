@@ -11,7 +11,9 @@ from __future__ import annotations
 def run_scheduler_process(*args, **kwargs):
     from sgl_eagle_ext import injection
 
-    injection.in_scheduler_process()
+    # (server_args, port_args, gpu_id, tp_rank, ...) in every supported release
+    tp_rank = kwargs.get("tp_rank", args[3] if len(args) > 3 else "?")
+    injection.in_scheduler_process(tp_rank)
 
     from sglang.srt.managers.scheduler import run_scheduler_process as sglang_run
 

@@ -51,12 +51,13 @@ def _die_with_parent() -> None:
 
 class ServerProcess:
     def __init__(self, cmd: list[str], env: dict[str, str], log_path: Path,
-                 redact: list[str] | None = None, echo: bool = True):
+                 redact: list[str] | None = None, echo: bool = True, listeners=()):
         self.cmd = cmd
         self.env = env
         self.log_path = log_path
         self.redact = [s for s in (redact or []) if s]
         self.echo = echo
+        self.listeners = list(listeners)  # called with every log line (reader thread)
         self.proc: subprocess.Popen | None = None
         self.phase = "starting Python / importing SGLang"
         self.last_progress = time.monotonic()
@@ -157,6 +158,8 @@ class ServerProcess:
                 if pattern.search(line):
                     self.phase = phase
                     break
+            for listen in self.listeners:
+                listen(line)
         if line.strip() or end == "\n":
             log.write(line + "\n")
             log.flush()
