@@ -112,6 +112,8 @@ class Release:
     tree_kernels: str | None = None
     # Requirements file of the CPU harness (harness/), None if it cannot run there.
     cpu_requirements: str | None = None
+    # torchvision matching `torch` (SGLang imports it through its config package).
+    torchvision: str | None = None
     # EAGLE workers present in the release and the anchors profiling wraps.
     workers: tuple[WorkerAnchors, ...] = (V2_WORKER,)
     # Environment SGLang writes in the launcher process (inherited by every rank).
@@ -192,7 +194,7 @@ RELEASES: tuple[Release, ...] = (
         "0.5.23", spec_worker="v2", plugin_entry_point=True, ready_endpoint=True,
         torch="2.14.1", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
-        cpu_requirements="sglang-0.5.23-cpu.txt",
+        cpu_requirements="sglang-0.5.23-cpu.txt", torchvision="0.29.1",
         env_overrides=_ENV_OVERRIDES_0519 + (
             EnvOverride("NCCL_GRAPH_REGISTER", "defaults to 0 when TP>1 and CUDA graphs are on",
                         setdefault=True),),

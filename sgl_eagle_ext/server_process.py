@@ -95,10 +95,13 @@ class ServerProcess:
         except psutil.NoSuchProcess:
             return set()
 
-    def stop(self, grace: float = 15.0) -> set[int]:
-        """SIGTERM the whole tree, then SIGKILL what is left after `grace` s.
+    def stop(self, grace: float = 20.0) -> set[int]:
+        """Stop the whole tree; returns PIDs still alive afterwards (none expected).
 
-        Returns the PIDs of the tree that are still alive afterwards (none expected).
+        SIGTERM goes to the server process only: SGLang then stops its own
+        scheduler and detokenizer cleanly (signalling them directly makes it
+        report a crashed scheduler). Whatever is left of the tree after `grace`
+        seconds, or was never a child of it, gets SIGKILL.
         """
         if self.proc is None:
             return set()
@@ -108,13 +111,12 @@ class ServerProcess:
                 procs.append(psutil.Process(pid))
             except psutil.NoSuchProcess:
                 pass
-        for p in procs:
-            _signal(p, signal.SIGTERM)
-        _killpg(self.pid, signal.SIGTERM)
+        if self.proc.poll() is None:
+            _signal(psutil.Process(self.proc.pid), signal.SIGTERM)
         _, alive = psutil.wait_procs(procs, timeout=grace)
         for p in alive:
             _signal(p, signal.SIGKILL)
-        _killpg(self.pid, signal.SIGKILL)
+        _killpg(self.pid, signal.SIGKILL)  # anything else left in the session
         psutil.wait_procs(alive, timeout=5)
         try:
             self.proc.wait(timeout=5)
@@ -122,7 +124,7 @@ class ServerProcess:
             pass
         if self._reader is not None:
             self._reader.join(timeout=5)
-        return {p.pid for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE}
+        return {p.pid for p in procs if _alive(p)}
 
     def stalled_for(self) -> float:
         return time.monotonic() - self.last_progress
@@ -166,6 +168,13 @@ class ServerProcess:
         if self.echo:
             sys.stdout.write(line + end)
             sys.stdout.flush()
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _signal(p: psutil.Process, sig: int) -> None:

@@ -42,7 +42,8 @@ def default_venv(release: releases.Release) -> Path:
 
 def fingerprint(release: releases.Release) -> str:
     h = hashlib.sha256()
-    for part in (release.version, release.torch, release.cpu_requirements or ""):
+    for part in (release.version, release.torch, release.torchvision or "",
+                 release.cpu_requirements or ""):
         h.update(part.encode())
     for f in (HARNESS_DIR / release.cpu_requirements, REPO / "pyproject.toml"):
         h.update(f.read_bytes())
@@ -98,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check"]
     if not py.exists():
         run([sys.executable, "-m", "venv", str(venv)], "create the virtual environment")
-    run(pip + [f"torch=={release.torch}"], f"torch {release.torch}")
+    torch = [f"torch=={release.torch}"]
+    if release.torchvision:
+        torch.append(f"torchvision=={release.torchvision}")
+    run(pip + torch, " + ".join(torch))
     run(pip + ["--no-deps", f"sglang=={release.version}"], f"sglang {release.version} (no deps)")
     run(pip + ["-r", str(HARNESS_DIR / release.cpu_requirements)],
         f"CPU dependencies ({release.cpu_requirements})")

@@ -111,6 +111,7 @@ def _step(wrapped, instance, args, kwargs):
         accepted = _accepted_from(result)  # v1: already on the CPU in the result
         if accepted is not None:
             prof.join(cycle, accepted)
+            prof.poll()
         else:  # v2: joined when the scheduler resolves this result
             try:
                 setattr(result, RESULT_ATTR, cycle)
@@ -141,6 +142,9 @@ def _accept_join(wrapped, instance, args, kwargs):
         accepted = _accepted_from(result)
         if accepted is not None:
             PROFILER.join(cycle, accepted)
+            # The scheduler has waited for this result's copy to the CPU, so the
+            # cycle's events are normally complete: resolve now, still non-blocking.
+            PROFILER.poll()
     return out
 
 

@@ -1,0 +1,147 @@
+"""CPU harness: what a real SGLang server needs to run EAGLE-3 on a CPU-only box.
+
+`install_server()` runs in the HTTP server process before SGLang is imported;
+`install_scheduler()` runs first in every (spawned) scheduler process. Both are
+idempotent. Each fix checks its anchor in SGLang and logs one line when the
+anchor is missing, instead of failing somewhere deeper. Facts behind each step:
+shared/reference/cpu-harness-facts.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+logger = logging.getLogger("sgl_eagle_ext.cpu")
+
+STANDIN_DIR = str(Path(__file__).resolve().parent / "standin")
+
+# Environment the CPU route needs in every process (spawned children inherit it):
+# is_cpu() is false without the first; no GPU driver -> Triton's interpreter.
+REQUIRED_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TRITON_INTERPRET": "1"}
+
+_done: set[str] = set()
+
+
+def _say(msg: str) -> None:
+    # Before SGLang configures logging, a plain stderr line is the reliable one.
+    print(f"[sgl_eagle_ext.cpu] {msg}", file=sys.stderr, flush=True)
+
+
+def _put_standin_first() -> None:
+    """The sgl_kernel stand-in first on sys.path, and in PYTHONPATH for children."""
+    if sys.path[:1] != [STANDIN_DIR]:
+        while STANDIN_DIR in sys.path:
+            sys.path.remove(STANDIN_DIR)
+        sys.path.insert(0, STANDIN_DIR)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if parts[:1] != [STANDIN_DIR]:
+        parts = [STANDIN_DIR] + [p for p in parts if p != STANDIN_DIR]
+        os.environ["PYTHONPATH"] = os.pathsep.join(parts)
+
+
+def _check_standin() -> None:
+    """Say so when `sgl_kernel` is (or would be) another package than the stand-in."""
+    import importlib.util
+
+    expected = os.path.join(STANDIN_DIR, "sgl_kernel", "__init__.py")
+    if not os.path.isfile(expected):
+        _say(f"anchor missing: stand-in not found at {expected}")
+        return
+    mod = sys.modules.get("sgl_kernel")
+    if mod is not None:
+        origin = getattr(mod, "__file__", None)
+    else:
+        spec = importlib.util.find_spec("sgl_kernel")
+        origin = spec.origin if spec else None
+    if origin is None or os.path.realpath(origin) != os.path.realpath(expected):
+        _say(f"anchor missing: sgl_kernel resolves to {origin}, not the stand-in {expected}")
+
+
+def _check_tree_kernels() -> None:
+    """The stand-in's tree ops call these SGLang Triton functions; say if gone."""
+    try:
+        from sglang.kernels.ops.speculative import spec_tree
+    except ImportError as exc:
+        _say(f"anchor missing: sglang.kernels.ops.speculative.spec_tree ({exc})")
+        return
+    for name in ("sgl_build_tree_kernel_triton", "verify_tree_greedy_triton"):
+        if not hasattr(spec_tree, name):
+            _say(f"anchor missing: spec_tree.{name}; EAGLE tree build/verify will fail")
+
+
+def _set_required_env() -> None:
+    for name, value in REQUIRED_ENV.items():
+        current = os.environ.get(name)
+        if current is None:
+            os.environ[name] = value
+            _say(f"{name} was unset; set to {value}")
+        elif current != value:
+            _say(f"{name}={current!r}; the CPU route needs {value!r}")
+
+
+def install_server() -> None:
+    """Server process, before any SGLang (or Triton) import."""
+    if "server" in _done:
+        return
+    if "triton" in sys.modules:
+        _say("anchor missing: triton imported before the harness; TRITON_INTERPRET may not apply")
+    _set_required_env()
+    _put_standin_first()
+    _check_standin()
+    _done.add("server")
+
+
+# ---------------------------------------------------------------- scheduler
+
+
+def _force_full_tree_mask() -> None:
+    """On CPU `default_tree_mask_mode()` says QLEN_ONLY, the layout the intel_amx
+    backend reads; the Triton backend (the harness's) reads FULL_MASK. With the
+    wrong layout drafted tokens see the wrong prefix and greedy output changes.
+
+    Replaced in eagle_utils before the EAGLE workers are imported (they bind the
+    name with `from ... import`), and rebound in any sglang module that already
+    holds the old function.
+    """
+    try:
+        from sglang.srt.speculative import eagle_utils
+    except ImportError as exc:
+        _say(f"anchor missing: sglang.srt.speculative.eagle_utils ({exc}); tree-mask fix not applied")
+        return
+    original = getattr(eagle_utils, "default_tree_mask_mode", None)
+    mode_enum = getattr(eagle_utils, "TreeMaskMode", None)
+    if original is None or not hasattr(mode_enum, "FULL_MASK"):
+        _say("anchor missing: eagle_utils.default_tree_mask_mode / TreeMaskMode.FULL_MASK; "
+             "tree-mask fix not applied")
+        return
+    if getattr(original, "_eagle_ext_cpu", False):
+        return
+
+    def default_tree_mask_mode():
+        return mode_enum.FULL_MASK  # what the Triton attention backend reads
+
+    default_tree_mask_mode._eagle_ext_cpu = True
+    rebound = []
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("sglang.") and getattr(mod, "default_tree_mask_mode", None) is original:
+            mod.default_tree_mask_mode = default_tree_mask_mode
+            rebound.append(name)
+    _say(f"tree mask forced to FULL_MASK for the Triton backend (rebound in {len(rebound)} modules)")
+
+
+def install_scheduler() -> None:
+    """Scheduler process, before SGLang's run_scheduler_process."""
+    if "scheduler" in _done:
+        return
+    for name, value in REQUIRED_ENV.items():
+        if os.environ.get(name) != value:
+            _say(f"{name} is {os.environ.get(name)!r} in the scheduler; the CPU route needs {value!r}")
+    _put_standin_first()  # inherited through PYTHONPATH; kept for direct callers
+    _check_standin()
+    _force_full_tree_mask()  # imports eagle_utils, hence spec_tree and sgl_kernel
+    _check_standin()
+    _check_tree_kernels()
+    _done.add("scheduler")

@@ -1,0 +1,129 @@
+"""EAGLE3_PROFILE=1 inside a real SGLang server on the CPU harness.
+
+One profile record per cycle (EAGLE3_PROFILE_CYCLES=1) and one SGLang "Decode
+batch" line per decode iteration (--decode-log-interval 1) let the test check
+our figures against SGLang's own, cycle by cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from sgl_eagle_ext import readiness
+from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
+from sgl_eagle_ext.report import DECODE_BATCH, record_from_line
+
+pytestmark = pytest.mark.server
+PROFILE_ENV = {"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "1",
+               "EAGLE3_PROFILE_SYNC_CHECK": "1"}
+
+
+def after_ready(log: str) -> list[str]:
+    lines = log.splitlines()
+    start = max(i for i, ln in enumerate(lines) if "fired up and ready to roll" in ln)
+    return lines[start + 1:]
+
+
+def profile_records(lines: list[str]) -> list[dict]:
+    return [record_from_line(ln) for ln in lines if "EAGLE3_PROFILE v=" in ln]
+
+
+@pytest.mark.parametrize("draft, low, high", [("mostly", 2.0, 4.0), ("never", 1.0, 1.2)])
+def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, draft, low, high):
+    jsonl = tmp_path / "profile-{rank}.jsonl"
+    launcher = start_launcher(
+        "--preset", "eagle3-3step", "--cpu", "--no-spec-check",
+        "--model-path", str(tiny_models["target"]),
+        "--draft-model-path", str(tiny_models[f"draft-{draft}"]),
+        "--", "--decode-log-interval", "1",
+        env={**PROFILE_ENV, "EAGLE3_PROFILE_FILE": str(jsonl)})
+    launcher.wait_for("READY in")
+    start = len(launcher.log_text().splitlines())
+    outs = readiness.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
+    lines = launcher.log_text().splitlines()[start:]
+    stop = launcher.signal(signal.SIGTERM)
+    assert stop == 128 + signal.SIGTERM
+
+    assert "EAGLE3_PROFILE: on (SGLang" in launcher.log_text()
+    records = [r for r in profile_records(lines) if r["cycles"]]
+    decode = [DECODE_BATCH.search(ln) for ln in lines if "Decode batch" in ln]
+    assert records and decode
+    # one record per cycle, one SGLang line per verify iteration: same count
+    assert len(records) == len(decode)
+    # SGLang's per-request verify counts sum to our cycles weighted by batch size
+    verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+    assert verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
+    # cycle by cycle, our accept length is SGLang's own
+    ours = [sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
+            for r in records]
+    theirs = [float(m["acc"]) for m in decode]
+    assert [round(a, 2) for a in ours] == pytest.approx(theirs, abs=0.006)
+    mean = sum(ours) / len(ours)
+    assert low <= mean <= high
+    # every phase was timed, no synchronize inside any cycle
+    for r in records:
+        assert r["phases"]["verify_fwd"]["mean"] > 0 and r["phases"]["draft"]["mean"] > 0
+        assert r["phases"]["draft_extend"]["mean"] > 0
+    assert all(f"syncs=0" in ln for ln in lines if "EAGLE3_PROFILE v=" in ln)
+    # the same records as JSON lines
+    file_records = [json.loads(x) for x in (tmp_path / "profile-0.jsonl").read_text().splitlines()]
+    assert sum(r["cycles"] for r in file_records) >= len(records)
+    # and the report reads the log
+    report = subprocess.run([sys.executable, "-m", "sgl_eagle_ext.report", str(launcher.log_file),
+                             "--baseline-tps", "50", "--json"], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    rows = json.loads(report.stdout)["rows"]
+    assert any("break_even_accept_len" in row for row in rows)
+
+
+def test_sync_check_sees_a_synchronize_inside_a_cycle(tiny_models, start_launcher, tmp_path):
+    """The no-sync check is real: a synchronize injected into the draft phase is counted."""
+    plugin_dir = tmp_path / "inject"
+    plugin_dir.mkdir()
+    (plugin_dir / "sitecustomize.py").write_text(
+        "import os, torch\n"
+        "if os.environ.get('EAGLE_EXT_TEST_SYNC') == '1':\n"
+        "    torch.cuda.synchronize = lambda *a, **k: None  # CPU: make it callable\n"
+        "    import importlib.abc, sys\n"
+        "    class Hook(importlib.abc.MetaPathFinder):\n"
+        "        def find_spec(self, name, path, target=None):\n"
+        "            if name == 'sglang.srt.speculative.eagle_worker_v2':\n"
+        "                sys.meta_path.remove(self)\n"
+        "                mod = importlib.import_module(name)\n"
+        "                orig = mod.EagleDraftWorker.draft\n"
+        "                def draft(self, *a, **k):\n"
+        "                    torch.cuda.synchronize()\n"
+        "                    return orig(self, *a, **k)\n"
+        "                mod.EagleDraftWorker.draft = draft\n"
+        "                return mod.__spec__\n"
+        "            return None\n"
+        "    sys.meta_path.insert(0, Hook())\n")
+    launcher = start_launcher(
+        "--preset", "eagle3-3step", "--cpu", "--no-spec-check",
+        "--model-path", str(tiny_models["target"]),
+        "--draft-model-path", str(tiny_models["draft-mostly"]),
+        env={**PROFILE_ENV, "EAGLE_EXT_TEST_SYNC": "1", "PYTHONPATH": str(plugin_dir)})
+    launcher.wait_for("READY in")
+    readiness.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
+    lines = [ln for ln in launcher.log_text().splitlines() if "EAGLE3_PROFILE v=" in ln]
+    launcher.signal(signal.SIGTERM)
+    syncs = [int(re.search(r"syncs=(\d+)", ln).group(1)) for ln in lines]
+    assert syncs and max(syncs) >= 1
+
+
+def test_unset_variable_leaves_sglang_unpatched(tiny_models, start_launcher):
+    launcher = start_launcher("--preset", "eagle3-3step", "--cpu", "--no-spec-check",
+                              "--model-path", str(tiny_models["target"]),
+                              "--draft-model-path", str(tiny_models["draft-mostly"]),
+                              env={"EAGLE3_PROFILE": "0"})
+    launcher.wait_for("READY in")
+    readiness.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
+    launcher.signal(signal.SIGTERM)
+    log = launcher.log_text()
+    assert "EAGLE3_PROFILE" not in log
