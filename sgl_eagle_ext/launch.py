@@ -67,6 +67,13 @@ def parser() -> argparse.ArgumentParser:
                    help="which tiny draft the demo uses (default: mostly)")
     p.add_argument("--models-dir", default=os.environ.get("EAGLE_EXT_MODELS_DIR"),
                    help="where the tiny model pair is built (default ~/.cache/sgl-eagle-ext/tiny-models)")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the preflight checks (python -m sgl_eagle_ext.preflight)")
+    p.add_argument("--fix", action="store_true",
+                   help="preflight: launch on a draft overlay whose config.json fixes the "
+                        "context-length mismatch (the original directory is never modified)")
+    p.add_argument("--skip", action="append", default=[], metavar="ID",
+                   help="preflight: waive a finding (or a group, e.g. host) knowingly")
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument("--stall-timeout", type=float, default=900.0,
                    help="watchdog: stop the server if its log shows no progress for this many "
@@ -214,6 +221,21 @@ def print_dry_run(preset, release, how, cmd: list[str], env: dict[str, str]) -> 
     print(shlex.join(cmd))
 
 
+def run_preflight(args, preset, release, server_args: list[str], env: dict) -> list[str]:
+    """Preflight before anything starts; returns the (possibly retargeted) arguments."""
+    from sgl_eagle_ext import preflight
+
+    report = preflight.run(last_value(server_args, "--model-path"),
+                           last_value(server_args, "--speculative-draft-model-path"),
+                           release, server_args, fix=args.fix, skip=[*args.skip, "host.port"],
+                           env={**os.environ, **env}, hardware=preset.hardware or None)
+    print(report.render(notes=False), file=sys.stderr, flush=True)
+    if not report.ok:
+        raise UserError("preflight found errors (listed above); nothing was started.",
+                        fix="apply a fix shown above, or pass --skip ID to waive a finding")
+    return report.retarget(server_args)
+
+
 def spec_check(base_url: str, api_key: str | None) -> None:
     """One greedy generation; report SGLang's accept length for it."""
     out = readiness.generate(base_url, [SPEC_CHECK_PROMPT], 32, api_key=api_key)[0]
@@ -293,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     host = last_value(server_args, "--host") or "127.0.0.1"
     port = int(last_value(server_args, "--port") or 30000)
     check_port_free(host, port)
+    if not args.no_preflight:
+        server_args = run_preflight(args, preset, release, server_args, env)
+        cmd = [sys.executable, "-m", "sgl_eagle_ext.serve", *server_args]
 
     log_path = Path(args.log_file or f"logs/{preset.name}-{datetime.now():%Y%m%d-%H%M%S}.log")
     expected_nccl = {k: v for k, v in env.items() if k.startswith(nccl.PREFIXES)}

@@ -126,3 +126,31 @@ def test_server_that_fails_during_startup(tiny_models, start_launcher):
     assert launcher.wait(timeout=300) == readiness.EXIT_SERVER_FAILED, launcher.output
     assert "exited with code" in launcher.output
     assert launcher.orphans() == []
+
+
+def test_preflight_stops_a_short_draft_and_fix_launches_it(tiny_models, start_launcher, tmp_path):
+    """The seeds' context-length mismatch on the tiny pair, through the launcher."""
+    import hashlib
+    import json
+
+    short = tmp_path / "short-draft"
+    short.mkdir()
+    for f in tiny_models["draft-mostly"].iterdir():
+        if f.name != "config.json":
+            (short / f.name).symlink_to(f)
+    cfg = json.loads((tiny_models["draft-mostly"] / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1024}))
+    digest = hashlib.sha256((short / "config.json").read_bytes()).hexdigest()
+    args = ("--preset", "eagle3-3step", "--cpu", "--model-path", str(tiny_models["target"]),
+            "--draft-model-path", str(short))
+
+    refused = start_launcher(*args)
+    assert refused.wait(timeout=120) == 2, refused.output
+    assert "context.draft-shorter" in refused.output and "--fix" in refused.output
+    assert not refused.log_file.exists() and refused.descendants == set()
+
+    fixed = start_launcher(*args, "--fix")
+    assert_ready_after_warmup(fixed)
+    assert "overlay" in fixed.output
+    stop_cleanly(fixed)
+    assert hashlib.sha256((short / "config.json").read_bytes()).hexdigest() == digest
