@@ -47,6 +47,12 @@ def assert_ready_after_warmup(launcher: Launcher) -> None:
     assert readiness.request(f"{launcher.base_url}/health_generate").status == 200
 
 
+def manifest(tiny_models) -> dict:
+    import json
+
+    return json.loads((tiny_models["target"].parent / "manifest.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def baseline_tokens(tiny_models, tmp_path_factory):
     launcher = Launcher(["--preset", "baseline", "--cpu", "--model-path",
@@ -56,20 +62,25 @@ def baseline_tokens(tiny_models, tmp_path_factory):
         outs = greedy(launcher)
         assert all(readiness.accept_length(o["meta_info"]) is None for o in outs)
         assert all(len(o["output_ids"]) == MAX_NEW_TOKENS for o in outs)
+        # SGLang on the harness reproduces transformers' fp32 greedy decoding
+        expected = [g["new_ids"][:MAX_NEW_TOKENS] for g in manifest(tiny_models)["greedy"]]
+        assert tokens(outs) == expected[: len(outs)]
         stop_cleanly(launcher)
         return tokens(outs)
     finally:
         launcher.cleanup()
 
 
-@pytest.mark.parametrize("preset, draft, low, high", [
-    ("eagle3-2step", "mostly", 2.0, 3.0),   # tree: up to steps + 1 = 3 tokens per cycle
-    ("eagle3-3step", "mostly", 2.0, 4.0),
-    ("eagle3-3step", "never", 1.0, 1.2),
-    ("eagle3-5step", "partial", 1.2, 4.0),
+# SGLang's per-request accept length = completion tokens / verify cycles, so the
+# prefill token counts too: a draft never accepted gives 16/15 = 1.067.
+@pytest.mark.parametrize("preset, setting, draft, low, high", [
+    ("eagle3-2step", "2,4,16", "mostly", 2.0, 3.4),
+    ("eagle3-3step", "3,1,4", "mostly", 2.0, 4.3),
+    ("eagle3-3step", "3,1,4", "never", 1.0, 1.1),
+    ("eagle3-5step", "5,1,6", "partial", 1.2, 2.5),
 ])
-def test_eagle3_is_lossless_and_accepts_as_designed(tiny_models, baseline_tokens,
-                                                    start_launcher, preset, draft, low, high):
+def test_eagle3_is_lossless_and_accepts_as_designed(tiny_models, baseline_tokens, start_launcher,
+                                                    preset, setting, draft, low, high):
     launcher = start_launcher("--preset", preset, "--cpu",
                               "--model-path", str(tiny_models["target"]),
                               "--draft-model-path", str(tiny_models[f"draft-{draft}"]))
@@ -77,6 +88,9 @@ def test_eagle3_is_lossless_and_accepts_as_designed(tiny_models, baseline_tokens
     spec_line = launcher.wait_for("spec check:")
     outs = greedy(launcher)
     assert tokens(outs) == baseline_tokens  # speculation never changes greedy output
+    per_request = [round(readiness.accept_length(o["meta_info"]), 3) for o in outs]
+    expected = manifest(tiny_models)["expected_accept_length"][f"draft-{draft}"][setting]
+    assert per_request == expected[: len(outs)]  # the acceptance the pair was built for
     acc = mean_accept(outs)
     assert low <= acc <= high, (preset, draft, acc)
     reported = float(re.search(r"accept length ([\d.]+)", spec_line).group(1))
@@ -119,8 +133,9 @@ def test_ctrl_c_during_startup_stops_everything(tiny_models, start_launcher):
 
 
 def test_server_that_fails_during_startup(tiny_models, start_launcher):
-    # A context length beyond the model's makes SGLang itself refuse to start.
-    launcher = start_launcher("--preset", "baseline", "--cpu",
+    # A context length beyond the model's makes SGLang itself refuse to start
+    # (the preflight would catch it first: skipped here to reach the server).
+    launcher = start_launcher("--preset", "baseline", "--cpu", "--no-preflight",
                               "--model-path", str(tiny_models["target"]),
                               "--", "--context-length", "1000000")
     assert launcher.wait(timeout=300) == readiness.EXIT_SERVER_FAILED, launcher.output
