@@ -86,23 +86,31 @@ def test_sync_check_sees_a_synchronize_inside_a_cycle(tiny_models, start_launche
     """The no-sync check is real: a synchronize injected into the draft phase is counted."""
     plugin_dir = tmp_path / "inject"
     plugin_dir.mkdir()
+    # A sitecustomize that, once SGLang's eagle_worker_v2 has been executed, makes
+    # EagleDraftWorker.draft call torch.cuda.synchronize() (a no-op on CPU).
     (plugin_dir / "sitecustomize.py").write_text(
-        "import os, torch\n"
+        "import importlib.abc, os, sys\n"
         "if os.environ.get('EAGLE_EXT_TEST_SYNC') == '1':\n"
-        "    torch.cuda.synchronize = lambda *a, **k: None  # CPU: make it callable\n"
-        "    import importlib.abc, sys\n"
+        "    NAME = 'sglang.srt.speculative.eagle_worker_v2'\n"
         "    class Hook(importlib.abc.MetaPathFinder):\n"
         "        def find_spec(self, name, path, target=None):\n"
-        "            if name == 'sglang.srt.speculative.eagle_worker_v2':\n"
-        "                sys.meta_path.remove(self)\n"
-        "                mod = importlib.import_module(name)\n"
-        "                orig = mod.EagleDraftWorker.draft\n"
+        "            if name != NAME:\n"
+        "                return None\n"
+        "            sys.meta_path.remove(self)\n"
+        "            spec = importlib.util.find_spec(name)\n"
+        "            run = spec.loader.exec_module\n"
+        "            def exec_module(module):\n"
+        "                run(module)\n"
+        "                import torch\n"
+        "                torch.cuda.synchronize = lambda *a, **k: None\n"
+        "                orig = module.EagleDraftWorker.draft\n"
         "                def draft(self, *a, **k):\n"
         "                    torch.cuda.synchronize()\n"
         "                    return orig(self, *a, **k)\n"
-        "                mod.EagleDraftWorker.draft = draft\n"
-        "                return mod.__spec__\n"
-        "            return None\n"
+        "                module.EagleDraftWorker.draft = draft\n"
+        "            spec.loader.exec_module = exec_module\n"
+        "            return spec\n"
+        "    import importlib.util\n"
         "    sys.meta_path.insert(0, Hook())\n")
     launcher = start_launcher(
         "--preset", "eagle3-3step", "--cpu", "--no-spec-check",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import sys
 
 import wrapt
 
@@ -28,6 +29,16 @@ SYNC_ANCHORS = ("torch.cuda:synchronize", "torch.cuda:Event.synchronize",
 
 PROFILER: Profiler | None = None
 _patched: list[tuple[object, str, object, bool]] = []  # (owner, name, original, was_own)
+
+
+def _announce(level: int, msg: str, *args) -> None:
+    """Through logging once it is configured; before SGLang configures it (we
+    run first in the scheduler process), straight to stderr, which the server
+    log captures."""
+    if logging.getLogger().handlers and logger.isEnabledFor(level):
+        logger.log(level, msg, *args)
+    else:
+        print(msg % args, file=sys.stderr, flush=True)
 
 
 # -- anchors -----------------------------------------------------------------
@@ -178,7 +189,7 @@ def instrument(config: Config, version: str | None = None, device_is_cuda: bool 
     try:
         release, _ = releases.resolve(version)
     except UserError as e:
-        logger.warning("%s: disabled, serving unprofiled: %s", TAG, e.message)
+        _announce(logging.WARNING, "%s: disabled, serving unprofiled: %s", TAG, e.message)
         return False
     plan = []
     for worker in release.workers:
@@ -186,9 +197,10 @@ def instrument(config: Config, version: str | None = None, device_is_cuda: bool 
             try:
                 plan.append((role, *resolve_anchor(anchor)))
             except LookupError as e:
-                logger.warning("%s: disabled, serving unprofiled: SGLang %s (%s worker): anchor "
-                               "%s for phase '%s' not found: %s", TAG, release.version,
-                               worker.worker, anchor, role, e)
+                _announce(logging.WARNING,
+                          "%s: disabled, serving unprofiled: SGLang %s (%s worker): anchor "
+                          "%s for phase '%s' not found: %s", TAG, release.version,
+                          worker.worker, anchor, role, e)
                 return False
     if config.sync_check:
         plan += [("sync", *resolve_anchor(a)) for a in SYNC_ANCHORS]
@@ -203,9 +215,9 @@ def instrument(config: Config, version: str | None = None, device_is_cuda: bool 
             continue
         seen.add((id(owner), name))
         _wrap(owner, name, original, _count_sync if role == "sync" else WRAPPERS[role])
-    logger.info("%s: on (SGLang %s, workers %s, clock %s, ranks %s)", TAG, release.version,
-                "+".join(w.worker for w in release.workers), PROFILER.clock_kind,
-                "all" if config.ranks is None else ",".join(map(str, sorted(config.ranks))))
+    _announce(logging.INFO, "%s: on (SGLang %s, workers %s, clock %s, ranks %s)", TAG,
+              release.version, "+".join(w.worker for w in release.workers), PROFILER.clock_kind,
+              "all" if config.ranks is None else ",".join(map(str, sorted(config.ranks))))
     return True
 
 
