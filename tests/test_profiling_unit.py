@@ -63,8 +63,6 @@ def run_cycle(tracker, fake, bs=2, draft_tokens=4, spans=(1.0, 20.0, 1.5, 2.0)):
     tracker.begin("decode", bs, draft_tokens)
     for names, dt in zip((("draft_start", "draft_end"), ("fwd_start", "fwd_end"),
                           (None, "verify_end"), ("extend_start", "extend_end")), spans):
-        if names[0] == "fwd_start":
-            tracker.mark("verify_start")
         if names[0]:
             tracker.mark(names[0])
         fake.now += dt

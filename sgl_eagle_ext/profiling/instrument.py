@@ -131,12 +131,13 @@ def _step(wrapped, instance, args, kwargs):
     return result
 
 
-def _phase(start: str, end: str, only_if=None):
+def _phase(start: str | None, end: str, only_if=None):
     def wrapper(wrapped, instance, args, kwargs):
         prof = PROFILER
         if prof is None or (only_if is not None and not only_if(kwargs)):
             return wrapped(*args, **kwargs)
-        prof.mark(start)
+        if start:
+            prof.mark(start)
         try:
             return wrapped(*args, **kwargs)
         finally:
@@ -168,7 +169,7 @@ def _count_sync(wrapped, instance, args, kwargs):
 WRAPPERS = {
     "step": _step,
     "draft": _phase("draft_start", "draft_end"),
-    "verify": _phase("verify_start", "verify_end"),
+    "verify": _phase(None, "verify_end"),  # accept = verify_end - fwd_end
     "target_forward": _phase("fwd_start", "fwd_end", only_if=lambda kw: bool(kw.get("is_verify"))),
     "draft_extend": _phase("extend_start", "extend_end"),
     "accept_join": _accept_join,

@@ -34,6 +34,7 @@ class Profiler:
         self.active = True
         self.metrics = metrics
         self.window: list[Resolved] = []
+        self.window_decode = 0  # decode cycles in the window (kept, not recounted)
         self.window_t0 = time.monotonic()
         self.records = 0
 
@@ -67,10 +68,10 @@ class Profiler:
         done = self.tracker.poll()
         if done:
             self.window += done
+            self.window_decode += sum(1 for c in done if c.kind == "decode")
             if self.metrics is not None:
                 self.metrics.observe(done)
-        decode = sum(1 for c in self.window if c.kind == "decode")
-        due = (decode >= self.config.cycles) if self.config.cycles > 0 else (
+        due = (self.window_decode >= self.config.cycles) if self.config.cycles > 0 else (
             time.monotonic() - self.window_t0 >= self.config.interval_s)
         if self.window and due:
             self.emit()
@@ -90,6 +91,6 @@ class Profiler:
                 os.write(fd, line.encode())
             finally:
                 os.close(fd)
-        self.window, self.window_t0 = [], time.monotonic()
+        self.window, self.window_decode, self.window_t0 = [], 0, time.monotonic()
         self.records += 1
         return rec

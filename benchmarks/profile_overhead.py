@@ -1,0 +1,176 @@
+"""Cost of EAGLE3_PROFILE (prints figures; not a test).
+
+1. Host-side cost of the wrappers per speculation cycle, in microseconds: a
+   worker whose phases do nothing, called with and without the wrappers
+   installed (host clock; with CUDA available, the CUDA-event clock too).
+2. tokens/s profiled / unprofiled on the CPU harness: the same greedy batch on
+   an eagle3-3step server started twice through the launcher.
+
+    .venv/bin/python benchmarks/profile_overhead.py [--skip-server] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sgl_eagle_ext import readiness
+from sgl_eagle_ext.profiling import config, instrument
+from sgl_eagle_ext.profiling.clock import make_clock
+from sgl_eagle_ext.profiling.profiler import Profiler
+
+CYCLES = 20000
+
+
+class Mode:
+    def __init__(self, kind):
+        self.kind = kind
+
+    def is_idle(self):
+        return False
+
+    def is_decode(self):
+        return self.kind == "decode"
+
+    def is_extend(self):
+        return self.kind == "extend"
+
+
+class Batch:
+    forward_mode = Mode("decode")
+    reqs = [object()] * 4
+
+
+class Result:
+    num_correct_drafts_per_req_cpu = [2, 1, 3, 0]  # on the CPU already, as in v1
+
+
+class Worker:
+    speculative_num_draft_tokens = 4
+
+    def forward_batch_generation(self, batch):
+        self.draft(batch)
+        self.verify(batch)
+        self.target_forward(batch, is_verify=True)
+        self._draft_extend_for_decode(batch)
+        return Result()
+
+    def draft(self, batch):
+        pass
+
+    def verify(self, batch):
+        pass
+
+    def target_forward(self, batch, is_verify=False):
+        pass
+
+    def _draft_extend_for_decode(self, batch):
+        pass
+
+
+ROLES = {"forward_batch_generation": "step", "draft": "draft", "verify": "verify",
+         "target_forward": "target_forward", "_draft_extend_for_decode": "draft_extend"}
+
+
+def per_cycle_us(cuda: bool) -> float:
+    worker, batch = Worker(), Batch()
+    t0 = time.perf_counter()
+    for _ in range(CYCLES):
+        worker.forward_batch_generation(batch)
+    return (time.perf_counter() - t0) / CYCLES * 1e6
+
+
+def host_cost(cuda: bool) -> tuple[float, float]:
+    plain = min(per_cycle_us(cuda) for _ in range(3))
+    cfg = config.from_env({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "1e9"})
+    instrument.PROFILER = Profiler(cfg, make_clock(cuda), rank_fn=lambda: 0)
+    for name, role in ROLES.items():
+        owner, attr, original = instrument.resolve_anchor(f"{__name__}:Worker.{name}")
+        instrument._wrap(owner, attr, original, instrument.WRAPPERS[role])
+    try:
+        profiled = min(per_cycle_us(cuda) for _ in range(3))
+    finally:
+        instrument.uninstrument()
+    return plain, profiled
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_tok_s(models: dict, profile: bool, prompts: list[str], tokens: int) -> float:
+    port = free_port()
+    env = {**os.environ, "EAGLE3_PROFILE": "1" if profile else "0"}
+    cmd = [sys.executable, "-m", "sgl_eagle_ext.launch", "--preset", "eagle3-3step", "--cpu",
+           "--no-spec-check", "--quiet", "--model-path", str(models["target"]),
+           "--draft-model-path", str(models["draft-mostly"]),
+           "--log-file", f"/tmp/profile-overhead-{port}.log", "--", "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        for line in proc.stdout:
+            if "READY in" in line:
+                break
+        else:
+            raise SystemExit(f"server did not start: see /tmp/profile-overhead-{port}.log")
+        url = f"http://127.0.0.1:{port}"
+        readiness.generate(url, prompts[:1], 4)  # warm the interpreter's caches
+        t0 = time.perf_counter()
+        outs = readiness.generate(url, prompts, tokens)
+        took = time.perf_counter() - t0
+        return sum(o["meta_info"]["completion_tokens"] for o in outs) / took
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--skip-server", action="store_true")
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--tokens", type=int, default=16)
+    args = p.parse_args()
+
+    clocks = [False]
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            clocks.append(True)
+    except ImportError:
+        pass
+    print("host-side cost per speculation cycle (5 wrapped calls, 10 marks, accept join)")
+    for cuda in clocks:
+        plain, profiled = host_cost(cuda)
+        extra = profiled - plain
+        print(f"  clock={'cuda' if cuda else 'host'}: {plain:.2f} us unprofiled, "
+              f"{profiled:.2f} us profiled -> +{extra:.2f} us per cycle = "
+              f"{100 * extra / 12000:.3f}% of a 12 ms decode step")
+    if args.skip_server:
+        return
+    from sgl_eagle_ext.cpu import tiny_models
+
+    models = tiny_models.build(Path(os.environ.get("EAGLE_EXT_MODELS_DIR",
+                                                   tiny_models.DEFAULT_DIR)).expanduser())
+    prompts = list(tiny_models.DEMO_PROMPTS)
+    rates = {False: [], True: []}
+    for _ in range(args.repeat):
+        for profile in (False, True):
+            rates[profile].append(server_tok_s(models, profile, prompts, args.tokens))
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    print(f"CPU harness, eagle3-3step, {len(prompts)} prompts x {args.tokens} tokens, "
+          f"{args.repeat} runs each: unprofiled {off:.2f} tok/s {rates[False]}, "
+          f"profiled {on:.2f} tok/s {rates[True]} -> ratio {on / off:.3f}")
+
+
+if __name__ == "__main__":
+    main()
