@@ -60,6 +60,10 @@ def parser() -> argparse.ArgumentParser:
                    help="print the environment block and the exact command, start nothing")
     p.add_argument("--cpu", action="store_true",
                    help="apply the CPU harness overlay (launch/overlays/cpu.toml)")
+    p.add_argument("--overlay", action="append", default=[], metavar="NAME",
+                   help="merge launch/overlays/NAME.toml (or a .toml file) over the preset; "
+                        "repeatable; e.g. 2node: multi-node TP over 2 hosts (then add "
+                        "`-- --node-rank R --dist-init-addr HOST:PORT`)")
     p.add_argument("--demo", action="store_true",
                    help="CPU demo: build the tiny model pair, start the preset (default "
                         "eagle3-2step) on CPU, answer a few prompts, stop")
@@ -159,6 +163,22 @@ def probe_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def apply_overlay(preset: presets.Preset, name: str) -> presets.Preset:
+    """`preset` with launch/overlays/NAME.toml (or the .toml file NAME) merged on top."""
+    folder = presets.PRESET_DIR / "overlays"
+    path = Path(name) if name.endswith(".toml") else Path(str(folder / f"{name}.toml"))
+    if not path.is_file():
+        shipped = sorted(p.name[:-5] for p in folder.iterdir()
+                         if p.name.endswith(".toml") and p.name != "cpu.toml")
+        raise UserError(f"--overlay {name}: no such overlay.",
+                        fix=f"use one of: {', '.join(shipped)} (launch/overlays/), or a .toml path")
+    overlay = presets.load(path=path)
+    merged = preset.merged_with(overlay)
+    if overlay.hardware is None:  # an overlay that does not say keeps the preset's flag guard
+        merged.hardware = preset.hardware
+    return merged
+
+
 def build_plan(args, extra: list[str]):
     """Preset + release + paths -> (preset, release, how, server_args, env)."""
     if not (args.preset or args.preset_file):
@@ -167,6 +187,8 @@ def build_plan(args, extra: list[str]):
                                                     "or --preset-file PATH")
         args.preset = "eagle3-2step"
     preset = presets.load(name=args.preset, path=args.preset_file)
+    for name in args.overlay:
+        preset = apply_overlay(preset, name)
     if args.cpu or args.demo:
         preset = preset.merged_with(presets.load(path=Path(str(CPU_OVERLAY))))
     release, how = releases.resolve(args.sglang_version, force=args.force)
@@ -347,7 +369,12 @@ def main(argv: list[str] | None = None) -> int:
 
             demo.run(base_url, api_key)
             return 0
-        if preset.speculative and not args.no_spec_check:
+        from sgl_eagle_ext.preflight.scaleout import is_worker_node
+
+        if is_worker_node(server_args):  # multi-node: its port answers health checks only
+            print(f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
+                  f"parallel ranks only; send requests to node 0", flush=True)
+        elif preset.speculative and not args.no_spec_check:
             spec_check(base_url, api_key)
         while server.alive():
             time.sleep(0.5)

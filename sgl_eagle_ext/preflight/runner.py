@@ -8,7 +8,7 @@ from typing import Iterable, Mapping
 
 from sgl_eagle_ext import patches, releases, wheels
 from sgl_eagle_ext.errors import UserError
-from sgl_eagle_ext.preflight import aux_layers, context, host, model_dirs, shapes
+from sgl_eagle_ext.preflight import aux_layers, context, host, model_dirs, scaleout, shapes
 from sgl_eagle_ext.preflight.findings import INFO, WARNING, Finding, Report
 
 
@@ -107,9 +107,9 @@ def run(target_dir: str | None, draft_dir: str | None, release: releases.Release
         report.add(Finding("aux.skipped", INFO, f"--speculative-algorithm {algorithm}: EAGLE-3 "
                            f"aux-layer checks do not apply."))
 
+    report.add(*_safely(report, "scaleout", [], scaleout.check, server_args, env))
     if host_checks:
-        tp = _int(_arg(server_args, "--tp-size", "--tp", "--tensor-parallel-size"), 1)
-        tp *= _int(_arg(server_args, "--pp-size", "--pipeline-parallel-size"), 1)
+        tp = scaleout.gpus_per_node(server_args)  # this node's share of tp * pp
         try:
             fraction = float(_arg(server_args, "--mem-fraction-static") or 0) or None
         except ValueError:
