@@ -112,7 +112,9 @@ class Release:
     tree_kernels: str | None = None
     # Requirements file of the CPU harness (harness/), None if it cannot run there.
     cpu_requirements: str | None = None
-    # torchvision matching `torch` (SGLang imports it through its config package).
+    # torch the CPU harness installs, when not `torch` (the pinned one is not to be had).
+    cpu_torch: str | None = None
+    # torchvision matching the harness's torch (SGLang imports it at module level).
     torchvision: str | None = None
     # EAGLE workers present in the release and the anchors profiling wraps.
     workers: tuple[WorkerAnchors, ...] = (V2_WORKER,)
@@ -131,7 +133,19 @@ class Release:
     eagle3_drafts: tuple[str, ...] = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
     # Source patches this release needs: ids in patches/manifest.toml.
     patches: tuple[str, ...] = ()
+    # Benchmarks (sgl_eagle_ext/bench): Prometheus counters whose deltas give the
+    # accept length of one load level (None: no verify counter in this release), and
+    # the chat request field that streams per-request spec details in
+    # `sglext.spec_tokens_details` (None: the release does not stream them).
+    metric_generation_tokens: str = "sglang:generation_tokens_total"
+    metric_spec_verify_calls: str | None = "sglang:spec_verify_calls_total"
+    chat_spec_details_field: str | None = "return_spec_tokens_details"
     notes: str = ""
+
+    @property
+    def harness_torch(self) -> str:
+        """The torch release the CPU harness installs."""
+        return self.cpu_torch or self.torch
 
     def flag(self, name: str) -> str:
         """This release's spelling of a classic flag name (without dashes)."""
@@ -163,18 +177,25 @@ RELEASES: tuple[Release, ...] = (
         aux_offset=_AUX_OFFSET_OLD, graph_resets_aux_layers=True, draft_fc_follows_ids=False,
         eagle3_drafts=("LlamaForCausalLMEagle3",),
         patches=("cuda-graph-aux-layers", "deepseek-aux-offset"),
+        metric_spec_verify_calls=None, chat_spec_details_field=None,
+        # CPU harness: torch 2.13.0+cpu (this machine's wheel; the v1 worker runs on it)
+        # with the CUDA-linked torchvision 0.28.0, whose native ops cannot load there
+        # (cpu/torchvision_ops.py).
+        cpu_requirements="sglang-0.5.10.post1-cpu.txt", cpu_torch="2.13.0",
+        torchvision="0.28.0",
         notes="last release with the v1 EAGLEWorker, first with Kimi-K2.5; CUDA-graph "
               "setup resets the draft's capture layers (see patches/)",
     ),
     Release(
         "0.5.13.post1", spec_worker="v2", plugin_entry_point=True, ready_endpoint=False,
-        torch="2.11.0", aux_offset=_AUX_OFFSET_V13,
+        torch="2.11.0", aux_offset=_AUX_OFFSET_V13, chat_spec_details_field=None,
         notes="v1 worker deleted; plugin entry point appears; aux-layer fixes #22836, #25454",
     ),
     Release(
         "0.5.16", spec_worker="v2", plugin_entry_point=True, ready_endpoint=False,
         torch="2.11.0", renames=_GRAPH_FLAGS_V16, expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree", aux_offset=_AUX_OFFSET_V13,
+        chat_spec_details_field=None,
         notes="--cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode",
     ),
     Release(

@@ -35,12 +35,14 @@ class Launcher:
     """`python -m sgl_eagle_ext.launch ...` as a subprocess, with its output
     collected and every descendant it ever had remembered (orphan checks)."""
 
-    def __init__(self, args: list[str], tmp: Path, env: dict | None = None):
+    def __init__(self, args: list[str], tmp: Path, env: dict | None = None,
+                 python: str | Path | None = None):
         self.port = free_port()
         self.log_file = tmp / f"server-{self.port}.log"
         ours, sep, extra = (args[: args.index("--")], ["--"], args[args.index("--") + 1:]) \
             if "--" in args else (args, ["--"], [])
-        self.cmd = [sys.executable, "-m", "sgl_eagle_ext.launch", *ours,
+        # `python`: another interpreter (another venv, hence another SGLang release)
+        self.cmd = [str(python or sys.executable), "-m", "sgl_eagle_ext.launch", *ours,
                     "--log-file", str(self.log_file), "--quiet", *sep, *extra,
                     "--port", str(self.port)]
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -128,8 +130,8 @@ class Launcher:
 def start_launcher(tmp_path):
     started: list[Launcher] = []
 
-    def start(*args: str, env: dict | None = None) -> Launcher:
-        launcher = Launcher(list(args), tmp_path, env)
+    def start(*args: str, env: dict | None = None, python: str | Path | None = None) -> Launcher:
+        launcher = Launcher(list(args), tmp_path, env, python)
         started.append(launcher)
         return launcher
 

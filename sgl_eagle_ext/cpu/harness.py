@@ -3,12 +3,16 @@
 `install_server()` runs in the HTTP server process before SGLang is imported;
 `install_scheduler()` runs first in every (spawned) scheduler process. Both are
 idempotent. Each fix checks its anchor in SGLang and logs one line when the
-anchor is missing, instead of failing somewhere deeper. Facts behind each step:
+anchor is missing, instead of failing somewhere deeper. Releases with the v1
+EAGLE worker (0.5.10.post1) get the extra fixes of v1_fixes.py; torchvision on
+a CPU torch build is handled in every process by torchvision_ops.py (a .pth
+file the installer writes). Facts behind each step:
 shared/reference/cpu-harness-facts.md.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -60,16 +64,32 @@ def _check_standin() -> None:
         _say(f"anchor missing: sgl_kernel resolves to {origin}, not the stand-in {expected}")
 
 
-def _check_tree_kernels() -> None:
-    """The stand-in's tree ops call these SGLang Triton functions; say if gone."""
+def _installed_release():
+    """The release table's row for the installed SGLang, None if unknown."""
+    from sgl_eagle_ext import releases
+
+    version = releases.installed_version()
+    return releases.BY_VERSION.get(version) if version else None
+
+
+def _check_tree_kernels(release) -> None:
+    """The stand-in's tree ops call SGLang's Triton functions where the release
+    has them (Release.tree_kernels), else its own PyTorch reference; say which."""
+    module = release.tree_kernels if release else "sglang.kernels.ops.speculative.spec_tree"
+    if module is None:
+        _say(f"SGLang {release.version} ships no Triton tree kernels: tree build/verify use "
+             "the stand-in's PyTorch reference (sgl_kernel/tree_ref.py)")
+        return
     try:
-        from sglang.kernels.ops.speculative import spec_tree
+        spec_tree = importlib.import_module(module)
     except ImportError as exc:
-        _say(f"anchor missing: sglang.kernels.ops.speculative.spec_tree ({exc})")
+        _say(f"anchor missing: {module} ({exc}); tree build/verify fall back to the "
+             "PyTorch reference")
         return
     for name in ("sgl_build_tree_kernel_triton", "verify_tree_greedy_triton"):
         if not hasattr(spec_tree, name):
-            _say(f"anchor missing: spec_tree.{name}; EAGLE tree build/verify will fail")
+            _say(f"anchor missing: {module}.{name}; tree build/verify fall back to the "
+                 "PyTorch reference")
 
 
 def _set_required_env() -> None:
@@ -97,7 +117,7 @@ def install_server() -> None:
 # ---------------------------------------------------------------- scheduler
 
 
-def _force_full_tree_mask() -> None:
+def _force_full_tree_mask(release) -> None:
     """On CPU `default_tree_mask_mode()` says QLEN_ONLY, the layout the intel_amx
     backend reads; the Triton backend (the harness's) reads FULL_MASK. With the
     wrong layout drafted tokens see the wrong prefix and greedy output changes.
@@ -113,6 +133,10 @@ def _force_full_tree_mask() -> None:
         return
     original = getattr(eagle_utils, "default_tree_mask_mode", None)
     mode_enum = getattr(eagle_utils, "TreeMaskMode", None)
+    if original is None and release is not None and release.spec_worker == "v1":
+        _say(f"tree mask: SGLang {release.version}'s v1 worker builds FULL_MASK itself "
+             "(no default_tree_mask_mode); nothing to force")
+        return
     if original is None or not hasattr(mode_enum, "FULL_MASK"):
         _say("anchor missing: eagle_utils.default_tree_mask_mode / TreeMaskMode.FULL_MASK; "
              "tree-mask fix not applied")
@@ -141,7 +165,12 @@ def install_scheduler() -> None:
             _say(f"{name} is {os.environ.get(name)!r} in the scheduler; the CPU route needs {value!r}")
     _put_standin_first()  # inherited through PYTHONPATH; kept for direct callers
     _check_standin()
-    _force_full_tree_mask()  # imports eagle_utils, hence spec_tree and sgl_kernel
+    release = _installed_release()
+    _force_full_tree_mask(release)  # imports eagle_utils, hence spec_tree and sgl_kernel
     _check_standin()
-    _check_tree_kernels()
+    _check_tree_kernels(release)
+    if release is None or release.spec_worker == "v1":
+        from sgl_eagle_ext.cpu import v1_fixes
+
+        v1_fixes.apply(_say)  # each fix checks SGLang's code first
     _done.add("scheduler")

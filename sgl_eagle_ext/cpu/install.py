@@ -4,9 +4,11 @@
 
 A plain `pip install sglang` fails on a machine without GPU (GPU-only wheels,
 a placeholder package whose build downloads from an unreachable host). The
-route that works: the torch release SGLang pins, then SGLang with --no-deps,
-then its CPU-usable dependencies pinned in harness/<file> (named by the release
-table), then this project in editable mode. Re-running is cheap: a stamp
+route that works: the torch release SGLang pins (or the table's `cpu_torch`),
+then SGLang with --no-deps, then its CPU-usable dependencies pinned in
+harness/<file> (named by the release table), then this project in editable
+mode, and a .pth file that lets a CUDA-linked torchvision import on CPU torch
+(cpu/torchvision_ops.py). Re-running is cheap: a stamp
 records what was installed. Uses only the standard library (runs before the
 venv exists).
 """
@@ -42,7 +44,7 @@ def default_venv(release: releases.Release) -> Path:
 
 def fingerprint(release: releases.Release) -> str:
     h = hashlib.sha256()
-    for part in (release.version, release.torch, release.torchvision or "",
+    for part in (release.version, release.harness_torch, release.torchvision or "",
                  release.cpu_requirements or ""):
         h.update(part.encode())
     for f in (HARNESS_DIR / release.cpu_requirements, REPO / "pyproject.toml"):
@@ -60,6 +62,17 @@ def run(cmd: list[str], what: str) -> None:
         print("\n".join(lines[-40:]), file=sys.stderr)
         raise UserError(f"{what} failed (exit {p.returncode}): {' '.join(cmd)}", code=1)
     print(f" {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def write_torchvision_pth(py: Path) -> None:
+    """A .pth that lets a CUDA-linked torchvision import on CPU torch in every
+    interpreter of the venv (cpu/torchvision_ops.py; inert where _C loads)."""
+    from sgl_eagle_ext.cpu import torchvision_ops
+
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = subprocess.run([str(py), "-c", where], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (Path(site) / torchvision_ops.PTH_NAME).write_text(torchvision_ops.PTH_LINE)
 
 
 def du(path: Path) -> int:
@@ -99,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check"]
     if not py.exists():
         run([sys.executable, "-m", "venv", str(venv)], "create the virtual environment")
-    torch = [f"torch=={release.torch}"]
+    torch = [f"torch=={release.harness_torch}"]
     if release.torchvision:
         torch.append(f"torchvision=={release.torchvision}")
     run(pip + torch, " + ".join(torch))
@@ -107,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     run(pip + ["-r", str(HARNESS_DIR / release.cpu_requirements)],
         f"CPU dependencies ({release.cpu_requirements})")
     run(pip + ["-e", f"{REPO}[test]"], "sgl-eagle-ext (editable)")
+    write_torchvision_pth(py)
     stamp.write_text(want + "\n")
     print(f"{PROG}: done in {time.monotonic() - t0:.0f} s; {venv} holds "
           f"{du(venv) / 2**30:.1f} GiB")

@@ -37,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-BUILD_VERSION = 2  # bump when anything below changes the built files
+BUILD_VERSION = 3  # bump when anything below changes the built files
 # Where the demo and the tests build the pair (EAGLE_EXT_MODELS_DIR moves it).
 DEFAULT_DIR = Path("~/.cache/sgl-eagle-ext/tiny-models")
 SEED = 20240611
@@ -202,7 +202,10 @@ def _greedy(model, tok):
 
 
 def _draft_tensors(target, keep):
-    """State dict of one draft (SGLang llama_eagle3 names), vocabulary `keep`."""
+    """State dict of one draft, vocabulary `keep`. The decoder layer is named
+    `midlayer` as in published EAGLE-3 checkpoints: every supported release loads
+    that name (0.5.23 maps it to `layers.0`), while 0.5.10.post1 silently skips
+    `layers.0.*` and would run the layer with uninitialised weights."""
     import torch
 
     g = torch.Generator().manual_seed(SEED + 1)
@@ -216,16 +219,16 @@ def _draft_tensors(target, keep):
         "embed_tokens.weight": target.model.embed_tokens.weight.detach().clone(),
         "fc.weight": torch.zeros(H, 3 * H),  # target features ignored (see module doc)
         # Input x = [norm(embed) | hidden_norm(h_prev)]; one head of size H.
-        "layers.0.self_attn.q_proj.weight": torch.cat([SELF_ATTN_SCALE * eye, zeros_h], 1),
-        "layers.0.self_attn.k_proj.weight": torch.cat([eye, zeros_h], 1),
-        "layers.0.self_attn.v_proj.weight": torch.cat([eye, -eye], 1),
-        "layers.0.self_attn.o_proj.weight": eye.clone(),
-        "layers.0.input_layernorm.weight": torch.ones(H),
-        "layers.0.hidden_norm.weight": torch.ones(H),
-        "layers.0.post_attention_layernorm.weight": torch.ones(H),
-        "layers.0.mlp.gate_proj.weight": 0.02 * torch.randn(2 * H, H, generator=g),
-        "layers.0.mlp.up_proj.weight": 0.02 * torch.randn(2 * H, H, generator=g),
-        "layers.0.mlp.down_proj.weight": torch.zeros(H, 2 * H),
+        "midlayer.self_attn.q_proj.weight": torch.cat([SELF_ATTN_SCALE * eye, zeros_h], 1),
+        "midlayer.self_attn.k_proj.weight": torch.cat([eye, zeros_h], 1),
+        "midlayer.self_attn.v_proj.weight": torch.cat([eye, -eye], 1),
+        "midlayer.self_attn.o_proj.weight": eye.clone(),
+        "midlayer.input_layernorm.weight": torch.ones(H),
+        "midlayer.hidden_norm.weight": torch.ones(H),
+        "midlayer.post_attention_layernorm.weight": torch.ones(H),
+        "midlayer.mlp.gate_proj.weight": 0.02 * torch.randn(2 * H, H, generator=g),
+        "midlayer.mlp.up_proj.weight": 0.02 * torch.randn(2 * H, H, generator=g),
+        "midlayer.mlp.down_proj.weight": torch.zeros(H, 2 * H),
         "norm.weight": target.model.norm.weight.detach().clone(),
         "lm_head.weight": target.lm_head.weight.detach()[keep_t].clone(),
         "d2t": keep_t - torch.arange(len(keep_t)),  # target id = draft id + d2t
@@ -332,7 +335,8 @@ def _accept_once(probs, keep, last, future, steps, topk, num_draft):
 
 def _replay(probs, keep, runs, steps, topk, num_draft, new_tokens):
     """SGLang's spec_accept_length (completion tokens / verify cycles) over runs.
-    Matched SGLang 0.5.23's per-request value exactly on the demo prompts."""
+    Matched SGLang 0.5.23's (v2 worker) and 0.5.10.post1's (v1 worker) per-request
+    values exactly on the demo prompts."""
     tokens = cycles = 0
     for prompt, gen in runs:
         gen = gen[:new_tokens]

@@ -3,8 +3,10 @@
 The real CPU build of sgl-kernel is source-only (not on PyPI). The CPU harness
 puts this package first on sys.path. Each op computes the real result, one
 module per concern; tree build/verify call SGLang's own Triton kernels (run by
-Triton's interpreter). Any other name can be imported but raises when called,
-so a gap shows up as a clear error, never as a silent wrong value.
+Triton's interpreter) where the release ships them, else a PyTorch reference
+(tree_ref.py). Any other name, and any name of a placeholder submodule
+(kvcacheio), can be imported but raises when called, so a gap shows up as a
+clear error, never as a silent wrong value.
 """
 
 from sgl_kernel.cache_ops import (
@@ -27,4 +29,11 @@ IS_EAGLE_EXT_STANDIN = True  # lets the harness check which sgl_kernel it got
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
+    import importlib
+    import importlib.util
+
+    # A submodule of the stand-in (kvcacheio, tree_ref) is the module itself:
+    # `from sgl_kernel import kvcacheio` asks for the attribute first.
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
     return missing_op(f"sgl_kernel.{name}")

@@ -1,0 +1,148 @@
+"""SGLang 0.5.10.post1, the last release with the v1 `EAGLEWorker`, on the CPU harness.
+
+The launcher runs from `.venv-0.5.10.post1` (built by
+`python3 -m sgl_eagle_ext.cpu.install --release 0.5.10.post1`), so the real
+HTTP server, scheduler and v1 EAGLE worker of that release serve the tiny model
+pair. Checked: greedy output with EAGLE-3 (chain and tree) equals the baseline
+and transformers; per-request accept lengths are exactly those the tiny pair was
+built for (the same as on 0.5.23's v2 worker); EAGLE3_PROFILE records agree
+with SGLang's own "Decode batch" lines cycle by cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import Launcher
+from sgl_eagle_ext import readiness
+from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
+from sgl_eagle_ext.report import DECODE_BATCH, record_from_line
+
+pytestmark = pytest.mark.server
+RELEASE = "0.5.10.post1"
+VENV = Path(__file__).resolve().parents[1] / f".venv-{RELEASE}"
+MAX_NEW_TOKENS = 16
+PROFILE_ENV = {"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "1",
+               "EAGLE3_PROFILE_SYNC_CHECK": "1"}
+
+
+@pytest.fixture(scope="module")
+def v1_python() -> Path:
+    """The 0.5.10.post1 venv's interpreter; missing or wrong is a failure, not a skip."""
+    python = VENV / "bin" / "python"
+    fix = f"build it with: python3 -m sgl_eagle_ext.cpu.install --release {RELEASE}"
+    if not python.exists():
+        pytest.fail(f"{VENV} does not exist; {fix}", pytrace=False)
+    probe = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m, sgl_eagle_ext; "
+                            "print(m.version('sglang'))"],
+        capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0 or probe.stdout.strip() != RELEASE:
+        pytest.fail(f"{VENV} does not hold SGLang {RELEASE} and sgl_eagle_ext "
+                    f"({probe.stdout.strip() or probe.stderr.strip()[-300:]}); {fix}",
+                    pytrace=False)
+    return python
+
+
+def manifest(tiny_models) -> dict:
+    return json.loads((tiny_models["target"].parent / "manifest.json").read_text())
+
+
+def ready(launcher: Launcher) -> int:
+    """Wait for READY after SGLang's warm-up; the log's line count at that point."""
+    launcher.wait_for("READY in")
+    log = launcher.log_text()
+    assert "fired up and ready to roll" in log, log[-3000:]
+    assert f"SGLang {RELEASE}" in launcher.output, launcher.output
+    return len(log.splitlines())
+
+
+def greedy(launcher: Launcher) -> list[dict]:
+    return readiness.generate(launcher.base_url, list(DEMO_PROMPTS), MAX_NEW_TOKENS)
+
+
+def stop_cleanly(launcher: Launcher) -> None:
+    assert launcher.signal(signal.SIGTERM) == 128 + signal.SIGTERM
+    assert launcher.orphans() == [], "processes left behind"
+
+
+@pytest.fixture(scope="module")
+def v1_baseline(tiny_models, v1_python, tmp_path_factory) -> list[list[int]]:
+    launcher = Launcher(["--preset", "baseline", "--cpu", "--model-path",
+                         str(tiny_models["target"])], tmp_path_factory.mktemp("v1-baseline"),
+                        python=v1_python)
+    try:
+        ready(launcher)
+        outs = greedy(launcher)
+        assert all(readiness.accept_length(o["meta_info"]) is None for o in outs)
+        ids = [o["output_ids"] for o in outs]
+        # SGLang 0.5.10 on the harness reproduces transformers' fp32 greedy decoding
+        expected = [g["new_ids"][:MAX_NEW_TOKENS] for g in manifest(tiny_models)["greedy"]]
+        assert ids == expected[: len(ids)]
+        stop_cleanly(launcher)
+        return ids
+    finally:
+        launcher.cleanup()
+
+
+def check_profile(lines: list[str], outs: list[dict]) -> list[float]:
+    """EAGLE3_PROFILE records (one per cycle) against SGLang's Decode batch lines."""
+    profile_lines = [ln for ln in lines if "EAGLE3_PROFILE v=" in ln]
+    assert profile_lines and all(" syncs=0 " in ln for ln in profile_lines), profile_lines
+    records = [r for r in map(record_from_line, profile_lines) if r["cycles"]]
+    decode = [DECODE_BATCH.search(ln) for ln in lines if "Decode batch" in ln]
+    assert records and len(records) == len(decode), (len(records), len(decode))
+    verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+    assert verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
+    ours = [sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
+            for r in records]
+    assert [round(a, 2) for a in ours] == pytest.approx(
+        [float(m["acc"]) for m in decode], abs=0.006)
+    for r in records:
+        assert r["phases"]["draft"]["mean"] > 0 and r["phases"]["verify_fwd"]["mean"] > 0, r
+    # The v1 worker skips draft-extend once every request of the batch has finished:
+    # only in the last cycle, where the last requests end.
+    assert all(r["phases"]["draft_extend"]["mean"] > 0 for r in records[:-1]), records
+    return ours
+
+
+# (preset, manifest setting, draft, profiled, mean accept length range)
+@pytest.mark.parametrize("preset, setting, draft, profiled, low, high", [
+    ("eagle3-3step", "3,1,4", "mostly", True, 2.0, 4.3),
+    ("eagle3-3step", "3,1,4", "never", True, 1.0, 1.1),
+    ("eagle3-2step", "2,4,16", "mostly", False, 2.0, 3.4),
+])
+def test_v1_worker_lossless_accepts_as_designed(tiny_models, v1_python, v1_baseline,
+                                                start_launcher, preset, setting, draft,
+                                                profiled, low, high):
+    args = ["--preset", preset, "--cpu", "--model-path", str(tiny_models["target"]),
+            "--draft-model-path", str(tiny_models[f"draft-{draft}"])]
+    if profiled:
+        args.append("--no-spec-check")  # only our requests' cycles after READY
+    launcher = start_launcher(*args, python=v1_python, env=PROFILE_ENV if profiled else None)
+    start = ready(launcher)
+    if not profiled:
+        spec_line = launcher.wait_for("spec check:")
+        assert "barely accepted" not in spec_line, spec_line
+    outs = greedy(launcher)
+    lines = launcher.log_text().splitlines()[start:]
+    stop_cleanly(launcher)
+
+    assert [o["output_ids"] for o in outs] == v1_baseline  # lossless
+    per_request = [round(readiness.accept_length(o["meta_info"]), 3) for o in outs]
+    expected = manifest(tiny_models)["expected_accept_length"][f"draft-{draft}"][setting]
+    assert per_request == expected[: len(outs)]  # the acceptance the pair was built for
+    assert low <= sum(per_request) / len(per_request) <= high, per_request
+    log = launcher.log_text()
+    assert "v1 worker builds FULL_MASK itself" in log  # the harness saw the v1 release
+    if profiled:
+        assert f"EAGLE3_PROFILE: on (SGLang {RELEASE}, workers v1" in log
+        ours = check_profile(lines, outs)  # per cycle, over the batch
+        assert low <= sum(ours) / len(ours) <= high, ours
+    else:
+        assert "EAGLE3_PROFILE" not in log
