@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import psutil
 
 from sgl_eagle_ext import readiness
-from sgl_eagle_ext.launch import last_value, probe_host
+from sgl_eagle_ext.cli_args import last_value
+from sgl_eagle_ext.readiness import probe_host
 
 PROG = "sgl_eagle_ext.healthcheck"
 URL_ENV = "EAGLE_EXT_HEALTH_URL"

@@ -16,16 +16,16 @@ import os
 import re
 import shlex
 import signal
-import socket
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 from sgl_eagle_ext import nccl, presets, readiness, releases
+from sgl_eagle_ext.cli_args import last_value, pop_flag, split_extra
 from sgl_eagle_ext.errors import UserError, cli
 from sgl_eagle_ext.serve import API_KEY_ENV
-from sgl_eagle_ext.server_process import ServerProcess
+from sgl_eagle_ext.server_process import ServerProcess, Stopped, supervised
 
 PROG = "sgl_eagle_ext.launch"
 CPU_OVERLAY = presets.PRESET_DIR / "overlays" / "cpu.toml"
@@ -34,10 +34,6 @@ SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 SPEC_CHECK_PROMPT = "The quick brown fox"
 LOW_ACCEPT = 1.2  # below this the draft is barely contributing
 
-
-class Stopped(Exception):
-    def __init__(self, signum: int):
-        self.signum = signum
 
 
 def parser() -> argparse.ArgumentParser:
@@ -94,37 +90,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1:]
-    return argv, []
 
-
-def last_value(args: list[str], flag: str) -> str | None:
-    """The value argparse would keep for `--flag V` / `--flag=V` (last one wins)."""
-    value = None
-    for i, tok in enumerate(args):
-        if tok == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif tok.startswith(flag + "="):
-            value = tok.split("=", 1)[1]
-    return value
-
-
-def pop_api_key(args: list[str]) -> tuple[list[str], str | None]:
-    """Remove --api-key from the argument list (it travels in the environment)."""
-    out, key, skip = [], None, False
-    for i, tok in enumerate(args):
-        if skip:
-            skip = False
-        elif tok == "--api-key" and i + 1 < len(args):
-            key, skip = args[i + 1], True
-        elif tok.startswith("--api-key="):
-            key = tok.split("=", 1)[1]
-        else:
-            out.append(tok)
-    return out, key
 
 
 def check_model_dir(flag: str, path: str) -> None:
@@ -143,24 +109,6 @@ def check_model_dir(flag: str, path: str) -> None:
                     fix="check the path (the directory holding config.json and the weights)")
 
 
-def check_port_free(host: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            owners = readiness.listener_pids(port) or set()
-            who = f" (held by pid {', '.join(map(str, sorted(owners)))})" if owners else ""
-            raise UserError(f"port {port} on {host} is already in use{who}: {e.strerror}.",
-                            fix="stop the old server (a zombie server also holds GPU memory), "
-                                "or pass `-- --port N`")
-
-
-def probe_host(host: str) -> str:
-    if host in ("0.0.0.0", "", "::"):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host else host
 
 
 def apply_overlay(preset: presets.Preset, name: str) -> presets.Preset:
@@ -305,9 +253,6 @@ def print_nccl_debug(folder: Path) -> None:
         print(f"{PROG}: {name}: NCCL took from the environment: {shown}", flush=True)
 
 
-def _raise_stopped(signum, _frame):
-    raise Stopped(signum)
-
 
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
@@ -319,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     preset, release, how, server_args, env = build_plan(args, extra)
-    server_args, api_key = pop_api_key(server_args)
+    server_args, api_key = pop_flag(server_args, "--api-key")  # travels in the environment
     if api_key:
         env[API_KEY_ENV] = api_key
     cmd = [sys.executable, "-m", "sgl_eagle_ext.serve", *server_args]
@@ -336,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             check_model_dir(flag, value)
     host = last_value(server_args, "--host") or "127.0.0.1"
     port = int(last_value(server_args, "--port") or 30000)
-    check_port_free(host, port)
+    readiness.check_port_free(host, port)
     if not args.no_preflight:
         server_args = run_preflight(args, preset, release, server_args, env)
         cmd = [sys.executable, "-m", "sgl_eagle_ext.serve", *server_args]
@@ -350,55 +295,47 @@ def main(argv: list[str] | None = None) -> int:
     reports = NcclReports()
     server = ServerProcess(cmd, {**os.environ, **env}, log_path, redact=[api_key or ""],
                            echo=not args.quiet, listeners=[reports])
-    base_url = f"http://{probe_host(host)}:{port}"
+    base_url = f"http://{readiness.probe_host(host)}:{port}"
     print(f"{PROG}: preset {preset.name}, SGLang {release.version} ({how}); log {log_path}",
           flush=True)
-    old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        server.start()
-        took = readiness.wait_ready(server, base_url, port, api_key=api_key,
-                                    stall_timeout=args.stall_timeout,
-                                    startup_timeout=args.startup_timeout)
-        reports.print(expected_nccl)
-        if args.nccl_debug:
-            print_nccl_debug(debug_dir)
-        print(f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
-              f"SGLang {release.version}, pid {server.pid}, log {log_path})", flush=True)
-        if args.demo:
-            from sgl_eagle_ext import demo
+    with supervised(server, PROG):  # leaving this block stops the whole tree
+        try:
+            server.start()
+            took = readiness.wait_ready(server, base_url, port, api_key=api_key,
+                                        stall_timeout=args.stall_timeout,
+                                        startup_timeout=args.startup_timeout)
+            reports.print(expected_nccl)
+            if args.nccl_debug:
+                print_nccl_debug(debug_dir)
+            print(f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
+                  f"SGLang {release.version}, pid {server.pid}, log {log_path})", flush=True)
+            if args.demo:
+                from sgl_eagle_ext import demo
 
-            demo.run(base_url, api_key)
-            return 0
-        from sgl_eagle_ext.preflight.scaleout import is_worker_node
+                demo.run(base_url, api_key)
+                return 0
+            from sgl_eagle_ext.preflight.scaleout import is_worker_node
 
-        if is_worker_node(server_args):  # multi-node: its port answers health checks only
-            print(f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
-                  f"parallel ranks only; send requests to node 0", flush=True)
-        elif preset.speculative and not args.no_spec_check:
-            spec_check(base_url, api_key)
-        while server.alive():
-            time.sleep(0.5)
-        print(f"{PROG}: the server exited with code {server.returncode()}", file=sys.stderr)
-        return readiness.EXIT_SERVER_FAILED
-    except readiness.StartupFailed as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        if server.tail:
-            print(f"{PROG}: last server log lines:\n  " + "\n  ".join(list(server.tail)[-8:]),
-                  file=sys.stderr)
-        print(f"{PROG}: stopping the server process tree", file=sys.stderr, flush=True)
-        return e.code
-    except Stopped as e:
-        print(f"\n{PROG}: {signal.Signals(e.signum).name}: stopping the server process tree",
-              file=sys.stderr, flush=True)
-        return 128 + e.signum
-    finally:
-        for s in old:  # a second Ctrl-C must not interrupt the stop
-            signal.signal(s, signal.SIG_IGN)
-        left = server.stop()
-        if left:
-            print(f"{PROG}: warning: processes still alive: {sorted(left)}", file=sys.stderr)
-        for s, h in old.items():
-            signal.signal(s, h)
+            if is_worker_node(server_args):  # multi-node: its port answers health checks only
+                print(f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
+                      f"parallel ranks only; send requests to node 0", flush=True)
+            elif preset.speculative and not args.no_spec_check:
+                spec_check(base_url, api_key)
+            while server.alive():
+                time.sleep(0.5)
+            print(f"{PROG}: the server exited with code {server.returncode()}", file=sys.stderr)
+            return readiness.EXIT_SERVER_FAILED
+        except readiness.StartupFailed as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            if server.tail:
+                print(f"{PROG}: last server log lines:\n  " + "\n  ".join(list(server.tail)[-8:]),
+                      file=sys.stderr)
+            print(f"{PROG}: stopping the server process tree", file=sys.stderr, flush=True)
+            return e.code
+        except Stopped as e:
+            print(f"\n{PROG}: {signal.Signals(e.signum).name}: stopping the server process tree",
+                  file=sys.stderr, flush=True)
+            return 128 + e.signum
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ process tree, so an old server still holding the port cannot pass for ours.
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from sgl_eagle_ext.errors import UserError
 from sgl_eagle_ext.server_process import ServerProcess
 
 EXIT_SERVER_FAILED = 1
@@ -66,6 +68,25 @@ def listener_pids(port: int) -> set[int] | None:
         return None
     return {c.pid for c in conns
             if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+
+def check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            owners = listener_pids(port) or set()
+            who = f" (held by pid {', '.join(map(str, sorted(owners)))})" if owners else ""
+            raise UserError(f"port {port} on {host} is already in use{who}: {e.strerror}.",
+                            fix="stop the old server (a zombie server also holds GPU memory), "
+                                "or pass `-- --port N`")
+
+
+def probe_host(host: str) -> str:
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
 
 
 def wait_ready(server: ServerProcess, base_url: str, port: int, *, api_key: str | None,

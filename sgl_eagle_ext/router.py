@@ -31,8 +31,9 @@ from pathlib import Path
 
 from sgl_eagle_ext import readiness
 from sgl_eagle_ext.errors import UserError, cli
-from sgl_eagle_ext.launch import Stopped, check_port_free, last_value, probe_host
-from sgl_eagle_ext.server_process import ServerProcess
+from sgl_eagle_ext.cli_args import last_value, split_extra
+from sgl_eagle_ext.readiness import check_port_free, probe_host
+from sgl_eagle_ext.server_process import ServerProcess, Stopped, supervised
 
 PROG = "sgl_eagle_ext.router"
 ROUTER_MODULE = "sglang_router.launch_router"
@@ -136,15 +137,9 @@ def router_command(args, urls: list[str], extra: list[str]) -> list[str]:
     return cmd + extra
 
 
-def _raise_stopped(signum, _frame):
-    raise Stopped(signum)
-
-
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
-        else (argv, [])
+    ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
     urls = [normalise(u) for u in args.worker_url]
     if not urls:
@@ -161,36 +156,28 @@ def main(argv: list[str] | None = None) -> int:
     log_path = Path(args.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log")
     router = ServerProcess(router_command(args, urls, extra), None, log_path,
                            echo=not args.quiet)
-    old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        print(f"{PROG}: waiting for {len(urls)} worker(s) to pass /health_generate", flush=True)
-        wait_workers(urls, args.worker_timeout)
-        router.start()
-        took = wait_router(router, base_url, len(urls), args.startup_timeout)
-        print(f"{PROG}: READY in {took:.1f} s: {base_url} -> {len(urls)} worker(s), policy "
-              f"{args.policy} (pid {router.pid}, log {log_path})", flush=True)
-        while router.alive():
-            time.sleep(0.5)
-        print(f"{PROG}: the router exited with code {router.returncode()}", file=sys.stderr)
-        return readiness.EXIT_SERVER_FAILED
-    except readiness.StartupFailed as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        if router.tail:
-            print(f"{PROG}: last router log lines:\n  " + "\n  ".join(list(router.tail)[-8:]),
-                  file=sys.stderr)
-        return e.code
-    except Stopped as e:
-        print(f"\n{PROG}: {signal.Signals(e.signum).name}: stopping the router",
-              file=sys.stderr, flush=True)
-        return 128 + e.signum
-    finally:
-        for s in old:
-            signal.signal(s, signal.SIG_IGN)
-        left = router.stop()
-        if left:
-            print(f"{PROG}: warning: processes still alive: {sorted(left)}", file=sys.stderr)
-        for s, h in old.items():
-            signal.signal(s, h)
+    with supervised(router, PROG):  # leaving this block stops the router
+        try:
+            print(f"{PROG}: waiting for {len(urls)} worker(s) to pass /health_generate", flush=True)
+            wait_workers(urls, args.worker_timeout)
+            router.start()
+            took = wait_router(router, base_url, len(urls), args.startup_timeout)
+            print(f"{PROG}: READY in {took:.1f} s: {base_url} -> {len(urls)} worker(s), policy "
+                  f"{args.policy} (pid {router.pid}, log {log_path})", flush=True)
+            while router.alive():
+                time.sleep(0.5)
+            print(f"{PROG}: the router exited with code {router.returncode()}", file=sys.stderr)
+            return readiness.EXIT_SERVER_FAILED
+        except readiness.StartupFailed as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            if router.tail:
+                print(f"{PROG}: last router log lines:\n  " + "\n  ".join(list(router.tail)[-8:]),
+                      file=sys.stderr)
+            return e.code
+        except Stopped as e:
+            print(f"\n{PROG}: {signal.Signals(e.signum).name}: stopping the router",
+                  file=sys.stderr, flush=True)
+            return 128 + e.signum
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -39,6 +40,36 @@ PHASES: tuple[tuple[re.Pattern, str], ...] = tuple(
     )
 )
 LINE_END = re.compile(rb"[\r\n]")
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM arrived while supervising a child process."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum, _frame):
+    raise Stopped(signum)
+
+
+@contextmanager
+def supervised(child: "ServerProcess", prog: str):
+    """Inside: SIGINT/SIGTERM raise Stopped. On the way out, however it is left,
+    the child's whole process tree is stopped, with further signals ignored
+    meanwhile so a second Ctrl-C cannot leave orphans."""
+    old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield child
+    finally:
+        for s in old:
+            signal.signal(s, signal.SIG_IGN)
+        left = child.stop()
+        if left:
+            print(f"{prog}: warning: processes still alive: {sorted(left)}", file=sys.stderr)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _die_with_parent() -> None:

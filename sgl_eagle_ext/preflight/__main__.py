@@ -11,6 +11,7 @@ import json
 import sys
 
 from sgl_eagle_ext import releases
+from sgl_eagle_ext.cli_args import split_extra
 from sgl_eagle_ext.errors import cli
 from sgl_eagle_ext.preflight import run
 
@@ -46,9 +47,7 @@ def parser() -> argparse.ArgumentParser:
 
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
-        else (argv, [])
+    ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
     release, _how = releases.resolve(args.sglang_version, force=args.force)
     server_args = list(extra)

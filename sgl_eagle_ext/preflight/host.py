@@ -144,7 +144,7 @@ def check_gpus(env, tp: int, hardware: str | None, fraction: float | None,
 
 
 def check_port(host: str, port: int) -> list[Finding]:
-    from sgl_eagle_ext.launch import check_port_free  # lazy: launch imports the preflight
+    from sgl_eagle_ext.readiness import check_port_free
 
     try:
         check_port_free(host, port)

@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from sgl_eagle_ext import patches, releases, wheels
+from sgl_eagle_ext.cli_args import last_value
 from sgl_eagle_ext.errors import UserError
 from sgl_eagle_ext.preflight import aux_layers, context, host, model_dirs, scaleout, shapes
 from sgl_eagle_ext.preflight.findings import INFO, WARNING, Finding, Report
 
 
 def _arg(server_args: list[str], *flags: str) -> str | None:
-    from sgl_eagle_ext.launch import last_value  # lazy: launch imports the preflight
-
     found = [last_value(server_args, f) for f in flags]
     return next((v for v in found if v is not None), None)
 

@@ -45,7 +45,7 @@ NETWORK_ENV = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "GLOO_SOCKET_IFNAME")
 
 
 def _value(server_args: list[str], name: str) -> str | None:
-    from sgl_eagle_ext.launch import last_value  # lazy: the launcher imports this module
+    from sgl_eagle_ext.cli_args import last_value
 
     found = None
     for i, tok in enumerate(server_args):  # the last spelling on the line wins, as in argparse
