@@ -28,7 +28,6 @@ from sgl_eagle_ext.serve import API_KEY_ENV
 from sgl_eagle_ext.server_process import ServerProcess, Stopped, supervised
 
 PROG = "sgl_eagle_ext.launch"
-CPU_OVERLAY = presets.PRESET_DIR / "overlays" / "cpu.toml"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 SPEC_CHECK_PROMPT = "The quick brown fox"
@@ -120,11 +119,7 @@ def apply_overlay(preset: presets.Preset, name: str) -> presets.Preset:
                          if p.name.endswith(".toml") and p.name != "cpu.toml")
         raise UserError(f"--overlay {name}: no such overlay.",
                         fix=f"use one of: {', '.join(shipped)} (launch/overlays/), or a .toml path")
-    overlay = presets.load(path=path)
-    merged = preset.merged_with(overlay)
-    if overlay.hardware is None:  # an overlay that does not say keeps the preset's flag guard
-        merged.hardware = preset.hardware
-    return merged
+    return preset.merged_with(presets.load(path=path))
 
 
 def build_plan(args, extra: list[str]):
@@ -138,7 +133,7 @@ def build_plan(args, extra: list[str]):
     for name in args.overlay:
         preset = apply_overlay(preset, name)
     if args.cpu or args.demo:
-        preset = preset.merged_with(presets.load(path=Path(str(CPU_OVERLAY))))
+        preset = apply_overlay(preset, "cpu")
     release, how = releases.resolve(args.sglang_version, force=args.force)
 
     if args.demo:

@@ -64,7 +64,8 @@ class Preset:
             name=f"{self.name}+{overlay.name}",
             source=self.source,
             description=self.description,
-            hardware=overlay.hardware or None,
+            # an overlay that names no hardware keeps the preset's flag guard; "" drops it
+            hardware=self.hardware if overlay.hardware is None else (overlay.hardware or None),
             server={**self.server, **overlay.server},
             env={**self.env, **overlay.env},
             chain=self.chain + overlay.chain,
