@@ -79,17 +79,7 @@ def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
-@cli(PROG)
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"python3 -m {PROG}", description=__doc__.split("\n")[0])
-    p.add_argument("--release", default=releases.PRIMARY.version,
-                   help=f"SGLang release (default {releases.PRIMARY.version})")
-    p.add_argument("--venv", help="virtual environment folder (default .venv for the primary "
-                                  "release, .venv-<release> otherwise)")
-    p.add_argument("--recreate", action="store_true", help="delete the venv first")
-    args = p.parse_args(argv)
-
-    release, _ = releases.resolve(args.release)
+def install(release: releases.Release, venv_arg: str | None, recreate: bool) -> None:
     if not release.cpu_requirements:
         supported = [r.version for r in releases.RELEASES if r.cpu_requirements]
         raise UserError(f"the CPU harness cannot run SGLang {release.version}.",
@@ -97,14 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     if sys.version_info < (3, 11):
         raise UserError(f"Python {sys.version.split()[0]} is too old for SGLang "
                         f"{release.version}.", fix="run this with python3.11 or newer")
-    venv = Path(args.venv) if args.venv else default_venv(release)
+    venv = Path(venv_arg) if venv_arg else default_venv(release)
     stamp = venv / STAMP
     want = fingerprint(release)
-    if args.recreate and venv.exists():
+    if recreate and venv.exists():
         shutil.rmtree(venv)
     if stamp.is_file() and stamp.read_text().strip() == want:
         print(f"{PROG}: {venv} is up to date (SGLang {release.version})")
-        return 0
+        return
 
     t0 = time.monotonic()
     print(f"{PROG}: installing SGLang {release.version} for CPU into {venv}")
@@ -124,6 +114,31 @@ def main(argv: list[str] | None = None) -> int:
     stamp.write_text(want + "\n")
     print(f"{PROG}: done in {time.monotonic() - t0:.0f} s; {venv} holds "
           f"{du(venv) / 2**30:.1f} GiB")
+
+
+@cli(PROG)
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=f"python3 -m {PROG}", description=__doc__.split("\n")[0])
+    p.add_argument("--release", default=releases.PRIMARY.version,
+                   help=f"SGLang release (default {releases.PRIMARY.version})")
+    p.add_argument("--venv", help="virtual environment folder (default .venv for the primary "
+                                  "release, .venv-<release> otherwise)")
+    p.add_argument("--recreate", action="store_true", help="delete the venv first")
+    p.add_argument("--all", action="store_true",
+                   help="every release the harness runs (the test suite covers both EAGLE "
+                        "worker generations): .venv and .venv-<release>")
+    args = p.parse_args(argv)
+
+    if args.all:
+        if args.venv:
+            raise UserError("--all builds one venv per release in its default place.",
+                            fix="drop --venv, or name one --release")
+        for release in releases.RELEASES:
+            if release.cpu_requirements:
+                install(release, None, args.recreate)
+        return 0
+    release, _ = releases.resolve(args.release)
+    install(release, args.venv, args.recreate)
     return 0
 
 
