@@ -282,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "sgl_eagle_ext.serve", *server_args]
 
     log_path = Path(args.log_file or f"logs/{preset.name}-{datetime.now():%Y%m%d-%H%M%S}.log")
-    expected_nccl = {k: v for k, v in env.items() if k.startswith(nccl.PREFIXES)}
+    expected_nccl = {k: v for k, v in env.items()
+                     if k.startswith(nccl.PREFIXES) or k in nccl.EXTRA}
     debug_dir = log_path.with_suffix(".nccl")
     if args.nccl_debug:
         debug_dir.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,9 @@ def baseline_tokens(tiny_models, tmp_path_factory):
                          str(tiny_models["target"])], tmp_path_factory.mktemp("baseline"))
     try:
         assert_ready_after_warmup(launcher)
+        # the scheduler process reported the preset's NCCL block, as the launcher shows
+        assert "NCCL: all 1 rank(s) match the preset" in launcher.output
+        assert re.search(r"^NCCL_PROTO\s+LL\s+LL$", launcher.output, re.M)
         outs = greedy(launcher)
         assert all(readiness.accept_length(o["meta_info"]) is None for o in outs)
         assert all(len(o["output_ids"]) == MAX_NEW_TOKENS for o in outs)
@@ -169,3 +172,17 @@ def test_preflight_stops_a_short_draft_and_fix_launches_it(tiny_models, start_la
     assert "overlay" in fixed.output
     stop_cleanly(fixed)
     assert hashlib.sha256((short / "config.json").read_bytes()).hexdigest() == digest
+
+
+def test_a_rank_whose_setting_differs_is_reported(tiny_models, start_launcher, tmp_path):
+    """SGLang forces CUDA_DEVICE_MAX_CONNECTIONS=8 in every rank: a preset asking for 1
+    gets a warning before launch and a per-rank mismatch from the real scheduler."""
+    preset = tmp_path / "connections.toml"
+    preset.write_text('extends = "baseline"\n[env]\nCUDA_DEVICE_MAX_CONNECTIONS = "1"\n')
+    launcher = start_launcher("--preset-file", str(preset), "--cpu",
+                              "--model-path", str(tiny_models["target"]))
+    launcher.wait_for("READY in")
+    out = launcher.output
+    assert "overwrites CUDA_DEVICE_MAX_CONNECTIONS=1: always set to 8" in out
+    assert "warning: NCCL: rank 0 has CUDA_DEVICE_MAX_CONNECTIONS=8, the preset says 1" in out
+    stop_cleanly(launcher)
