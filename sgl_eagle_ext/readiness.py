@@ -34,8 +34,9 @@ class StartupFailed(Exception):
 @dataclass
 class Reply:
     status: int  # 0: no HTTP answer (refused, reset, timed out)
-    body: dict | list | None = None
+    body: dict | list | None = None  # the JSON answer
     error: str = ""
+    text: str = ""  # an answer that is not JSON (e.g. /metrics)
 
 
 def request(url: str, payload: dict | None = None, api_key: str | None = None,
@@ -57,7 +58,7 @@ def request(url: str, payload: dict | None = None, api_key: str | None = None,
     try:
         return Reply(status, json.loads(raw) if raw else None)
     except ValueError:
-        return Reply(status, None, error=raw[:300].decode("utf-8", "replace"))
+        return Reply(status, None, text=raw.decode("utf-8", "replace"))
 
 
 def listener_pids(port: int) -> set[int] | None:

@@ -47,6 +47,7 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     start = len(launcher.log_text().splitlines())
     outs = readiness.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
     lines = launcher.log_text().splitlines()[start:]
+    metrics = readiness.request(f"{launcher.base_url}/metrics")
     stop = launcher.signal(signal.SIGTERM)
     assert stop == 128 + signal.SIGTERM
 
@@ -71,6 +72,13 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
         assert r["phases"]["verify_fwd"]["mean"] > 0 and r["phases"]["draft"]["mean"] > 0
         assert r["phases"]["draft_extend"]["mean"] > 0
     assert all(f"syncs=0" in ln for ln in lines if "EAGLE3_PROFILE v=" in ln)
+    # SGLang's metrics are on (the presets pass --enable-metrics): our counters are there
+    assert metrics.status == 200
+    text = metrics.text
+    cycles = re.search(r'^sglang_ext:eagle_cycles_total\{[^}]*kind="decode"[^}]*\} ([\d.e+]+)',
+                       text, re.M)
+    assert cycles and float(cycles.group(1)) >= len(records), text[-2000:]
+    assert re.search(r'^sglang_ext:eagle_phase_seconds_total\{[^}]*phase="verify_fwd"', text, re.M)
     # the same records as JSON lines
     file_records = [json.loads(x) for x in (tmp_path / "profile-0.jsonl").read_text().splitlines()]
     assert sum(r["cycles"] for r in file_records) >= len(records)

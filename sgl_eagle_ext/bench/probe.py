@@ -8,8 +8,6 @@ counters whose deltas give the accept length of one load level, and cache flushe
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -64,13 +62,8 @@ class Server:
 
     def get_text(self, path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
         """A text (non-JSON) page such as /metrics; None unless HTTP 200."""
-        req = urllib.request.Request(self.base_url + path, headers=(
-            {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}))
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.read().decode("utf-8", "replace") if r.status == 200 else None
-        except (urllib.error.URLError, OSError, ValueError):
-            return None
+        reply = self.get(path, timeout)
+        return reply.text if reply.status == 200 else None
 
     def post(self, path: str, timeout: float = PROBE_TIMEOUT) -> readiness.Reply:
         return readiness.request(self.base_url + path, {}, api_key=self.api_key, timeout=timeout)
