@@ -148,7 +148,7 @@ def main() -> None:
             clocks.append(True)
     except ImportError:
         pass
-    print("host-side cost per speculation cycle (5 wrapped calls, 10 marks, accept join)")
+    print("host-side cost per speculation cycle (5 wrapped calls, 9 marks, accept join)")
     for cuda in clocks:
         plain, profiled = host_cost(cuda)
         extra = profiled - plain
