@@ -15,7 +15,6 @@ import argparse
 import os
 import re
 import shlex
-import signal
 import sys
 import time
 from datetime import datetime
@@ -323,15 +322,12 @@ def main(argv: list[str] | None = None) -> int:
             return readiness.EXIT_SERVER_FAILED
         except readiness.StartupFailed as e:
             print(f"{PROG}: error: {e}", file=sys.stderr)
-            if server.tail:
-                print(f"{PROG}: last server log lines:\n  " + "\n  ".join(list(server.tail)[-8:]),
-                      file=sys.stderr)
+            server.print_tail(PROG, "server")
             print(f"{PROG}: stopping the server process tree", file=sys.stderr, flush=True)
             return e.code
         except Stopped as e:
-            print(f"\n{PROG}: {signal.Signals(e.signum).name}: stopping the server process tree",
-                  file=sys.stderr, flush=True)
-            return 128 + e.signum
+            print(f"\n{PROG}: {e}: stopping the server process tree", file=sys.stderr, flush=True)
+            return e.code
 
 
 if __name__ == "__main__":

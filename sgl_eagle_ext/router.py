@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import signal
 import sys
 import time
 from datetime import datetime
@@ -170,14 +169,11 @@ def main(argv: list[str] | None = None) -> int:
             return readiness.EXIT_SERVER_FAILED
         except readiness.StartupFailed as e:
             print(f"{PROG}: error: {e}", file=sys.stderr)
-            if router.tail:
-                print(f"{PROG}: last router log lines:\n  " + "\n  ".join(list(router.tail)[-8:]),
-                      file=sys.stderr)
+            router.print_tail(PROG, "router")
             return e.code
         except Stopped as e:
-            print(f"\n{PROG}: {signal.Signals(e.signum).name}: stopping the router",
-                  file=sys.stderr, flush=True)
-            return 128 + e.signum
+            print(f"\n{PROG}: {e}: stopping the router", file=sys.stderr, flush=True)
+            return e.code
 
 
 if __name__ == "__main__":

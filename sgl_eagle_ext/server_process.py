@@ -48,6 +48,7 @@ class Stopped(Exception):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.code = 128 + signum  # the shell's convention for "killed by signal N"
 
 
 def _raise_stopped(signum, _frame):
@@ -156,6 +157,12 @@ class ServerProcess:
         if self._reader is not None:
             self._reader.join(timeout=5)
         return {p.pid for p in procs if _alive(p)}
+
+    def print_tail(self, prog: str, what: str, n: int = 8) -> None:
+        """The last log lines, to stderr: what a failed start said before it stopped."""
+        if self.tail:
+            print(f"{prog}: last {what} log lines:\n  " + "\n  ".join(list(self.tail)[-n:]),
+                  file=sys.stderr)
 
     def stalled_for(self) -> float:
         return time.monotonic() - self.last_progress

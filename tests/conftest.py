@@ -25,6 +25,22 @@ def tiny_models() -> dict[str, Path]:
     return {k: Path(v) for k, v in tiny_models.build(root).items()}
 
 
+@pytest.fixture
+def short_draft(tiny_models, tmp_path) -> Path:
+    """draft-mostly with max_position_embeddings 1024, shorter than the target's 2048:
+    the seeds' context-length mismatch on the tiny pair (weights linked, not copied)."""
+    import json
+
+    short = tmp_path / "short-draft"
+    short.mkdir()
+    for f in tiny_models["draft-mostly"].iterdir():
+        if f.name != "config.json":
+            (short / f.name).symlink_to(f)
+    cfg = json.loads((tiny_models["draft-mostly"] / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1024}))
+    return short
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

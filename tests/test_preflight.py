@@ -584,7 +584,7 @@ def test_tiny_pair_passes_preflight(tiny_models):
 
 
 @pytest.mark.server
-def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, tmp_path):
+def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_draft, tmp_path):
     """The seeds' mismatch on the tiny pair: real SGLang refuses the short draft (after
     loading the target), and starts with the --fix overlay; the original stays as it was."""
     import shlex
@@ -592,13 +592,7 @@ def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, tmp_pa
     from sgl_eagle_ext import readiness
     from sgl_eagle_ext.server_process import ServerProcess
 
-    short = tmp_path / "short-draft"
-    short.mkdir()
-    for f in tiny_models["draft-mostly"].iterdir():
-        if f.name != "config.json":
-            (short / f.name).symlink_to(f)
-    cfg = json.loads((tiny_models["draft-mostly"] / "config.json").read_text())
-    (short / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1024}))
+    short = short_draft
     before = tree_digest(short)
     target = str(tiny_models["target"])
 

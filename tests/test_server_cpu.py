@@ -146,18 +146,12 @@ def test_server_that_fails_during_startup(tiny_models, start_launcher):
     assert launcher.orphans() == []
 
 
-def test_preflight_stops_a_short_draft_and_fix_launches_it(tiny_models, start_launcher, tmp_path):
+def test_preflight_stops_a_short_draft_and_fix_launches_it(tiny_models, short_draft,
+                                                            start_launcher):
     """The seeds' context-length mismatch on the tiny pair, through the launcher."""
     import hashlib
-    import json
 
-    short = tmp_path / "short-draft"
-    short.mkdir()
-    for f in tiny_models["draft-mostly"].iterdir():
-        if f.name != "config.json":
-            (short / f.name).symlink_to(f)
-    cfg = json.loads((tiny_models["draft-mostly"] / "config.json").read_text())
-    (short / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1024}))
+    short = short_draft
     digest = hashlib.sha256((short / "config.json").read_bytes()).hexdigest()
     args = ("--preset", "eagle3-3step", "--cpu", "--model-path", str(tiny_models["target"]),
             "--draft-model-path", str(short))

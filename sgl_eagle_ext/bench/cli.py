@@ -196,6 +196,12 @@ def _describe(server: probe.Server) -> str:
     return f"{server.base_url} ({server.model_id}; SGLang {server.version or '?'}; {how})"
 
 
+def _provenance(server: probe.Server, ps, seed) -> dict:
+    """Where a record's figures come from: this host, the server, the prompt set."""
+    return {"host": provenance.host_facts(), "server": provenance.server_facts(server),
+            "prompts": _prompt_facts(ps, seed)}
+
+
 def _load_fields(args, load: sw.Load) -> dict:
     return {"max_tokens": load.max_tokens, "temperature": load.temperature,
             "ignore_eos": load.ignore_eos, "seed": load.seed}
@@ -207,8 +213,7 @@ async def _single(args, console: Console) -> int:
     rec = _recorder(args)
     server = probe.Server(args.url, args.api_key).connect()
     load = _load(args)
-    prov = {"host": provenance.host_facts(), "server": provenance.server_facts(server),
-            "prompts": _prompt_facts(ps, args.seed)}
+    prov = _provenance(server, ps, args.seed)
     console.info(f"single stream against {_describe(server)}")
     console.info(f"{args.warmup} warm-up + {args.runs} run(s) of {load.max_tokens} tokens, EOS "
                  f"{'respected' if args.respect_eos else 'ignored'}, temperature "
@@ -249,8 +254,7 @@ async def _sweep(args, console: Console) -> int:
     rec = _recorder(args)
     server = probe.Server(args.url, args.api_key).connect()
     load = _load(args)
-    prov = {"host": provenance.host_facts(), "server": provenance.server_facts(server),
-            "prompts": _prompt_facts(ps, args.seed)}
+    prov = _provenance(server, ps, args.seed)
     slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
     console.info(f"sweep against {_describe(server)}")
     console.info(f"levels {','.join(map(str, levels))}; {load.max_tokens} tokens per request; "
