@@ -5,7 +5,7 @@
 #   docker build --build-arg SGLANG_VERSION=0.5.21 -t sgl-eagle-ext:0.5.21 .
 #
 # tests/test_docker.py checks this file without a Docker engine: hadolint, the
-# SGLang pin against sgl_eagle_ext/releases.py, every COPY source against
+# SGLang pin against sgl_eagle_ext/common/releases.py, every COPY source against
 # .dockerignore, the entry point and health check modules.
 
 # CUDA 13 *devel*, the cuDNN flavour SGLang's own images build on: SGLang
@@ -21,7 +21,7 @@
 ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
 FROM ${BASE_IMAGE}
 
-# The SGLang release: one of the release table's (sgl_eagle_ext/releases.py,
+# The SGLang release: one of the release table's (sgl_eagle_ext/common/releases.py,
 # RELEASES); the default is its PRIMARY. tests/test_docker.py keeps both
 # values equal to the table.
 ARG SGLANG_VERSION=0.5.23

@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from sgl_eagle_ext import readiness
-from sgl_eagle_ext.profiling import config, instrument
-from sgl_eagle_ext.profiling.clock import make_clock
-from sgl_eagle_ext.profiling.profiler import Profiler
+from sgl_eagle_ext.common import http
+from sgl_eagle_ext.profiling.recorder import config, instrument
+from sgl_eagle_ext.profiling.recorder.clock import make_clock
+from sgl_eagle_ext.profiling.recorder.profiler import Profiler
 
 CYCLES = 20000
 
@@ -75,8 +75,13 @@ class Worker:
         pass
 
 
-ROLES = {"forward_batch_generation": "step", "draft": "draft", "verify": "verify",
-         "target_forward": "target_forward", "_draft_extend_for_decode": "draft_extend"}
+ROLES = {
+    "forward_batch_generation": "step",
+    "draft": "draft",
+    "verify": "verify",
+    "target_forward": "target_forward",
+    "_draft_extend_for_decode": "draft_extend",
+}
 
 
 def per_cycle_us(cuda: bool) -> float:
@@ -110,12 +115,28 @@ def free_port() -> int:
 def server_tok_s(models: dict, profile: bool, prompts: list[str], tokens: int) -> float:
     port = free_port()
     env = {**os.environ, "EAGLE3_PROFILE": "1" if profile else "0"}
-    cmd = [sys.executable, "-m", "sgl_eagle_ext.launch", "--preset", "eagle3-3step", "--cpu",
-           "--no-spec-check", "--quiet", "--model-path", str(models["target"]),
-           "--draft-model-path", str(models["draft-mostly"]),
-           "--log-file", f"/tmp/profile-overhead-{port}.log", "--", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+    cmd = [
+        sys.executable,
+        "-m",
+        "sgl_eagle_ext.launch",
+        "--preset",
+        "eagle3-3step",
+        "--cpu",
+        "--no-spec-check",
+        "--quiet",
+        "--model-path",
+        str(models["target"]),
+        "--draft-model-path",
+        str(models["draft-mostly"]),
+        "--log-file",
+        f"/tmp/profile-overhead-{port}.log",
+        "--",
+        "--port",
+        str(port),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     try:
         for line in proc.stdout:
             if "READY in" in line:
@@ -123,9 +144,9 @@ def server_tok_s(models: dict, profile: bool, prompts: list[str], tokens: int) -
         else:
             raise SystemExit(f"server did not start: see /tmp/profile-overhead-{port}.log")
         url = f"http://127.0.0.1:{port}"
-        readiness.generate(url, prompts[:1], 4)  # warm the interpreter's caches
+        http.generate(url, prompts[:1], 4)  # warm the interpreter's caches
         t0 = time.perf_counter()
-        outs = readiness.generate(url, prompts, tokens)
+        outs = http.generate(url, prompts, tokens)
         took = time.perf_counter() - t0
         return sum(o["meta_info"]["completion_tokens"] for o in outs) / took
     finally:
@@ -152,24 +173,29 @@ def main() -> None:
     for cuda in clocks:
         plain, profiled = host_cost(cuda)
         extra = profiled - plain
-        print(f"  clock={'cuda' if cuda else 'host'}: {plain:.2f} us unprofiled, "
-              f"{profiled:.2f} us profiled -> +{extra:.2f} us per cycle = "
-              f"{100 * extra / 12000:.3f}% of a 12 ms decode step")
+        print(
+            f"  clock={'cuda' if cuda else 'host'}: {plain:.2f} us unprofiled, "
+            f"{profiled:.2f} us profiled -> +{extra:.2f} us per cycle = "
+            f"{100 * extra / 12000:.3f}% of a 12 ms decode step"
+        )
     if args.skip_server:
         return
     from sgl_eagle_ext.cpu import tiny_models
 
-    models = tiny_models.build(Path(os.environ.get("EAGLE_EXT_MODELS_DIR",
-                                                   tiny_models.DEFAULT_DIR)).expanduser())
+    models = tiny_models.build(
+        Path(os.environ.get("EAGLE_EXT_MODELS_DIR", tiny_models.DEFAULT_DIR)).expanduser()
+    )
     prompts = list(tiny_models.DEMO_PROMPTS)
     rates = {False: [], True: []}
     for _ in range(args.repeat):
         for profile in (False, True):
             rates[profile].append(server_tok_s(models, profile, prompts, args.tokens))
     off, on = statistics.median(rates[False]), statistics.median(rates[True])
-    print(f"CPU harness, eagle3-3step, {len(prompts)} prompts x {args.tokens} tokens, "
-          f"{args.repeat} runs each: unprofiled {off:.2f} tok/s {rates[False]}, "
-          f"profiled {on:.2f} tok/s {rates[True]} -> ratio {on / off:.3f}")
+    print(
+        f"CPU harness, eagle3-3step, {len(prompts)} prompts x {args.tokens} tokens, "
+        f"{args.repeat} runs each: unprofiled {off:.2f} tok/s {rates[False]}, "
+        f"profiled {on:.2f} tok/s {rates[True]} -> ratio {on / off:.3f}"
+    )
 
 
 if __name__ == "__main__":

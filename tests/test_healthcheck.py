@@ -9,14 +9,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sgl_eagle_ext import healthcheck
+from sgl_eagle_ext.tools import healthcheck
 
 
 class StandIn(BaseHTTPRequestHandler):
     status = 200  # what /health_generate answers
     seen: list[str] = []
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self.seen.append(self.path)
         code = self.status if self.path == "/health_generate" else 200  # /health, /v1/models...
         self.send_response(code)
@@ -62,29 +62,71 @@ def test_url_from_the_environment(server, monkeypatch):
     assert healthcheck.main([]) == 1
 
 
-@pytest.mark.parametrize("cmdline, want", [
-    (["python", "-m", "sgl_eagle_ext.serve", "--model-path", "m", "--port", "30001"],
-     "http://127.0.0.1:30001"),
-    (["python", "-m", "sgl_eagle_ext.serve", "--host", "0.0.0.0", "--port=31000"],
-     "http://127.0.0.1:31000"),
-    (["python", "-m", "sglang.launch_server", "--host", "::1"], "http://[::1]:30000"),
-    (["/opt/venv/bin/python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0",
-      "--port", "30080", "--worker-urls", "http://a:30000"], "http://127.0.0.1:30080"),
-    (["python", "-m", "sgl_eagle_ext.serve", "--host", "10.0.0.5", "--port", "8000",
-      "--port", "8001"], "http://10.0.0.5:8001"),
-])
+@pytest.mark.parametrize(
+    "cmdline, want",
+    [
+        (
+            [
+                "python",
+                "-m",
+                "sgl_eagle_ext.in_sglang.serve",
+                "--model-path",
+                "m",
+                "--port",
+                "30001",
+            ],
+            "http://127.0.0.1:30001",
+        ),
+        (
+            ["python", "-m", "sgl_eagle_ext.in_sglang.serve", "--host", "0.0.0.0", "--port=31000"],
+            "http://127.0.0.1:31000",
+        ),
+        (["python", "-m", "sglang.launch_server", "--host", "::1"], "http://[::1]:30000"),
+        (
+            [
+                "/opt/venv/bin/python",
+                "-m",
+                "sglang_router.launch_router",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "30080",
+                "--worker-urls",
+                "http://a:30000",
+            ],
+            "http://127.0.0.1:30080",
+        ),
+        (
+            [
+                "python",
+                "-m",
+                "sgl_eagle_ext.in_sglang.serve",
+                "--host",
+                "10.0.0.5",
+                "--port",
+                "8000",
+                "--port",
+                "8001",
+            ],
+            "http://10.0.0.5:8001",
+        ),
+    ],
+)
 def test_server_found_from_its_command_line(cmdline, want):
     t = healthcheck.target_from_cmdline(cmdline)
     assert t is not None and t.url == want
 
 
-@pytest.mark.parametrize("cmdline", [
-    ["python", "-m", "sgl_eagle_ext.launch", "--preset", "baseline", "--", "--port", "30001"],
-    ["python", "-m", "sgl_eagle_ext.router", "--worker-url", "http://a:1", "--port", "30080"],
-    ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"],
-    ["python", "-m", "sgl_eagle_ext.serve", "--port", "abc"],
-    [],
-])
+@pytest.mark.parametrize(
+    "cmdline",
+    [
+        ["python", "-m", "sgl_eagle_ext.launch", "--preset", "baseline", "--", "--port", "30001"],
+        ["python", "-m", "sgl_eagle_ext.router", "--worker-url", "http://a:1", "--port", "30080"],
+        ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"],
+        ["python", "-m", "sgl_eagle_ext.in_sglang.serve", "--port", "abc"],
+        [],
+    ],
+)
 def test_other_processes_are_not_servers(cmdline):
     assert healthcheck.target_from_cmdline(cmdline) is None
 
@@ -105,7 +147,11 @@ def test_found_server_must_hold_its_port(server):
 
 
 def test_runs_as_a_module(server):
-    done = subprocess.run([sys.executable, "-m", "sgl_eagle_ext.healthcheck", "--url", url(server)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "sgl_eagle_ext.healthcheck", "--url", url(server)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "200" in done.stdout

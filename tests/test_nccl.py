@@ -3,27 +3,34 @@ scheduler processes are checked in tests/test_server_cpu.py)."""
 
 from __future__ import annotations
 
-from sgl_eagle_ext import nccl, releases
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.in_sglang import nccl_report
+from sgl_eagle_ext.launcher import nccl
 
 PRESET = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "16777216"}
 
 
 def test_rank_line_round_trip():
     env = {**PRESET, "PATH": "/bin", "CUDA_DEVICE_MAX_CONNECTIONS": "8"}
-    line = "[2026-11-29 10:00:00 TP1] " + nccl.rank_line(1, env)
+    line = "[2026-11-29 10:00:00 TP1] " + nccl_report.rank_line(1, env)
     rank, seen = nccl.parse_line(line)
     assert rank == "1" and seen == {**PRESET, "CUDA_DEVICE_MAX_CONNECTIONS": "8"}
     assert nccl.parse_line("Decode batch, #running-req: 1") is None
 
 
 def test_table_flags_a_rank_that_differs():
-    reports = {"0": dict(PRESET), "1": {**PRESET, "NCCL_PROTO": "Simple"},
-               "2": {k: v for k, v in PRESET.items() if k != "NCCL_ALGO"}}
+    reports = {
+        "0": dict(PRESET),
+        "1": {**PRESET, "NCCL_PROTO": "Simple"},
+        "2": {k: v for k, v in PRESET.items() if k != "NCCL_ALGO"},
+    }
     text, warnings = nccl.table(reports, PRESET)
     header = text.splitlines()[0]
     assert all(f"rank {r}" in header for r in "012")
-    assert sorted(warnings) == ["rank 1 has NCCL_PROTO=Simple, the preset says LL",
-                                "rank 2 has NCCL_ALGO=<unset>, the preset says Ring"]
+    assert sorted(warnings) == [
+        "rank 1 has NCCL_PROTO=Simple, the preset says LL",
+        "rank 2 has NCCL_ALGO=<unset>, the preset says Ring",
+    ]
     assert nccl.table({"0": dict(PRESET)}, PRESET)[1] == []
 
 
@@ -44,8 +51,10 @@ def test_debug_summary(tmp_path):
     (tmp_path / "nccl.host.11.log").write_text(
         "host:11:11 [0] NCCL INFO NCCL_PROTO set by environment to LL\n"
         "host:11:11 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216.\n"
-        "host:11:11 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 - Init COMPLETE\n")
+        "host:11:11 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 - Init COMPLETE\n"
+    )
     assert nccl.debug_summary(tmp_path) == {
-        "nccl.host.11.log": {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216"}}
+        "nccl.host.11.log": {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216"}
+    }
     env = nccl.debug_env(tmp_path)
     assert env["NCCL_DEBUG"] == "INFO" and "%p" in env["NCCL_DEBUG_FILE"]

@@ -14,17 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext import patches, releases, wheels
-from sgl_eagle_ext.errors import UserError
-from sgl_eagle_ext.patches.__main__ import main as patches_main
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools import patches, wheels
+from sgl_eagle_ext.tools.patches.cli import main as patches_main
 
 PATCHES = patches.load()
 CASES = [(p, r) for p in PATCHES for r in p.releases]
 
 
 def digest(root: Path) -> dict[str, str]:
-    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted(root.rglob("*")) if f.is_file()}
+    return {
+        str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(root.rglob("*"))
+        if f.is_file()
+    }
 
 
 def pristine_copy(tmp: Path, version: str, files) -> Path:
@@ -46,8 +50,7 @@ def test_manifest_describes_every_patch():
         for r in p.releases:
             assert r in releases.BY_VERSION, f"{p.id}: {r} is not a supported release"
             text = p.diff(r).read_text()
-            named = {line.split()[1][2:] for line in text.splitlines()
-                     if line.startswith("+++ ")}
+            named = {line.split()[1][2:] for line in text.splitlines() if line.startswith("+++ ")}
             assert named == set(p.files), f"{p.id}: manifest files != files in the diff"
 
 
@@ -71,8 +74,9 @@ def test_patch_applies_cleanly_to_pristine_release_and_compiles(tmp_path, patch,
     assert patches.apply(patch, tgt) == "already applied"  # idempotent
     assert not list(tgt.root.rglob("*.orig")) and not list(tgt.root.rglob("*.rej"))
     for rel in patch.files:  # the backup holds the pristine bytes
-        assert (tgt.backup(patch) / rel).read_bytes() == (wheels.source(version).parent
-                                                          / rel).read_bytes()
+        assert (tgt.backup(patch) / rel).read_bytes() == (
+            wheels.source(version).parent / rel
+        ).read_bytes()
 
     assert patches.revert(patch, tgt) == "reverted"
     assert digest(pkg) == before
@@ -85,8 +89,11 @@ def test_conflicting_patch_is_refused_and_files_stay_untouched(tmp_path):
     pkg = pristine_copy(tmp_path, version, patch.files)
     # Local edit in the second file's hunk: the first file would still apply alone.
     edited = pkg.parent / patch.files[1]
-    edited.write_text(edited.read_text().replace("set_eagle3_layers_to_capture()",
-                                                 "set_eagle3_layers_to_capture(  )"))
+    edited.write_text(
+        edited.read_text().replace(
+            "set_eagle3_layers_to_capture()", "set_eagle3_layers_to_capture(  )"
+        )
+    )
     before = digest(pkg)
     tgt = patches.target(pkg)
     assert patches.state(patch, tgt)[0] == patches.CONFLICTING

@@ -15,41 +15,73 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext import releases, wheels
-from sgl_eagle_ext.preflight import aux_layers, context_rule, host, run
-from sgl_eagle_ext.preflight.__main__ import main as preflight_main
-from sgl_eagle_ext.preflight.overlay import OVERLAY_NOTE
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.launcher.preflight import aux_layers, context_rule, host, run
+from sgl_eagle_ext.launcher.preflight.cli import main as preflight_main
+from sgl_eagle_ext.launcher.preflight.overlay import OVERLAY_NOTE
+from sgl_eagle_ext.tools import wheels
 
 R = releases.BY_VERSION
 OLD, NEW = R["0.5.10.post1"], R["0.5.23"]
-KIMI_ROPE = {"beta_fast": 1, "beta_slow": 1, "factor": 64, "mscale": 1, "mscale_all_dim": 1,
-             "original_max_position_embeddings": 4096, "type": "yarn"}
+KIMI_ROPE = {
+    "beta_fast": 1,
+    "beta_slow": 1,
+    "factor": 64,
+    "mscale": 1,
+    "mscale_all_dim": 1,
+    "original_max_position_embeddings": 4096,
+    "type": "yarn",
+}
 
 
 def kimi_target(**text) -> dict:
-    return {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
-            "text_config": {"architectures": ["DeepseekV3ForCausalLM"],
-                            "model_type": "deepseek_v3", "hidden_size": 7168,
-                            "num_hidden_layers": 61, "vocab_size": 163840,
-                            "max_position_embeddings": 262144, "rope_theta": 50000,
-                            "rope_scaling": KIMI_ROPE, **text}}
+    return {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": {
+            "architectures": ["DeepseekV3ForCausalLM"],
+            "model_type": "deepseek_v3",
+            "hidden_size": 7168,
+            "num_hidden_layers": 61,
+            "vocab_size": 163840,
+            "max_position_embeddings": 262144,
+            "rope_theta": 50000,
+            "rope_scaling": KIMI_ROPE,
+            **text,
+        },
+    }
 
 
 def eagle3_draft(ids=(2, 30, 58), **top) -> dict:
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-           "hidden_size": 7168, "num_hidden_layers": 1, "vocab_size": 163840,
-           "draft_vocab_size": 32000, "max_position_embeddings": 131072, "rope_theta": 50000,
-           "rope_scaling": KIMI_ROPE, "tie_word_embeddings": False,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids or ()),
-                            "use_aux_hidden_state": True}}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": 7168,
+        "num_hidden_layers": 1,
+        "vocab_size": 163840,
+        "draft_vocab_size": 32000,
+        "max_position_embeddings": 131072,
+        "rope_theta": 50000,
+        "rope_scaling": KIMI_ROPE,
+        "tie_word_embeddings": False,
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": list(ids or ()),
+            "use_aux_hidden_state": True,
+        },
+    }
     if ids is None:
         del cfg["eagle_config"]
     cfg.update(top)
     return cfg
 
 
-DRAFT_TENSORS = {"fc.weight": [7168, 3 * 7168], "d2t": [32000], "t2d": [163840],
-                 "lm_head.weight": [32000, 7168], "midlayer.self_attn.q_proj.weight": [8, 8]}
+DRAFT_TENSORS = {
+    "fc.weight": [7168, 3 * 7168],
+    "d2t": [32000],
+    "t2d": [163840],
+    "lm_head.weight": [32000, 7168],
+    "midlayer.self_attn.q_proj.weight": [8, 8],
+}
 
 
 def write_safetensors_header(path: Path, tensors: dict) -> None:
@@ -80,6 +112,7 @@ def pair(tmp_path):
         t = model_dir(tmp_path, "target", target or kimi_target())
         d = model_dir(tmp_path, "draft", draft or eagle3_draft(), tensors)
         return t, d
+
     return make
 
 
@@ -93,9 +126,11 @@ def ids_of(report, severity=None):
 
 
 def tree_digest(root: Path) -> dict:
-    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(),
-                                       p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ------------------------------------------------------------------ the seeds' case
@@ -119,18 +154,33 @@ def test_fix_writes_an_overlay_and_leaves_the_original_byte_identical(pair, tmp_
     (d / "sub").mkdir()
     before = tree_digest(d)
     overlays = tmp_path / "overlays"
-    rc = preflight_main(["--model-path", str(t), "--draft-model-path", str(d), "--no-host",
-                         "--fix", "--overlay-dir", str(overlays)])
+    rc = preflight_main(
+        [
+            "--model-path",
+            str(t),
+            "--draft-model-path",
+            str(d),
+            "--no-host",
+            "--fix",
+            "--overlay-dir",
+            str(overlays),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert tree_digest(d) == before and sorted(p.name for p in d.iterdir()) == [
-        "config.json", "model.safetensors", "sub", "tokenizer.json"]
+        "config.json",
+        "model.safetensors",
+        "sub",
+        "tokenizer.json",
+    ]
     (ov,) = overlays.iterdir()
     assert f"--speculative-draft-model-path {ov}" in out
     cfg = json.loads((ov / "config.json").read_text())
     assert cfg["max_position_embeddings"] == 262144
     assert {k: v for k, v in cfg.items() if k != "max_position_embeddings"} == {
-        k: v for k, v in eagle3_draft().items() if k != "max_position_embeddings"}
+        k: v for k, v in eagle3_draft().items() if k != "max_position_embeddings"
+    }
     for name in ("model.safetensors", "tokenizer.json", "sub"):
         assert (ov / name).is_symlink() and (ov / name).resolve() == (d / name).resolve()
     assert json.loads((ov / OVERLAY_NOTE).read_text())["original"] == str(d.resolve())
@@ -163,16 +213,29 @@ def test_allow_env_turns_the_error_into_a_warning(pair):
 
 def test_skip_waives_a_finding_knowingly(pair, capsys):
     t, d = pair()
-    rc = preflight_main(["--model-path", str(t), "--draft-model-path", str(d), "--no-host",
-                         "--skip", "context.draft-shorter"])
+    rc = preflight_main(
+        [
+            "--model-path",
+            str(t),
+            "--draft-model-path",
+            str(d),
+            "--no-host",
+            "--skip",
+            "context.draft-shorter",
+        ]
+    )
     assert rc == 0 and "WAIVED  context.draft-shorter" in capsys.readouterr().out
     assert check(t, d, skip=["context"]).ok  # a prefix waives the group
 
 
 def test_json_output(pair, capsys):
     t, d = pair()
-    assert preflight_main(["--model-path", str(t), "--draft-model-path", str(d), "--no-host",
-                           "--json"]) == 1
+    assert (
+        preflight_main(
+            ["--model-path", str(t), "--draft-model-path", str(d), "--no-host", "--json"]
+        )
+        == 1
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and report["release"] == releases.resolve(None)[0].version
     err = next(f for f in report["findings"] if f["id"] == "context.draft-shorter")
@@ -182,8 +245,9 @@ def test_json_output(pair, capsys):
 
 
 def test_rope_differences_are_warnings(pair):
-    t, d = pair(draft=eagle3_draft(rope_theta=10000, rope_scaling=None,
-                                   max_position_embeddings=262144))
+    t, d = pair(
+        draft=eagle3_draft(rope_theta=10000, rope_scaling=None, max_position_embeddings=262144)
+    )
     report = check(t, d)
     assert {"rope.theta-differs", "rope.scaling-differs"} <= ids_of(report, "warning")
     assert report.ok
@@ -193,8 +257,14 @@ def test_retarget_points_the_launch_at_the_overlay(pair, tmp_path):
     t, d = pair()
     report = check(t, d, fix=True, overlay_root=tmp_path / "ov")
     args = ["--model-path", str(t), "--speculative-draft-model-path", str(d), "--tp-size", "8"]
-    assert report.retarget(args) == ["--model-path", str(t), "--speculative-draft-model-path",
-                                     str(report.overlay), "--tp-size", "8"]
+    assert report.retarget(args) == [
+        "--model-path",
+        str(t),
+        "--speculative-draft-model-path",
+        str(report.overlay),
+        "--tp-size",
+        "8",
+    ]
     assert report.draft_model_path == str(report.overlay)
 
 
@@ -209,32 +279,79 @@ def test_layer_id_minus_one_is_an_error(pair):
         assert not report.ok
 
 
-LLAMA_TARGET = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
-                "num_hidden_layers": 32, "vocab_size": 128256, "max_position_embeddings": 131072}
-GPT_OSS_TARGET = {"architectures": ["GptOssForCausalLM"], "hidden_size": 2880,
-                  "num_hidden_layers": 24, "vocab_size": 201088, "max_position_embeddings": 131072}
+LLAMA_TARGET = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+}
+GPT_OSS_TARGET = {
+    "architectures": ["GptOssForCausalLM"],
+    "hidden_size": 2880,
+    "num_hidden_layers": 24,
+    "vocab_size": 201088,
+    "max_position_embeddings": 131072,
+}
 
 
-@pytest.mark.parametrize("arch, n, ids, expected", [
-    # Llama/Qwen: always +1, in every release.
-    ("LlamaForCausalLM", 32, [1, 15, 28], {v.version: [2, 16, 29] for v in releases.RELEASES}),
-    ("Qwen3MoeForCausalLM", 48, [1, 23, 44], {v.version: [2, 24, 45] for v in releases.RELEASES}),
-    # DeepSeek/Kimi: +1 always up to 0.5.10; from 0.5.13 only when the first id is 1.
-    ("KimiK25ForConditionalGeneration", 61, [2, 30, 58],
-     {"0.5.10.post1": [3, 31, 59], **{v: [2, 30, 58] for v in
-                                      ("0.5.13.post1", "0.5.16", "0.5.19", "0.5.21", "0.5.23")}}),
-    ("DeepseekV3ForCausalLM", 61, [1, 29, 57], {v.version: [2, 30, 58] for v in releases.RELEASES}),
-    ("KimiK25ForConditionalGeneration", 61, None,
-     {v.version: [2, 30, 58] for v in releases.RELEASES}),
-    # GPT-OSS: from 0.5.19 ids whose max is N are used as is.
-    ("GptOssForCausalLM", 24, [1, 12, 24],
-     {"0.5.10.post1": [2, 13, 25], "0.5.13.post1": [2, 13, 25], "0.5.16": [2, 13, 25],
-      "0.5.19": [1, 12, 24], "0.5.21": [1, 12, 24], "0.5.23": [1, 12, 24]}),
-])
+@pytest.mark.parametrize(
+    "arch, n, ids, expected",
+    [
+        # Llama/Qwen: always +1, in every release.
+        ("LlamaForCausalLM", 32, [1, 15, 28], {v.version: [2, 16, 29] for v in releases.RELEASES}),
+        (
+            "Qwen3MoeForCausalLM",
+            48,
+            [1, 23, 44],
+            {v.version: [2, 24, 45] for v in releases.RELEASES},
+        ),
+        # DeepSeek/Kimi: +1 always up to 0.5.10; from 0.5.13 only when the first id is 1.
+        (
+            "KimiK25ForConditionalGeneration",
+            61,
+            [2, 30, 58],
+            {
+                "0.5.10.post1": [3, 31, 59],
+                **{
+                    v: [2, 30, 58] for v in ("0.5.13.post1", "0.5.16", "0.5.19", "0.5.21", "0.5.23")
+                },
+            },
+        ),
+        (
+            "DeepseekV3ForCausalLM",
+            61,
+            [1, 29, 57],
+            {v.version: [2, 30, 58] for v in releases.RELEASES},
+        ),
+        (
+            "KimiK25ForConditionalGeneration",
+            61,
+            None,
+            {v.version: [2, 30, 58] for v in releases.RELEASES},
+        ),
+        # GPT-OSS: from 0.5.19 ids whose max is N are used as is.
+        (
+            "GptOssForCausalLM",
+            24,
+            [1, 12, 24],
+            {
+                "0.5.10.post1": [2, 13, 25],
+                "0.5.13.post1": [2, 13, 25],
+                "0.5.16": [2, 13, 25],
+                "0.5.19": [1, 12, 24],
+                "0.5.21": [1, 12, 24],
+                "0.5.23": [1, 12, 24],
+            },
+        ),
+    ],
+)
 def test_effective_layers_per_release_and_architecture(arch, n, ids, expected):
     fam = aux_layers.family(arch)
-    got = {r.version: aux_layers.effective(ids, n, aux_layers.rules(r, set())[fam])
-           for r in releases.RELEASES}
+    got = {
+        r.version: aux_layers.effective(ids, n, aux_layers.rules(r, set())[fam])
+        for r in releases.RELEASES
+    }
     assert got == expected
 
 
@@ -262,26 +379,45 @@ def test_old_release_warns_about_the_graph_reset_and_the_offset_unless_patched(p
 
 
 def _dirs(t, d):
-    from sgl_eagle_ext.preflight import model_dirs
-    return model_dirs.load("target", "--model-path", str(t))[0], \
-        model_dirs.load("draft", "--draft-model-path", str(d))[0]
+    from sgl_eagle_ext.launcher.preflight import model_dirs
+
+    return model_dirs.load("target", "--model-path", str(t))[0], model_dirs.load(
+        "draft", "--draft-model-path", str(d)
+    )[0]
 
 
-@pytest.mark.parametrize("draft, finding, severity", [
-    (eagle3_draft(ids=None, eagle_aux_hidden_state_layer_ids=[2, 30, 58]),
-     "aux.top-level-ignored", "warning"),
-    (eagle3_draft(ids=(2, 30, 58), eagle_aux_hidden_state_layer_ids=[1, 29, 57]),
-     "aux.top-level-ignored", "warning"),
-    (eagle3_draft(ids=None, eagle_config="[2, 30, 58]"), "aux.eagle-config", "warning"),
-    (eagle3_draft(ids=(2, 30, 30)), "aux.duplicates", "error"),
-    (eagle3_draft(ids=(58, 30, 2)), "aux.unsorted", "warning"),
-    (eagle3_draft(ids=(2, 30, 61)), "aux.out-of-range", "error"),
-    (eagle3_draft(ids=(2, 30, 58, 59)), "aux.fc-mismatch", "error"),
-    (eagle3_draft(ids=("2", 30, 58)), "config.bad-field", "error"),
-    (eagle3_draft(ids=()), "aux.fc-mismatch", "error"),
-    (eagle3_draft(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 30, 58],
-                                "use_aux_hidden_state": False}), "aux.disabled", "warning"),
-])
+@pytest.mark.parametrize(
+    "draft, finding, severity",
+    [
+        (
+            eagle3_draft(ids=None, eagle_aux_hidden_state_layer_ids=[2, 30, 58]),
+            "aux.top-level-ignored",
+            "warning",
+        ),
+        (
+            eagle3_draft(ids=(2, 30, 58), eagle_aux_hidden_state_layer_ids=[1, 29, 57]),
+            "aux.top-level-ignored",
+            "warning",
+        ),
+        (eagle3_draft(ids=None, eagle_config="[2, 30, 58]"), "aux.eagle-config", "warning"),
+        (eagle3_draft(ids=(2, 30, 30)), "aux.duplicates", "error"),
+        (eagle3_draft(ids=(58, 30, 2)), "aux.unsorted", "warning"),
+        (eagle3_draft(ids=(2, 30, 61)), "aux.out-of-range", "error"),
+        (eagle3_draft(ids=(2, 30, 58, 59)), "aux.fc-mismatch", "error"),
+        (eagle3_draft(ids=("2", 30, 58)), "config.bad-field", "error"),
+        (eagle3_draft(ids=()), "aux.fc-mismatch", "error"),
+        (
+            eagle3_draft(
+                eagle_config={
+                    "eagle_aux_hidden_state_layer_ids": [2, 30, 58],
+                    "use_aux_hidden_state": False,
+                }
+            ),
+            "aux.disabled",
+            "warning",
+        ),
+    ],
+)
 def test_aux_layer_findings(pair, draft, finding, severity):
     t, d = pair(draft={**draft, "max_position_embeddings": 262144})
     report = check(t, d)
@@ -309,13 +445,17 @@ def test_defaults_are_used_and_printed_when_ids_are_absent(pair):
 
 
 def test_fc_in_checkpoint_must_match_the_id_count(pair):
-    t, d = pair(draft=eagle3_draft(max_position_embeddings=262144),
-                tensors={**DRAFT_TENSORS, "fc.weight": [7168, 4 * 7168]})
+    t, d = pair(
+        draft=eagle3_draft(max_position_embeddings=262144),
+        tensors={**DRAFT_TENSORS, "fc.weight": [7168, 4 * 7168]},
+    )
     report = check(t, d)
     assert "aux.fc-mismatch" in ids_of(report, "error")
     # 0.5.10 always builds 3 inputs: a 4-layer draft cannot load there.
-    t, d = pair(draft=eagle3_draft(ids=(2, 20, 40, 58), max_position_embeddings=262144),
-                tensors={**DRAFT_TENSORS, "fc.weight": [7168, 4 * 7168]})
+    t, d = pair(
+        draft=eagle3_draft(ids=(2, 20, 40, 58), max_position_embeddings=262144),
+        tensors={**DRAFT_TENSORS, "fc.weight": [7168, 4 * 7168]},
+    )
     assert check(t, d).ok
     assert "aux.fc-mismatch" in ids_of(check(t, d, OLD), "error")
 
@@ -323,37 +463,46 @@ def test_fc_in_checkpoint_must_match_the_id_count(pair):
 # ------------------------------------------------------------------ shapes, architectures
 
 
-@pytest.mark.parametrize("draft, tensors, finding", [
-    (eagle3_draft(hidden_size=4096), DRAFT_TENSORS, "shape.hidden"),
-    (eagle3_draft(vocab_size=32000, draft_vocab_size=None), DRAFT_TENSORS, "shape.vocab"),
-    (eagle3_draft(), {k: v for k, v in DRAFT_TENSORS.items() if k != "d2t"}, "shape.d2t"),
-    (eagle3_draft(), {**DRAFT_TENSORS, "d2t": [16000]}, "shape.d2t"),
-    (eagle3_draft(draft_vocab_size=16000), {**DRAFT_TENSORS, "d2t": [16000]}, "shape.lm-head"),
-    (eagle3_draft(), {**DRAFT_TENSORS, "fc.weight": [7168, 1000]}, "shape.fc"),
-])
+@pytest.mark.parametrize(
+    "draft, tensors, finding",
+    [
+        (eagle3_draft(hidden_size=4096), DRAFT_TENSORS, "shape.hidden"),
+        (eagle3_draft(vocab_size=32000, draft_vocab_size=None), DRAFT_TENSORS, "shape.vocab"),
+        (eagle3_draft(), {k: v for k, v in DRAFT_TENSORS.items() if k != "d2t"}, "shape.d2t"),
+        (eagle3_draft(), {**DRAFT_TENSORS, "d2t": [16000]}, "shape.d2t"),
+        (eagle3_draft(draft_vocab_size=16000), {**DRAFT_TENSORS, "d2t": [16000]}, "shape.lm-head"),
+        (eagle3_draft(), {**DRAFT_TENSORS, "fc.weight": [7168, 1000]}, "shape.fc"),
+    ],
+)
 def test_shape_mismatches_are_errors(pair, draft, tensors, finding):
     t, d = pair(draft={**draft, "max_position_embeddings": 262144}, tensors=tensors)
     assert finding in ids_of(check(t, d), "error")
 
 
 def test_target_hidden_size_is_what_fc_takes(pair):
-    t, d = pair(draft=eagle3_draft(hidden_size=4096, target_hidden_size=7168,
-                                   max_position_embeddings=262144),
-                tensors={**DRAFT_TENSORS, "fc.weight": [4096, 3 * 7168]})
+    t, d = pair(
+        draft=eagle3_draft(
+            hidden_size=4096, target_hidden_size=7168, max_position_embeddings=262144
+        ),
+        tensors={**DRAFT_TENSORS, "fc.weight": [4096, 3 * 7168]},
+    )
     assert check(t, d).ok
 
 
 def test_architectures_the_release_does_not_know(pair):
-    mla = eagle3_draft(architectures=["Eagle3DeepseekV2ForCausalLM"],
-                       max_position_embeddings=262144)
+    mla = eagle3_draft(
+        architectures=["Eagle3DeepseekV2ForCausalLM"], max_position_embeddings=262144
+    )
     t, d = pair(draft=mla)
     assert "arch.draft-unknown" in ids_of(check(t, d, OLD), "error")
     assert "arch.draft-unknown" not in ids_of(check(t, d, NEW))
     t, d = pair(draft={**mla, "architectures": ["LlamaForCausalLM"]})
     assert "arch.draft-unknown" in ids_of(check(t, d, NEW), "error")
     if wheels.source_for(NEW.version) is not None:  # the registry is read from the source
-        t, d = pair(target={**kimi_target(), "architectures": ["NoSuchForCausalLM"]},
-                    draft=eagle3_draft(max_position_embeddings=262144))
+        t, d = pair(
+            target={**kimi_target(), "architectures": ["NoSuchForCausalLM"]},
+            draft=eagle3_draft(max_position_embeddings=262144),
+        )
         assert "arch.target-unknown" in ids_of(check(t, d, NEW), "error")
 
 
@@ -370,20 +519,23 @@ def test_nested_text_config_is_read_for_the_target(pair):
 # ------------------------------------------------------------------ bad input
 
 
-@pytest.mark.parametrize("breakage, finding", [
-    ("missing-dir", "config.missing-dir"),
-    ("file-not-dir", "config.missing-dir"),
-    ("no-config", "config.missing-file"),
-    ("config-is-a-dir", "config.unreadable"),
-    ("not-utf8", "config.unreadable"),
-    ("invalid-json", "config.invalid-json"),
-    ("json-list", "config.invalid-json"),
-    ("no-architectures", "config.missing-field"),
-    ("no-layers", "config.missing-field"),
-    ("no-hidden", "config.missing-field"),
-    ("string-length", "config.bad-field"),
-    ("null-factor", "config.bad-field"),
-])
+@pytest.mark.parametrize(
+    "breakage, finding",
+    [
+        ("missing-dir", "config.missing-dir"),
+        ("file-not-dir", "config.missing-dir"),
+        ("no-config", "config.missing-file"),
+        ("config-is-a-dir", "config.unreadable"),
+        ("not-utf8", "config.unreadable"),
+        ("invalid-json", "config.invalid-json"),
+        ("json-list", "config.invalid-json"),
+        ("no-architectures", "config.missing-field"),
+        ("no-layers", "config.missing-field"),
+        ("no-hidden", "config.missing-field"),
+        ("string-length", "config.bad-field"),
+        ("null-factor", "config.bad-field"),
+    ],
+)
 @pytest.mark.parametrize("side", ["target", "draft"])
 def test_bad_input_is_a_clear_finding(tmp_path, capsys, breakage, finding, side):
     good = {"target": kimi_target(), "draft": eagle3_draft(max_position_embeddings=262144)}
@@ -421,8 +573,15 @@ def test_bad_input_is_a_clear_finding(tmp_path, capsys, breakage, finding, side)
                 text["rope_scaling"] = {"type": "dynamic", "factor": None}
             model_dir(tmp_path, role, cfg, DRAFT_TENSORS)
         paths[role] = d
-    rc = preflight_main(["--model-path", str(paths["target"]), "--draft-model-path",
-                         str(paths["draft"]), "--no-host"])
+    rc = preflight_main(
+        [
+            "--model-path",
+            str(paths["target"]),
+            "--draft-model-path",
+            str(paths["draft"]),
+            "--no-host",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 1 and "Traceback" not in out + err
     line = next(ln for ln in out.splitlines() if ln.startswith("ERROR") and finding in ln)
@@ -430,22 +589,46 @@ def test_bad_input_is_a_clear_finding(tmp_path, capsys, breakage, finding, side)
 
 
 def test_cli_never_shows_a_traceback(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "sgl_eagle_ext.preflight", "--model-path",
-                           str(tmp_path / "t"), "--draft-model-path", str(tmp_path / "d")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sgl_eagle_ext.preflight",
+            "--model-path",
+            str(tmp_path / "t"),
+            "--draft-model-path",
+            str(tmp_path / "d"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
     assert "config.missing-dir" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "sgl_eagle_ext.preflight", "--model-path", "x",
-                           "--sglang-version", "0.4.0"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sgl_eagle_ext.preflight",
+            "--model-path",
+            "x",
+            "--sglang-version",
+            "0.4.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "not a supported release" in done.stderr
 
 
 # ------------------------------------------------------------------ host checks
 
 
-SMI_GPUS = "\n".join(f"{i}, GPU-{i:04d}, NVIDIA RTX PRO 6000 Blackwell, 12.0, 97887, "
-                     f"{97000 if i != 3 else 1200}" for i in range(8))
+SMI_GPUS = "\n".join(
+    f"{i}, GPU-{i:04d}, NVIDIA RTX PRO 6000 Blackwell, 12.0, 97887, {97000 if i != 3 else 1200}"
+    for i in range(8)
+)
 SMI_APPS = "GPU-0003, 4242, 96000\n"
 
 
@@ -502,12 +685,18 @@ def test_run_includes_host_checks(pair):
 def rule_configs():
     """Configs covering every branch of SGLang's rule (field order, factor, exceptions)."""
     keys = context_rule.KEYS
-    ropes = [None, {}, {"rope_type": "linear", "factor": 4.0}, {"type": "linear", "factor": 2},
-             {"rope_type": "yarn", "factor": 64, "original_max_position_embeddings": 4096},
-             {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192},
-             {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1},
-             {"type": "llama3", "factor": 8.0}, {"rope_type": "dynamic", "factor": 1.5},
-             {"rope_type": "default", "rope_theta": 10000.0}]
+    ropes = [
+        None,
+        {},
+        {"rope_type": "linear", "factor": 4.0},
+        {"type": "linear", "factor": 2},
+        {"rope_type": "yarn", "factor": 64, "original_max_position_embeddings": 4096},
+        {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192},
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1},
+        {"type": "llama3", "factor": 8.0},
+        {"rope_type": "dynamic", "factor": 1.5},
+        {"rope_type": "default", "rope_theta": 10000.0},
+    ]
     out = []
     for n in range(len(keys) + 1):
         for present in itertools.combinations(keys, n):
@@ -517,8 +706,12 @@ def rule_configs():
                     cfg["rope_scaling"] = rope
                 out.append(cfg)
                 if rope:
-                    out.append({**{k: v for k, v in cfg.items() if k != "rope_scaling"},
-                                "rope_parameters": rope})
+                    out.append(
+                        {
+                            **{k: v for k, v in cfg.items() if k != "rope_scaling"},
+                            "rope_parameters": rope,
+                        }
+                    )
     return out
 
 
@@ -551,11 +744,20 @@ def test_config_view_matches_transformers_configs(sources):
     """ConfigView presents rope settings as transformers 5 config objects do."""
     transformers = pytest.importorskip("transformers")
     rule = context_rule.rule_for(sources[NEW.version])
-    ropes = [None, {"rope_type": "linear", "factor": 4.0}, {"type": "linear", "factor": 2.0},
-             {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
-             {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-             {"rope_type": "dynamic", "factor": 2.0}]
+    ropes = [
+        None,
+        {"rope_type": "linear", "factor": 4.0},
+        {"type": "linear", "factor": 2.0},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        {"rope_type": "dynamic", "factor": 2.0},
+    ]
     for rope in ropes:
         cfg = {"max_position_embeddings": 16384, "rope_scaling": rope}
         hf = transformers.LlamaConfig(**cfg)
@@ -565,8 +767,12 @@ def test_config_view_matches_transformers_configs(sources):
 def test_seeds_target_uses_text_config_and_yarn_exception():
     cfg = kimi_target()["text_config"]
     assert context_rule.derive(cfg).value == 262144  # factor 64 ignored: original_max... set
-    assert context_rule.derive({"max_position_embeddings": 4096,
-                                "rope_scaling": {"type": "linear", "factor": 4}}).value == 16384
+    assert (
+        context_rule.derive(
+            {"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}
+        ).value
+        == 16384
+    )
     assert context_rule.derive({}).value == 2048
 
 
@@ -576,8 +782,13 @@ def test_seeds_target_uses_text_config_and_yarn_exception():
 def test_tiny_pair_passes_preflight(tiny_models):
     """The launcher runs the preflight by default: the CPU pair must pass it."""
     for draft in ("draft-mostly", "draft-partial", "draft-never"):
-        report = run(str(tiny_models["target"]), str(tiny_models[draft]), NEW,
-                     ["--device", "cpu", "--disable-cuda-graph"], host_checks=False)
+        report = run(
+            str(tiny_models["target"]),
+            str(tiny_models[draft]),
+            NEW,
+            ["--device", "cpu", "--disable-cuda-graph"],
+            host_checks=False,
+        )
         assert report.ok, report.render()
         eff = next(f for f in report.findings if f.id == "aux.effective")
         assert eff.data["effective"] == [1, 2, 3]
@@ -589,8 +800,9 @@ def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_
     loading the target), and starts with the --fix overlay; the original stays as it was."""
     import shlex
 
-    from sgl_eagle_ext import readiness
-    from sgl_eagle_ext.server_process import ServerProcess
+    from sgl_eagle_ext.common import http
+    from sgl_eagle_ext.launcher import readiness
+    from sgl_eagle_ext.launcher.server_process import ServerProcess
 
     short = short_draft
     before = tree_digest(short)
@@ -603,35 +815,68 @@ def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        plan = subprocess.run([sys.executable, "-m", "sgl_eagle_ext.launch", "--preset",
-                               "eagle3-2step", "--cpu", "--model-path", target,
-                               "--draft-model-path", draft, "--dry-run", "--", "--port",
-                               str(port)], capture_output=True, text=True, check=True).stdout
+        plan = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sgl_eagle_ext.launch",
+                "--preset",
+                "eagle3-2step",
+                "--cpu",
+                "--model-path",
+                target,
+                "--draft-model-path",
+                draft,
+                "--dry-run",
+                "--",
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         lines = [ln for ln in plan.splitlines() if ln and not ln.startswith("#")]
         env = dict(ln.split("=", 1) for ln in lines[:-1])
-        proc = ServerProcess(shlex.split(lines[-1]), {**os.environ, **env},
-                             tmp_path / f"{name}.log", redact=[], echo=False)
+        proc = ServerProcess(
+            shlex.split(lines[-1]),
+            {**os.environ, **env},
+            tmp_path / f"{name}.log",
+            redact=[],
+            echo=False,
+        )
         proc.start()
         return proc, f"http://127.0.0.1:{port}", port
 
     refused, url, port = server(str(short), "refused")
     try:
         with pytest.raises(readiness.StartupFailed):
-            readiness.wait_ready(refused, url, port, api_key=None, stall_timeout=600,
-                                 startup_timeout=900)
+            readiness.wait_ready(
+                refused, url, port, api_key=None, stall_timeout=600, startup_timeout=900
+            )
     finally:
         refused.stop()
-    assert "is greater than the derived context_length (1024)" in \
-        (tmp_path / "refused.log").read_text()
+    assert (
+        "is greater than the derived context_length (1024)"
+        in (tmp_path / "refused.log").read_text()
+    )
 
-    fixed = run(target, str(short), NEW, ["--device", "cpu"], fix=True, host_checks=False,
-                overlay_root=tmp_path / "overlays")
+    fixed = run(
+        target,
+        str(short),
+        NEW,
+        ["--device", "cpu"],
+        fix=True,
+        host_checks=False,
+        overlay_root=tmp_path / "overlays",
+    )
     assert fixed.ok and fixed.overlay, fixed.render()
     started, url, port = server(fixed.draft_model_path, "fixed")
     try:
-        readiness.wait_ready(started, url, port, api_key=None, stall_timeout=600,
-                             startup_timeout=900)
-        out = readiness.generate(url, ["The quick brown fox"], 8)
+        readiness.wait_ready(
+            started, url, port, api_key=None, stall_timeout=600, startup_timeout=900
+        )
+        out = http.generate(url, ["The quick brown fox"], 8)
         assert out and out[0]["meta_info"]["completion_tokens"] == 8
     finally:
         started.stop()

@@ -15,19 +15,22 @@ import sys
 
 import pytest
 
-from sgl_eagle_ext import readiness
+from sgl_eagle_ext.common import http
 from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
-from sgl_eagle_ext.report import DECODE_BATCH, record_from_line
+from sgl_eagle_ext.profiling.report import DECODE_BATCH, record_from_line
 
 pytestmark = pytest.mark.server
-PROFILE_ENV = {"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "1",
-               "EAGLE3_PROFILE_SYNC_CHECK": "1"}
+PROFILE_ENV = {
+    "EAGLE3_PROFILE": "1",
+    "EAGLE3_PROFILE_CYCLES": "1",
+    "EAGLE3_PROFILE_SYNC_CHECK": "1",
+}
 
 
 def after_ready(log: str) -> list[str]:
     lines = log.splitlines()
     start = max(i for i, ln in enumerate(lines) if "fired up and ready to roll" in ln)
-    return lines[start + 1:]
+    return lines[start + 1 :]
 
 
 def profile_records(lines: list[str]) -> list[dict]:
@@ -38,16 +41,24 @@ def profile_records(lines: list[str]) -> list[dict]:
 def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, draft, low, high):
     jsonl = tmp_path / "profile-{rank}.jsonl"
     launcher = start_launcher(
-        "--preset", "eagle3-3step", "--cpu", "--no-spec-check",
-        "--model-path", str(tiny_models["target"]),
-        "--draft-model-path", str(tiny_models[f"draft-{draft}"]),
-        "--", "--decode-log-interval", "1",
-        env={**PROFILE_ENV, "EAGLE3_PROFILE_FILE": str(jsonl)})
+        "--preset",
+        "eagle3-3step",
+        "--cpu",
+        "--no-spec-check",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models[f"draft-{draft}"]),
+        "--",
+        "--decode-log-interval",
+        "1",
+        env={**PROFILE_ENV, "EAGLE3_PROFILE_FILE": str(jsonl)},
+    )
     launcher.wait_for("READY in")
     start = len(launcher.log_text().splitlines())
-    outs = readiness.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
+    outs = http.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
     lines = launcher.log_text().splitlines()[start:]
-    metrics = readiness.request(f"{launcher.base_url}/metrics")
+    metrics = http.request(f"{launcher.base_url}/metrics")
     stop = launcher.signal(signal.SIGTERM)
     assert stop == 128 + signal.SIGTERM
 
@@ -61,8 +72,10 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
     assert verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
     # cycle by cycle, our accept length is SGLang's own
-    ours = [sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
-            for r in records]
+    ours = [
+        sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
+        for r in records
+    ]
     theirs = [float(m["acc"]) for m in decode]
     assert [round(a, 2) for a in ours] == pytest.approx(theirs, abs=0.006)
     mean = sum(ours) / len(ours)
@@ -71,20 +84,32 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     for r in records:
         assert r["phases"]["verify_fwd"]["mean"] > 0 and r["phases"]["draft"]["mean"] > 0
         assert r["phases"]["draft_extend"]["mean"] > 0
-    assert all(f"syncs=0" in ln for ln in lines if "EAGLE3_PROFILE v=" in ln)
+    assert all("syncs=0" in ln for ln in lines if "EAGLE3_PROFILE v=" in ln)
     # SGLang's metrics are on (the presets pass --enable-metrics): our counters are there
     assert metrics.status == 200
     text = metrics.text
-    cycles = re.search(r'^sglang_ext:eagle_cycles_total\{[^}]*kind="decode"[^}]*\} ([\d.e+]+)',
-                       text, re.M)
+    cycles = re.search(
+        r'^sglang_ext:eagle_cycles_total\{[^}]*kind="decode"[^}]*\} ([\d.e+]+)', text, re.M
+    )
     assert cycles and float(cycles.group(1)) >= len(records), text[-2000:]
     assert re.search(r'^sglang_ext:eagle_phase_seconds_total\{[^}]*phase="verify_fwd"', text, re.M)
     # the same records as JSON lines
     file_records = [json.loads(x) for x in (tmp_path / "profile-0.jsonl").read_text().splitlines()]
     assert sum(r["cycles"] for r in file_records) >= len(records)
     # and the report reads the log
-    report = subprocess.run([sys.executable, "-m", "sgl_eagle_ext.report", str(launcher.log_file),
-                             "--baseline-tps", "50", "--json"], capture_output=True, text=True)
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sgl_eagle_ext.report",
+            str(launcher.log_file),
+            "--baseline-tps",
+            "50",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert report.returncode == 0, report.stderr
     rows = json.loads(report.stdout)["rows"]
     assert any("break_even_accept_len" in row for row in rows)
@@ -119,14 +144,21 @@ def test_sync_check_sees_a_synchronize_inside_a_cycle(tiny_models, start_launche
         "            spec.loader.exec_module = exec_module\n"
         "            return spec\n"
         "    import importlib.util\n"
-        "    sys.meta_path.insert(0, Hook())\n")
+        "    sys.meta_path.insert(0, Hook())\n"
+    )
     launcher = start_launcher(
-        "--preset", "eagle3-3step", "--cpu", "--no-spec-check",
-        "--model-path", str(tiny_models["target"]),
-        "--draft-model-path", str(tiny_models["draft-mostly"]),
-        env={**PROFILE_ENV, "EAGLE_EXT_TEST_SYNC": "1", "PYTHONPATH": str(plugin_dir)})
+        "--preset",
+        "eagle3-3step",
+        "--cpu",
+        "--no-spec-check",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models["draft-mostly"]),
+        env={**PROFILE_ENV, "EAGLE_EXT_TEST_SYNC": "1", "PYTHONPATH": str(plugin_dir)},
+    )
     launcher.wait_for("READY in")
-    readiness.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
+    http.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
     lines = [ln for ln in launcher.log_text().splitlines() if "EAGLE3_PROFILE v=" in ln]
     launcher.signal(signal.SIGTERM)
     syncs = [int(re.search(r"syncs=(\d+)", ln).group(1)) for ln in lines]
@@ -134,12 +166,19 @@ def test_sync_check_sees_a_synchronize_inside_a_cycle(tiny_models, start_launche
 
 
 def test_unset_variable_leaves_sglang_unpatched(tiny_models, start_launcher):
-    launcher = start_launcher("--preset", "eagle3-3step", "--cpu", "--no-spec-check",
-                              "--model-path", str(tiny_models["target"]),
-                              "--draft-model-path", str(tiny_models["draft-mostly"]),
-                              env={"EAGLE3_PROFILE": "0"})
+    launcher = start_launcher(
+        "--preset",
+        "eagle3-3step",
+        "--cpu",
+        "--no-spec-check",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models["draft-mostly"]),
+        env={"EAGLE3_PROFILE": "0"},
+    )
     launcher.wait_for("READY in")
-    readiness.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
+    http.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
     launcher.signal(signal.SIGTERM)
     log = launcher.log_text()
     assert "EAGLE3_PROFILE" not in log

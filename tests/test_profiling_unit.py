@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from sgl_eagle_ext import releases
-from sgl_eagle_ext.profiling import config, instrument, window
-from sgl_eagle_ext.profiling.clock import CudaEventClock
-from sgl_eagle_ext.profiling.cycles import CycleTracker
-from sgl_eagle_ext.profiling.profiler import Profiler
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.profiling.recorder import config, instrument, window
+from sgl_eagle_ext.profiling.recorder.clock import CudaEventClock
+from sgl_eagle_ext.profiling.recorder.cycles import CycleTracker
+from sgl_eagle_ext.profiling.recorder.profiler import Profiler
 
 
 class FakeEvent:
@@ -61,8 +61,15 @@ class FakeTorch:
 def run_cycle(tracker, fake, bs=2, draft_tokens=4, spans=(1.0, 20.0, 1.5, 2.0)):
     """One decode cycle with draft/verify_fwd/accept/draft_extend lasting `spans` ms."""
     tracker.begin("decode", bs, draft_tokens)
-    for names, dt in zip((("draft_start", "draft_end"), ("fwd_start", "fwd_end"),
-                          (None, "verify_end"), ("extend_start", "extend_end")), spans):
+    for names, dt in zip(
+        (
+            ("draft_start", "draft_end"),
+            ("fwd_start", "fwd_end"),
+            (None, "verify_end"),
+            ("extend_start", "extend_end"),
+        ),
+        spans,
+    ):
         if names[0]:
             tracker.mark(names[0])
         fake.now += dt
@@ -117,8 +124,10 @@ def test_window_summary_and_log_line():
     assert rec["accept_len"] == pytest.approx(13 / 6)
     assert rec["accept_hist"] == {3: 3, 2: 1, 1: 2}
     assert rec["tok_s"] == pytest.approx(1000 * 13 / (3 * 24.5))
-    shares = sum(rec["phases"][p]["share"] for p in ("draft", "verify_fwd", "accept",
-                                                     "draft_extend", "other"))
+    shares = sum(
+        rec["phases"][p]["share"]
+        for p in ("draft", "verify_fwd", "accept", "draft_extend", "other")
+    )
     assert shares == pytest.approx(100)
     line = window.log_line(rec)
     fields = dict(tok.split("=", 1) for tok in line.split()[1:])
@@ -141,14 +150,21 @@ def test_profiler_windows_by_cycle_count_and_rank_filter(caplog):
     prof.poll()
     lines = [r.message for r in caplog.records if r.message.startswith("EAGLE3_PROFILE ")]
     assert len(lines) == 1 and "cycles=2" in lines[0]
-    other = Profiler(config.from_env({"EAGLE3_PROFILE": "1"}), CudaEventClock(fake),
-                     rank_fn=lambda: 3)
+    other = Profiler(
+        config.from_env({"EAGLE3_PROFILE": "1"}), CudaEventClock(fake), rank_fn=lambda: 3
+    )
     assert other.begin("decode", 1, 4) is None and not other.active
 
 
 def test_config_parsing():
-    c = config.from_env({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_RANKS": "all",
-                         "EAGLE3_PROFILE_INTERVAL_S": "2.5", "EAGLE3_PROFILE_FILE": "/x/{rank}"})
+    c = config.from_env(
+        {
+            "EAGLE3_PROFILE": "1",
+            "EAGLE3_PROFILE_RANKS": "all",
+            "EAGLE3_PROFILE_INTERVAL_S": "2.5",
+            "EAGLE3_PROFILE_FILE": "/x/{rank}",
+        }
+    )
     assert c.enabled and c.ranks is None and c.interval_s == 2.5 and c.profiles_rank(7)
     c = config.from_env({"EAGLE3_PROFILE_RANKS": "0,3"})
     assert not c.enabled and c.ranks == {0, 3} and not c.profiles_rank(1)
@@ -159,7 +175,7 @@ def anchored_methods():
     release, _ = releases.resolve(None)
     out = {}
     for worker in release.workers:
-        for role, anchor in worker.anchors().items():
+        for anchor in worker.anchors().values():
             owner, name, original = instrument.resolve_anchor(anchor)
             out[(owner, name)] = original
     return out
@@ -190,7 +206,7 @@ def test_instrument_patches_every_anchor_and_reverts(clean_instrumentation):
 
 
 def test_variable_unset_patches_nothing(clean_instrumentation, monkeypatch):
-    from sgl_eagle_ext import profiling
+    from sgl_eagle_ext.profiling import recorder as profiling
 
     monkeypatch.delenv("EAGLE3_PROFILE", raising=False)
     originals = anchored_methods()
@@ -203,8 +219,9 @@ def test_variable_unset_patches_nothing(clean_instrumentation, monkeypatch):
 def test_unknown_release_fails_closed(clean_instrumentation, caplog):
     originals = anchored_methods()
     caplog.set_level(logging.WARNING, logger="sgl_eagle_ext.profile")
-    assert not instrument.instrument(config.from_env({"EAGLE3_PROFILE": "1"}), version="0.5.22",
-                                     device_is_cuda=False)
+    assert not instrument.instrument(
+        config.from_env({"EAGLE3_PROFILE": "1"}), version="0.5.22", device_is_cuda=False
+    )
     assert [r.message for r in caplog.records if "0.5.22" in r.message]
     for (owner, name), original in originals.items():
         assert vars(owner)[name] is original
@@ -215,14 +232,16 @@ def test_missing_anchor_fails_closed(clean_instrumentation, caplog, monkeypatch)
 
     originals = anchored_methods()
     release, _ = releases.resolve(None)
-    broken = dataclasses.replace(release.workers[0], draft_extend=release.workers[0].draft_extend
-                                 + "_renamed")
-    monkeypatch.setattr(releases, "BY_VERSION",
-                        {**releases.BY_VERSION,
-                         release.version: dataclasses.replace(release, workers=(broken,))})
+    broken = dataclasses.replace(
+        release.workers[0], draft_extend=release.workers[0].draft_extend + "_renamed"
+    )
+    monkeypatch.setattr(
+        releases,
+        "BY_VERSION",
+        {**releases.BY_VERSION, release.version: dataclasses.replace(release, workers=(broken,))},
+    )
     caplog.set_level(logging.WARNING, logger="sgl_eagle_ext.profile")
-    assert not instrument.instrument(config.from_env({"EAGLE3_PROFILE": "1"}),
-                                     device_is_cuda=False)
+    assert not instrument.instrument(config.from_env({"EAGLE3_PROFILE": "1"}), device_is_cuda=False)
     (line,) = [r.message for r in caplog.records]
     assert "_draft_extend_for_decode_renamed" in line and release.version in line
     for (owner, name), original in originals.items():

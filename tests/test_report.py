@@ -9,31 +9,55 @@ import sys
 
 import pytest
 
-from sgl_eagle_ext.profiling import window
-from sgl_eagle_ext.profiling.cycles import Resolved
+from sgl_eagle_ext.profiling.recorder import window
+from sgl_eagle_ext.profiling.recorder.cycles import Resolved
 
 
 def profile_line(bs: int, cycle_ms: float, verify_ms: float, accepted: list[int], n: int = 20):
-    per = [Resolved("decode", bs, 16, {"cycle": cycle_ms, "draft": 1.0, "verify_fwd": verify_ms,
-                                      "accept": 0.5, "draft_extend": 0.8},
-                    accepted, 0) for _ in range(n)]
+    per = [
+        Resolved(
+            "decode",
+            bs,
+            16,
+            {
+                "cycle": cycle_ms,
+                "draft": 1.0,
+                "verify_fwd": verify_ms,
+                "accept": 0.5,
+                "draft_extend": 0.8,
+            },
+            accepted,
+            0,
+        )
+        for _ in range(n)
+    ]
     return "[2026-11-29 10:00:00 TP0] " + window.log_line(window.summarize(per, 0, "cuda"))
 
 
 def report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sgl_eagle_ext.report", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "sgl_eagle_ext.report", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 # SGLang's own periodic line, as printed by 0.5.10.post1 and by 0.5.23.
-DECODE_0510 = ("[2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, #token: 380, "
-               "token usage: 0.00, accept len: 2.04, accept rate: 0.13, cuda graph: True, "
-               "gen throughput (token/s): 95.80, #queue-req: 0")
-DECODE_0523 = ("[2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, #full token: 380, "
-               "full token usage: 0.00, accept len: 2.06, accept rate: 0.35, cuda graph: True, "
-               "gen throughput (token/s): 96.40, #queue-req: 0, fwd occupancy: 91.00%")
-BASELINE = ("[2026-11-29 09:00:01 TP0] Decode batch, #running-req: 1, #token: 380, token usage: "
-            "0.00, cuda graph: True, gen throughput (token/s): 82.00, #queue-req: 0")
+DECODE_0510 = (
+    "[2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, #token: 380, "
+    "token usage: 0.00, accept len: 2.04, accept rate: 0.13, cuda graph: True, "
+    "gen throughput (token/s): 95.80, #queue-req: 0"
+)
+DECODE_0523 = (
+    "[2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, #full token: 380, "
+    "full token usage: 0.00, accept len: 2.06, accept rate: 0.35, cuda graph: True, "
+    "gen throughput (token/s): 96.40, #queue-req: 0, fwd occupancy: 91.00%"
+)
+BASELINE = (
+    "[2026-11-29 09:00:01 TP0] Decode batch, #running-req: 1, #token: 380, token usage: "
+    "0.00, cuda graph: True, gen throughput (token/s): 82.00, #queue-req: 0"
+)
 
 
 def test_seeds_break_even_example(tmp_path):
@@ -54,8 +78,17 @@ def test_seeds_break_even_example(tmp_path):
 
 def test_baseline_log_and_sglang_lines_of_every_format(tmp_path):
     spec = tmp_path / "spec.log"
-    spec.write_text("\n".join([profile_line(1, 30.0, 28.5, [2, 2]), DECODE_0510, DECODE_0523,
-                               profile_line(4, 40.0, 37.0, [2, 1, 3, 2])]) + "\n")
+    spec.write_text(
+        "\n".join(
+            [
+                profile_line(1, 30.0, 28.5, [2, 2]),
+                DECODE_0510,
+                DECODE_0523,
+                profile_line(4, 40.0, 37.0, [2, 1, 3, 2]),
+            ]
+        )
+        + "\n"
+    )
     base = tmp_path / "base.log"
     base.write_text(BASELINE + "\n" + BASELINE.replace("82.00", "84.00") + "\n")
     p = report(str(spec), "--baseline-log", str(base), "--json")
@@ -72,8 +105,19 @@ def test_baseline_log_and_sglang_lines_of_every_format(tmp_path):
 def test_garbled_and_truncated_lines_are_counted_not_fatal(tmp_path):
     good = profile_line(1, 30.0, 28.5, [2, 3])
     log = tmp_path / "server.log"
-    log.write_text("\n".join([good, good[: len(good) // 2], "EAGLE3_PROFILE v=1 rank=x",
-                              DECODE_0523[:60], "{\"cycles\": 3", "plain text"]) + "\n")
+    log.write_text(
+        "\n".join(
+            [
+                good,
+                good[: len(good) // 2],
+                "EAGLE3_PROFILE v=1 rank=x",
+                DECODE_0523[:60],
+                '{"cycles": 3',
+                "plain text",
+            ]
+        )
+        + "\n"
+    )
     p = report(str(log), "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
@@ -81,15 +125,25 @@ def test_garbled_and_truncated_lines_are_counted_not_fatal(tmp_path):
 
 
 def test_json_lines_file_equals_log_line(tmp_path):
-    per = [Resolved("decode", 2, 6, {"cycle": 20.0, "draft": 2.0, "verify_fwd": 15.0,
-                                     "accept": 1.0, "draft_extend": 1.5}, [3, 2], 0)] * 5
+    per = [
+        Resolved(
+            "decode",
+            2,
+            6,
+            {"cycle": 20.0, "draft": 2.0, "verify_fwd": 15.0, "accept": 1.0, "draft_extend": 1.5},
+            [3, 2],
+            0,
+        )
+    ] * 5
     rec = window.summarize(per, 0, "cuda")
     (tmp_path / "a.log").write_text(window.log_line(rec) + "\n")
     (tmp_path / "a.jsonl").write_text(json.dumps(rec) + "\n")
     a = json.loads(report(str(tmp_path / "a.log"), "--json").stdout)["rows"]
     b = json.loads(report(str(tmp_path / "a.jsonl"), "--json").stdout)["rows"]
     assert a[0]["accept_len"] == b[0]["accept_len"] == 2.5
-    assert a[0]["phases"]["verify_fwd"]["mean_ms"] == pytest.approx(b[0]["phases"]["verify_fwd"]["mean_ms"])
+    assert a[0]["phases"]["verify_fwd"]["mean_ms"] == pytest.approx(
+        b[0]["phases"]["verify_fwd"]["mean_ms"]
+    )
 
 
 def test_bad_input(tmp_path):

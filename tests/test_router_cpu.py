@@ -23,9 +23,11 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-
 from conftest import READY_TIMEOUT, free_port
-from sgl_eagle_ext import healthcheck, readiness, router
+
+from sgl_eagle_ext.common import http
+from sgl_eagle_ext.launcher import readiness
+from sgl_eagle_ext.tools import healthcheck, router
 
 MAX_NEW = 8
 REQUESTS = 8
@@ -40,12 +42,27 @@ class RouterRun:
     def __init__(self, args: list[str], tmp):
         self.port, self.metrics_port = free_port(), free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [sys.executable, "-m", "sgl_eagle_ext.router", *args, "--port", str(self.port),
-                    "--metrics-port", str(self.metrics_port), "--log-file",
-                    str(tmp / f"router-{self.port}.log"), "--quiet"]
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "sgl_eagle_ext.router",
+            *args,
+            "--port",
+            str(self.port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--log-file",
+            str(tmp / f"router-{self.port}.log"),
+            "--quiet",
+        ]
         self.lines: list[str] = []
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=dict(os.environ))
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ),
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -119,27 +136,37 @@ def alive(pid: int) -> bool:
 
 
 def one_request(base_url: str, i: int) -> dict:
-    reply = readiness.request(f"{base_url}/generate", {
-        "text": PROMPTS[i % len(PROMPTS)],
-        "sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW, "ignore_eos": True},
-    }, timeout=600)
+    reply = http.request(
+        f"{base_url}/generate",
+        {
+            "text": PROMPTS[i % len(PROMPTS)],
+            "sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW, "ignore_eos": True},
+        },
+        timeout=600,
+    )
     assert reply.status == 200, f"request {i}: HTTP {reply.status} {reply.error}"
     return reply.body
 
 
 # -- fast: the router front end without servers -----------------------------------
 def test_usage_errors(start_router):
-    for args, words in ((["--port", "1"], "no worker given"),
-                        (["--worker-url", "10.0.0.1:30000"], "not an http(s) URL"),
-                        (["--worker-url", "http://127.0.0.1:1", "--worker-url",
-                          "http://127.0.0.1:1/"], "twice")):
-        done = subprocess.run([sys.executable, "-m", "sgl_eagle_ext.router", *args],
-                              capture_output=True, text=True, timeout=60)
+    for args, words in (
+        (["--port", "1"], "no worker given"),
+        (["--worker-url", "10.0.0.1:30000"], "not an http(s) URL"),
+        (["--worker-url", "http://127.0.0.1:1", "--worker-url", "http://127.0.0.1:1/"], "twice"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "sgl_eagle_ext.router", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 2 and words in done.stderr, done.stderr
 
 
 def test_a_worker_that_never_gets_ready_stops_the_start(start_router):
     import sglang_router  # noqa: F401  (in the harness requirements: missing = a failure)
+
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run = start_router("--worker-url", dead, "--worker-timeout", "3")
     assert run.proc.wait(timeout=120) == readiness.EXIT_WATCHDOG, run.output
@@ -150,7 +177,7 @@ def test_router_command_defaults():
     args = SimpleNamespace(host="127.0.0.1", port=30080, metrics_port=29001, policy="round_robin")
     cmd = router.router_command(args, ["http://a:1", "http://b:2"], [])
     assert cmd[1:3] == ["-m", "sglang_router.launch_router"]
-    assert cmd[cmd.index("--worker-urls") + 1:][:2] == ["http://a:1", "http://b:2"]
+    assert cmd[cmd.index("--worker-urls") + 1 :][:2] == ["http://a:1", "http://b:2"]
     assert cmd[cmd.index("--prometheus-host") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--health-check-timeout-secs") + 1] == router.HEALTH_TIMEOUT_S
     mine = router.router_command(args, ["http://a:1"], ["--health-check-timeout-secs", "90"])
@@ -159,16 +186,21 @@ def test_router_command_defaults():
 
 # -- the real thing ---------------------------------------------------------------
 @pytest.mark.server
-def test_two_replicas_behind_the_router_share_a_concurrent_load(tiny_models, start_launcher,
-                                                                start_router):
+def test_two_replicas_behind_the_router_share_a_concurrent_load(
+    tiny_models, start_launcher, start_router
+):
     import sglang_router  # noqa: F401  (in the harness requirements: missing = a failure)
-    replicas = [start_launcher("--preset", "baseline", "--cpu", "--model-path",
-                               str(tiny_models["target"])) for _ in range(2)]
+
+    replicas = [
+        start_launcher("--preset", "baseline", "--cpu", "--model-path", str(tiny_models["target"]))
+        for _ in range(2)
+    ]
     for r in replicas:
         r.wait_for("READY in")
 
-    run = start_router(*[a for r in replicas for a in ("--worker-url", r.base_url)],
-                       "--policy", "round_robin")
+    run = start_router(
+        *[a for r in replicas for a in ("--worker-url", r.base_url)], "--policy", "round_robin"
+    )
     run.wait_for("READY in", timeout=READY_TIMEOUT)
     router_pids = {p.pid for p in run.descendants()}
     assert router_pids, "the router process was not started"
@@ -180,30 +212,59 @@ def test_two_replicas_behind_the_router_share_a_concurrent_load(tiny_models, sta
     took = time.monotonic() - t0
     assert [o["meta_info"]["completion_tokens"] for o in outs] == [MAX_NEW] * REQUESTS
     # the OpenAI API goes through the router too
-    done = readiness.request(f"{run.base_url}/v1/completions", {
-        "model": str(tiny_models["target"]), "prompt": PROMPTS[0], "max_tokens": MAX_NEW,
-        "temperature": 0, "ignore_eos": True}, timeout=600)
+    done = http.request(
+        f"{run.base_url}/v1/completions",
+        {
+            "model": str(tiny_models["target"]),
+            "prompt": PROMPTS[0],
+            "max_tokens": MAX_NEW,
+            "temperature": 0,
+            "ignore_eos": True,
+        },
+        timeout=600,
+    )
     assert done.status == 200 and done.body["usage"]["completion_tokens"] == MAX_NEW, done
 
     served = [generated_tokens(r.base_url) - b for r, b in zip(replicas, before)]
     assert all(s >= MAX_NEW for s in served), f"a replica served nothing: {served}"
     assert sum(served) >= (REQUESTS + 1) * MAX_NEW, served
-    print(f"{REQUESTS + 1} requests through the router in {took:.1f} s; tokens per replica "
-          f"{served}")
+    print(
+        f"{REQUESTS + 1} requests through the router in {took:.1f} s; tokens per replica {served}"
+    )
 
     # `bench sweep` works unchanged against the router's URL
-    if importlib.util.find_spec("sgl_eagle_ext.bench") is not None:
+    if importlib.util.find_spec("sgl_eagle_ext.tools.bench") is not None:
         done = subprocess.run(
-            [sys.executable, "-m", "sgl_eagle_ext.bench", "sweep", "--url", run.base_url,
-             "--concurrency", "2", "--num-prompts", "4", "--prompts-per-concurrency", "2",
-             "--max-tokens", str(MAX_NEW),
-             "--warmup", "1", "--no-records", "--quiet"],
-            capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "sgl_eagle_ext.bench",
+                "sweep",
+                "--url",
+                run.base_url,
+                "--concurrency",
+                "2",
+                "--num-prompts",
+                "4",
+                "--prompts-per-concurrency",
+                "2",
+                "--max-tokens",
+                str(MAX_NEW),
+                "--warmup",
+                "1",
+                "--no-records",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         print(done.stdout)
         after = [generated_tokens(r.base_url) for r in replicas]
-        assert all(a > b + s for a, b, s in zip(after, before, served)), \
+        assert all(a > b + s for a, b, s in zip(after, before, served)), (
             "the sweep bypassed a replica"
+        )
 
     # the container's health check passes through the router as well
     assert healthcheck.main(["--url", run.base_url, "--quiet"]) == 0
@@ -212,4 +273,4 @@ def test_two_replicas_behind_the_router_share_a_concurrent_load(tiny_models, sta
     time.sleep(1)
     assert [p for p in router_pids if alive(p)] == [], "the router outlived its front end"
     # the replicas keep serving on their own
-    assert readiness.request(f"{replicas[0].base_url}/health_generate").status == 200
+    assert http.request(f"{replicas[0].base_url}/health_generate").status == 200

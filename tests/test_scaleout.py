@@ -1,15 +1,26 @@
-"""Scale-out argument checks (sgl_eagle_ext/preflight/scaleout.py) and the scale-out overlays."""
+"""Scale-out argument checks (sgl_eagle_ext/launcher/preflight/scaleout.py) and the scale-out overlays."""
 
 from __future__ import annotations
 
 import pytest
 
-from sgl_eagle_ext import presets, releases
-from sgl_eagle_ext.errors import UserError
-from sgl_eagle_ext.preflight import scaleout
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.launcher.preflight import scaleout
 
-NODE0 = ["--tp-size", "16", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr",
-         "10.0.0.1:20000", "--port", "30000"]
+NODE0 = [
+    "--tp-size",
+    "16",
+    "--nnodes",
+    "2",
+    "--node-rank",
+    "0",
+    "--dist-init-addr",
+    "10.0.0.1:20000",
+    "--port",
+    "30000",
+]
 
 
 def ids(found, severity=None):
@@ -33,27 +44,32 @@ def test_valid_two_node_tp16():
     assert scaleout.gpus_per_node(NODE0) == 8
     worker = with_args(NODE0, "--node-rank", "1")
     assert scaleout.is_worker_node(worker)
-    assert "serves no requests" in next(f for f in scaleout.check(worker) if
-                                        f.id == "scaleout.layout").message
+    assert (
+        "serves no requests"
+        in next(f for f in scaleout.check(worker) if f.id == "scaleout.layout").message
+    )
     assert "scaleout.network" in ids(scaleout.check(NODE0, {}))
 
 
-@pytest.mark.parametrize("extra, error", [
-    (["--node-rank", "2"], "scaleout.node-rank"),
-    (["--node-rank", "-1"], "scaleout.node-rank"),
-    (["--tp-size", "12", "--nnodes", "5"], "scaleout.tp-nnodes"),
-    (["--dp-size", "2"], "scaleout.dp-multinode"),
-    (["--dist-init-addr", "10.0.0.1"], "scaleout.dist-init-addr-format"),
-    (["--dist-init-addr", "10.0.0.1:port"], "scaleout.dist-init-addr-format"),
-    (["--dist-init-addr", "10.0.0.1:70000"], "scaleout.dist-init-addr-format"),
-    (["--dist-init-addr", "fd00::1:20000"], "scaleout.dist-init-addr-format"),
-    (["--dist-init-addr", "127.0.0.1:20000"], "scaleout.dist-init-addr-host"),
-    (["--dist-init-addr", "localhost:20000"], "scaleout.dist-init-addr-host"),
-    (["--dist-init-addr", "0.0.0.0:20000"], "scaleout.dist-init-addr-host"),
-    (["--dist-init-addr", "10.0.0.1:30000"], "scaleout.dist-init-port"),
-    (["--nnodes", "two"], "scaleout.nnodes"),
-    (["--nnodes", "0"], "scaleout.nnodes"),
-])
+@pytest.mark.parametrize(
+    "extra, error",
+    [
+        (["--node-rank", "2"], "scaleout.node-rank"),
+        (["--node-rank", "-1"], "scaleout.node-rank"),
+        (["--tp-size", "12", "--nnodes", "5"], "scaleout.tp-nnodes"),
+        (["--dp-size", "2"], "scaleout.dp-multinode"),
+        (["--dist-init-addr", "10.0.0.1"], "scaleout.dist-init-addr-format"),
+        (["--dist-init-addr", "10.0.0.1:port"], "scaleout.dist-init-addr-format"),
+        (["--dist-init-addr", "10.0.0.1:70000"], "scaleout.dist-init-addr-format"),
+        (["--dist-init-addr", "fd00::1:20000"], "scaleout.dist-init-addr-format"),
+        (["--dist-init-addr", "127.0.0.1:20000"], "scaleout.dist-init-addr-host"),
+        (["--dist-init-addr", "localhost:20000"], "scaleout.dist-init-addr-host"),
+        (["--dist-init-addr", "0.0.0.0:20000"], "scaleout.dist-init-addr-host"),
+        (["--dist-init-addr", "10.0.0.1:30000"], "scaleout.dist-init-port"),
+        (["--nnodes", "two"], "scaleout.nnodes"),
+        (["--nnodes", "0"], "scaleout.nnodes"),
+    ],
+)
 def test_bad_multi_node_arguments_are_errors(extra, error):
     assert error in ids(scaleout.check(with_args(NODE0, *extra)), "error")
 
@@ -72,16 +88,32 @@ def test_node_rank_without_nnodes():
 
 
 def test_aliases_and_equals_spelling():
-    args = ["--tensor-parallel-size=16", "--nnodes=2", "--node-rank=1",
-            "--dist-init-addr=10.0.0.1:20000"]
+    args = [
+        "--tensor-parallel-size=16",
+        "--nnodes=2",
+        "--node-rank=1",
+        "--dist-init-addr=10.0.0.1:20000",
+    ]
     assert ids(scaleout.check(args), "error") == set()
     assert scaleout.gpus_per_node(args) == 8
     assert scaleout.gpus_per_node(["--tp", "8", "--pp-size", "2", "--nnodes", "2"]) == 8
 
 
 def test_pipeline_parallel_with_eagle3_is_a_warning():
-    found = scaleout.check(["--tp-size", "8", "--pp-size", "2", "--nnodes", "2", "--dist-init-addr",
-                            "10.0.0.1:20000", "--speculative-algorithm", "EAGLE3"])
+    found = scaleout.check(
+        [
+            "--tp-size",
+            "8",
+            "--pp-size",
+            "2",
+            "--nnodes",
+            "2",
+            "--dist-init-addr",
+            "10.0.0.1:20000",
+            "--speculative-algorithm",
+            "EAGLE3",
+        ]
+    )
     assert "scaleout.pp-eagle3" in ids(found, "warning")
 
 
@@ -100,16 +132,25 @@ def test_rendered_presets_with_scale_out_overlays_check_clean():
     for name in presets.shipped():
         preset = presets.load(name=name).merged_with(overlay)
         for rank in ("0", "1"):
-            args = presets.render_server_args(preset, release, [
-                "--model-path", "/models/t", "--node-rank", rank,
-                "--dist-init-addr", "10.0.0.1:20000"])
+            args = presets.render_server_args(
+                preset,
+                release,
+                [
+                    "--model-path",
+                    "/models/t",
+                    "--node-rank",
+                    rank,
+                    "--dist-init-addr",
+                    "10.0.0.1:20000",
+                ],
+            )
             assert ids(scaleout.check(args), "error") == set(), (name, rank, args)
             assert scaleout.gpus_per_node(args) == 8
 
 
 # -- the launcher's --overlay ---------------------------------------------------
 def dry_run(capsys, *argv: str) -> tuple[int, str, str]:
-    from sgl_eagle_ext import launch
+    from sgl_eagle_ext.launcher import cli as launch
 
     code = launch.main(list(argv))
     out = capsys.readouterr()
@@ -117,9 +158,23 @@ def dry_run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_launcher_overlay_2node_renders_multi_node_tp(capsys):
-    code, out, _ = dry_run(capsys, "--preset", "eagle3-3step", "--overlay", "2node",
-                           "--model-path", "/m/t", "--draft-model-path", "/m/d", "--dry-run",
-                           "--", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:20000")
+    code, out, _ = dry_run(
+        capsys,
+        "--preset",
+        "eagle3-3step",
+        "--overlay",
+        "2node",
+        "--model-path",
+        "/m/t",
+        "--draft-model-path",
+        "/m/d",
+        "--dry-run",
+        "--",
+        "--node-rank",
+        "1",
+        "--dist-init-addr",
+        "10.0.0.1:20000",
+    )
     assert code == 0
     cmd = out.strip().splitlines()[-1].split()
     assert cmd[cmd.index("--tp-size") + 1] == "16" and cmd[cmd.index("--nnodes") + 1] == "2"
@@ -129,15 +184,28 @@ def test_launcher_overlay_2node_renders_multi_node_tp(capsys):
 
 
 def test_launcher_overlay_errors_and_own_files(capsys, tmp_path):
-    code, _, err = dry_run(capsys, "--preset", "baseline", "--overlay", "3node", "--model-path",
-                           "/m/t", "--dry-run")
+    code, _, err = dry_run(
+        capsys, "--preset", "baseline", "--overlay", "3node", "--model-path", "/m/t", "--dry-run"
+    )
     assert code == 2 and "no such overlay" in err and "2node" in err
     mine = tmp_path / "big-batch.toml"
     mine.write_text('description = "mine"\n[server]\nmax-running-requests = 64\n')
-    code, out, _ = dry_run(capsys, "--preset", "baseline", "--overlay", str(mine), "--model-path",
-                           "/m/t", "--dry-run")
+    code, out, _ = dry_run(
+        capsys, "--preset", "baseline", "--overlay", str(mine), "--model-path", "/m/t", "--dry-run"
+    )
     assert code == 0 and "--max-running-requests 64" in out
     # an overlay without `hardware` keeps the preset's SM120 flag guard
-    code, _, err = dry_run(capsys, "--preset", "baseline", "--overlay", str(mine), "--model-path",
-                           "/m/t", "--dry-run", "--", "--attention-backend", "trtllm_mla")
+    code, _, err = dry_run(
+        capsys,
+        "--preset",
+        "baseline",
+        "--overlay",
+        str(mine),
+        "--model-path",
+        "/m/t",
+        "--dry-run",
+        "--",
+        "--attention-backend",
+        "trtllm_mla",
+    )
     assert code == 2 and "SM120" in err

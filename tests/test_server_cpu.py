@@ -10,21 +10,22 @@ import re
 import signal
 
 import pytest
-
 from conftest import Launcher
-from sgl_eagle_ext import readiness
+
+from sgl_eagle_ext.common import http
 from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
+from sgl_eagle_ext.launcher import readiness
 
 pytestmark = pytest.mark.server
 MAX_NEW_TOKENS = 16
 
 
 def greedy(launcher: Launcher) -> list[dict]:
-    return readiness.generate(launcher.base_url, list(DEMO_PROMPTS), MAX_NEW_TOKENS)
+    return http.generate(launcher.base_url, list(DEMO_PROMPTS), MAX_NEW_TOKENS)
 
 
 def mean_accept(outs: list[dict]) -> float:
-    values = [readiness.accept_length(o["meta_info"]) for o in outs]
+    values = [http.accept_length(o["meta_info"]) for o in outs]
     assert None not in values, outs
     return sum(values) / len(values)
 
@@ -44,7 +45,7 @@ def assert_ready_after_warmup(launcher: Launcher) -> None:
     launcher.wait_for("READY in")
     log = launcher.log_text()
     assert "fired up and ready to roll" in log, log[-3000:]
-    assert readiness.request(f"{launcher.base_url}/health_generate").status == 200
+    assert http.request(f"{launcher.base_url}/health_generate").status == 200
 
 
 def manifest(tiny_models) -> dict:
@@ -55,15 +56,17 @@ def manifest(tiny_models) -> dict:
 
 @pytest.fixture(scope="module")
 def baseline_tokens(tiny_models, tmp_path_factory):
-    launcher = Launcher(["--preset", "baseline", "--cpu", "--model-path",
-                         str(tiny_models["target"])], tmp_path_factory.mktemp("baseline"))
+    launcher = Launcher(
+        ["--preset", "baseline", "--cpu", "--model-path", str(tiny_models["target"])],
+        tmp_path_factory.mktemp("baseline"),
+    )
     try:
         assert_ready_after_warmup(launcher)
         # the scheduler process reported the preset's NCCL block, as the launcher shows
         assert "NCCL: all 1 rank(s) match the preset" in launcher.output
         assert re.search(r"^NCCL_PROTO\s+LL\s+LL$", launcher.output, re.M)
         outs = greedy(launcher)
-        assert all(readiness.accept_length(o["meta_info"]) is None for o in outs)
+        assert all(http.accept_length(o["meta_info"]) is None for o in outs)
         assert all(len(o["output_ids"]) == MAX_NEW_TOKENS for o in outs)
         # SGLang on the harness reproduces transformers' fp32 greedy decoding
         expected = [g["new_ids"][:MAX_NEW_TOKENS] for g in manifest(tiny_models)["greedy"]]
@@ -76,22 +79,32 @@ def baseline_tokens(tiny_models, tmp_path_factory):
 
 # SGLang's per-request accept length = completion tokens / verify cycles, so the
 # prefill token counts too: a draft never accepted gives 16/15 = 1.067.
-@pytest.mark.parametrize("preset, setting, draft, low, high", [
-    ("eagle3-2step", "2,4,16", "mostly", 2.0, 3.4),
-    ("eagle3-3step", "3,1,4", "mostly", 2.0, 4.3),
-    ("eagle3-3step", "3,1,4", "never", 1.0, 1.1),
-    ("eagle3-5step", "5,1,6", "partial", 1.2, 2.5),
-])
-def test_eagle3_is_lossless_and_accepts_as_designed(tiny_models, baseline_tokens, start_launcher,
-                                                    preset, setting, draft, low, high):
-    launcher = start_launcher("--preset", preset, "--cpu",
-                              "--model-path", str(tiny_models["target"]),
-                              "--draft-model-path", str(tiny_models[f"draft-{draft}"]))
+@pytest.mark.parametrize(
+    "preset, setting, draft, low, high",
+    [
+        ("eagle3-2step", "2,4,16", "mostly", 2.0, 3.4),
+        ("eagle3-3step", "3,1,4", "mostly", 2.0, 4.3),
+        ("eagle3-3step", "3,1,4", "never", 1.0, 1.1),
+        ("eagle3-5step", "5,1,6", "partial", 1.2, 2.5),
+    ],
+)
+def test_eagle3_is_lossless_and_accepts_as_designed(
+    tiny_models, baseline_tokens, start_launcher, preset, setting, draft, low, high
+):
+    launcher = start_launcher(
+        "--preset",
+        preset,
+        "--cpu",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models[f"draft-{draft}"]),
+    )
     assert_ready_after_warmup(launcher)
     spec_line = launcher.wait_for("spec check:")
     outs = greedy(launcher)
     assert tokens(outs) == baseline_tokens  # speculation never changes greedy output
-    per_request = [round(readiness.accept_length(o["meta_info"]), 3) for o in outs]
+    per_request = [round(http.accept_length(o["meta_info"]), 3) for o in outs]
     expected = manifest(tiny_models)["expected_accept_length"][f"draft-{draft}"][setting]
     assert per_request == expected[: len(outs)]  # the acceptance the pair was built for
     acc = mean_accept(outs)
@@ -114,9 +127,16 @@ def test_demo_runs_end_to_end(start_launcher):
 
 
 def test_watchdog_stops_a_hung_startup(tiny_models, start_launcher):
-    launcher = start_launcher("--preset", "baseline", "--cpu", "--stall-timeout", "20",
-                              "--model-path", str(tiny_models["target"]),
-                              env={"EAGLE_EXT_FAULT": "hang-scheduler"})
+    launcher = start_launcher(
+        "--preset",
+        "baseline",
+        "--cpu",
+        "--stall-timeout",
+        "20",
+        "--model-path",
+        str(tiny_models["target"]),
+        env={"EAGLE_EXT_FAULT": "hang-scheduler"},
+    )
     assert launcher.wait(timeout=300) == readiness.EXIT_WATCHDOG, launcher.output
     assert "watchdog: no server log progress" in launcher.output
     assert "stopping the server process tree" in launcher.output
@@ -125,9 +145,15 @@ def test_watchdog_stops_a_hung_startup(tiny_models, start_launcher):
 
 
 def test_ctrl_c_during_startup_stops_everything(tiny_models, start_launcher):
-    launcher = start_launcher("--preset", "eagle3-3step", "--cpu",
-                              "--model-path", str(tiny_models["target"]),
-                              "--draft-model-path", str(tiny_models["draft-mostly"]))
+    launcher = start_launcher(
+        "--preset",
+        "eagle3-3step",
+        "--cpu",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models["draft-mostly"]),
+    )
     launcher.wait_until(lambda: len(launcher.descendants) >= 3)  # server + its children
     assert launcher.signal(signal.SIGINT) == 128 + signal.SIGINT
     assert "SIGINT: stopping the server process tree" in launcher.output
@@ -138,23 +164,39 @@ def test_ctrl_c_during_startup_stops_everything(tiny_models, start_launcher):
 def test_server_that_fails_during_startup(tiny_models, start_launcher):
     # A context length beyond the model's makes SGLang itself refuse to start
     # (the preflight would catch it first: skipped here to reach the server).
-    launcher = start_launcher("--preset", "baseline", "--cpu", "--no-preflight",
-                              "--model-path", str(tiny_models["target"]),
-                              "--", "--context-length", "1000000")
+    launcher = start_launcher(
+        "--preset",
+        "baseline",
+        "--cpu",
+        "--no-preflight",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--",
+        "--context-length",
+        "1000000",
+    )
     assert launcher.wait(timeout=300) == readiness.EXIT_SERVER_FAILED, launcher.output
     assert "exited with code" in launcher.output
     assert launcher.orphans() == []
 
 
-def test_preflight_stops_a_short_draft_and_fix_launches_it(tiny_models, short_draft,
-                                                            start_launcher):
+def test_preflight_stops_a_short_draft_and_fix_launches_it(
+    tiny_models, short_draft, start_launcher
+):
     """The seeds' context-length mismatch on the tiny pair, through the launcher."""
     import hashlib
 
     short = short_draft
     digest = hashlib.sha256((short / "config.json").read_bytes()).hexdigest()
-    args = ("--preset", "eagle3-3step", "--cpu", "--model-path", str(tiny_models["target"]),
-            "--draft-model-path", str(short))
+    args = (
+        "--preset",
+        "eagle3-3step",
+        "--cpu",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(short),
+    )
 
     refused = start_launcher(*args)
     assert refused.wait(timeout=120) == 2, refused.output
@@ -173,8 +215,9 @@ def test_a_rank_whose_setting_differs_is_reported(tiny_models, start_launcher, t
     gets a warning before launch and a per-rank mismatch from the real scheduler."""
     preset = tmp_path / "connections.toml"
     preset.write_text('extends = "baseline"\n[env]\nCUDA_DEVICE_MAX_CONNECTIONS = "1"\n')
-    launcher = start_launcher("--preset-file", str(preset), "--cpu",
-                              "--model-path", str(tiny_models["target"]))
+    launcher = start_launcher(
+        "--preset-file", str(preset), "--cpu", "--model-path", str(tiny_models["target"])
+    )
     launcher.wait_for("READY in")
     out = launcher.output
     assert "overwrites CUDA_DEVICE_MAX_CONNECTIONS=1: always set to 8" in out

@@ -17,18 +17,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import Launcher
-from sgl_eagle_ext import readiness
+
+from sgl_eagle_ext.common import http
 from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
-from sgl_eagle_ext.report import DECODE_BATCH, record_from_line
+from sgl_eagle_ext.profiling.report import DECODE_BATCH, record_from_line
 
 pytestmark = pytest.mark.server
 RELEASE = "0.5.10.post1"
 VENV = Path(__file__).resolve().parents[1] / f".venv-{RELEASE}"
 MAX_NEW_TOKENS = 16
-PROFILE_ENV = {"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "1",
-               "EAGLE3_PROFILE_SYNC_CHECK": "1"}
+PROFILE_ENV = {
+    "EAGLE3_PROFILE": "1",
+    "EAGLE3_PROFILE_CYCLES": "1",
+    "EAGLE3_PROFILE_SYNC_CHECK": "1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,13 +42,21 @@ def v1_python() -> Path:
     if not python.exists():
         pytest.fail(f"{VENV} does not exist; {fix}", pytrace=False)
     probe = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m, sgl_eagle_ext; "
-                            "print(m.version('sglang'))"],
-        capture_output=True, text=True, timeout=120)
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m, sgl_eagle_ext; print(m.version('sglang'))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if probe.returncode != 0 or probe.stdout.strip() != RELEASE:
-        pytest.fail(f"{VENV} does not hold SGLang {RELEASE} and sgl_eagle_ext "
-                    f"({probe.stdout.strip() or probe.stderr.strip()[-300:]}); {fix}",
-                    pytrace=False)
+        pytest.fail(
+            f"{VENV} does not hold SGLang {RELEASE} and sgl_eagle_ext "
+            f"({probe.stdout.strip() or probe.stderr.strip()[-300:]}); {fix}",
+            pytrace=False,
+        )
     return python
 
 
@@ -63,7 +74,7 @@ def ready(launcher: Launcher) -> int:
 
 
 def greedy(launcher: Launcher) -> list[dict]:
-    return readiness.generate(launcher.base_url, list(DEMO_PROMPTS), MAX_NEW_TOKENS)
+    return http.generate(launcher.base_url, list(DEMO_PROMPTS), MAX_NEW_TOKENS)
 
 
 def stop_cleanly(launcher: Launcher) -> None:
@@ -73,13 +84,15 @@ def stop_cleanly(launcher: Launcher) -> None:
 
 @pytest.fixture(scope="module")
 def v1_baseline(tiny_models, v1_python, tmp_path_factory) -> list[list[int]]:
-    launcher = Launcher(["--preset", "baseline", "--cpu", "--model-path",
-                         str(tiny_models["target"])], tmp_path_factory.mktemp("v1-baseline"),
-                        python=v1_python)
+    launcher = Launcher(
+        ["--preset", "baseline", "--cpu", "--model-path", str(tiny_models["target"])],
+        tmp_path_factory.mktemp("v1-baseline"),
+        python=v1_python,
+    )
     try:
         ready(launcher)
         outs = greedy(launcher)
-        assert all(readiness.accept_length(o["meta_info"]) is None for o in outs)
+        assert all(http.accept_length(o["meta_info"]) is None for o in outs)
         ids = [o["output_ids"] for o in outs]
         # SGLang 0.5.10 on the harness reproduces transformers' fp32 greedy decoding
         expected = [g["new_ids"][:MAX_NEW_TOKENS] for g in manifest(tiny_models)["greedy"]]
@@ -99,10 +112,13 @@ def check_profile(lines: list[str], outs: list[dict]) -> list[float]:
     assert records and len(records) == len(decode), (len(records), len(decode))
     verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
     assert verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
-    ours = [sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
-            for r in records]
+    ours = [
+        sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
+        for r in records
+    ]
     assert [round(a, 2) for a in ours] == pytest.approx(
-        [float(m["acc"]) for m in decode], abs=0.006)
+        [float(m["acc"]) for m in decode], abs=0.006
+    )
     for r in records:
         assert r["phases"]["draft"]["mean"] > 0 and r["phases"]["verify_fwd"]["mean"] > 0, r
     # The v1 worker skips draft-extend once every request of the batch has finished:
@@ -112,16 +128,26 @@ def check_profile(lines: list[str], outs: list[dict]) -> list[float]:
 
 
 # (preset, manifest setting, draft, profiled, mean accept length range)
-@pytest.mark.parametrize("preset, setting, draft, profiled, low, high", [
-    ("eagle3-3step", "3,1,4", "mostly", True, 2.0, 4.3),
-    ("eagle3-3step", "3,1,4", "never", True, 1.0, 1.1),
-    ("eagle3-2step", "2,4,16", "mostly", False, 2.0, 3.4),
-])
-def test_v1_worker_lossless_accepts_as_designed(tiny_models, v1_python, v1_baseline,
-                                                start_launcher, preset, setting, draft,
-                                                profiled, low, high):
-    args = ["--preset", preset, "--cpu", "--model-path", str(tiny_models["target"]),
-            "--draft-model-path", str(tiny_models[f"draft-{draft}"])]
+@pytest.mark.parametrize(
+    "preset, setting, draft, profiled, low, high",
+    [
+        ("eagle3-3step", "3,1,4", "mostly", True, 2.0, 4.3),
+        ("eagle3-3step", "3,1,4", "never", True, 1.0, 1.1),
+        ("eagle3-2step", "2,4,16", "mostly", False, 2.0, 3.4),
+    ],
+)
+def test_v1_worker_lossless_accepts_as_designed(
+    tiny_models, v1_python, v1_baseline, start_launcher, preset, setting, draft, profiled, low, high
+):
+    args = [
+        "--preset",
+        preset,
+        "--cpu",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models[f"draft-{draft}"]),
+    ]
     if profiled:
         args.append("--no-spec-check")  # only our requests' cycles after READY
     launcher = start_launcher(*args, python=v1_python, env=PROFILE_ENV if profiled else None)
@@ -134,7 +160,7 @@ def test_v1_worker_lossless_accepts_as_designed(tiny_models, v1_python, v1_basel
     stop_cleanly(launcher)
 
     assert [o["output_ids"] for o in outs] == v1_baseline  # lossless
-    per_request = [round(readiness.accept_length(o["meta_info"]), 3) for o in outs]
+    per_request = [round(http.accept_length(o["meta_info"]), 3) for o in outs]
     expected = manifest(tiny_models)["expected_accept_length"][f"draft-{draft}"][setting]
     assert per_request == expected[: len(outs)]  # the acceptance the pair was built for
     assert low <= sum(per_request) / len(per_request) <= high, per_request

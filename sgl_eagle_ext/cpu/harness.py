@@ -66,7 +66,7 @@ def _check_standin() -> None:
 
 def _installed_release():
     """The release table's row for the installed SGLang, None if unknown."""
-    from sgl_eagle_ext import releases
+    from sgl_eagle_ext.common import releases
 
     version = releases.installed_version()
     return releases.BY_VERSION.get(version) if version else None
@@ -77,19 +77,25 @@ def _check_tree_kernels(release) -> None:
     has them (Release.tree_kernels), else its own PyTorch reference; say which."""
     module = release.tree_kernels if release else "sglang.kernels.ops.speculative.spec_tree"
     if module is None:
-        _say(f"SGLang {release.version} ships no Triton tree kernels: tree build/verify use "
-             "the stand-in's PyTorch reference (sgl_kernel/tree_ref.py)")
+        _say(
+            f"SGLang {release.version} ships no Triton tree kernels: tree build/verify use "
+            "the stand-in's PyTorch reference (sgl_kernel/tree_ref.py)"
+        )
         return
     try:
         spec_tree = importlib.import_module(module)
     except ImportError as exc:
-        _say(f"anchor missing: {module} ({exc}); tree build/verify fall back to the "
-             "PyTorch reference")
+        _say(
+            f"anchor missing: {module} ({exc}); tree build/verify fall back to the "
+            "PyTorch reference"
+        )
         return
     for name in ("sgl_build_tree_kernel_triton", "verify_tree_greedy_triton"):
         if not hasattr(spec_tree, name):
-            _say(f"anchor missing: {module}.{name}; tree build/verify fall back to the "
-                 "PyTorch reference")
+            _say(
+                f"anchor missing: {module}.{name}; tree build/verify fall back to the "
+                "PyTorch reference"
+            )
 
 
 def _set_required_env() -> None:
@@ -129,17 +135,23 @@ def _force_full_tree_mask(release) -> None:
     try:
         from sglang.srt.speculative import eagle_utils
     except ImportError as exc:
-        _say(f"anchor missing: sglang.srt.speculative.eagle_utils ({exc}); tree-mask fix not applied")
+        _say(
+            f"anchor missing: sglang.srt.speculative.eagle_utils ({exc}); tree-mask fix not applied"
+        )
         return
     original = getattr(eagle_utils, "default_tree_mask_mode", None)
     mode_enum = getattr(eagle_utils, "TreeMaskMode", None)
     if original is None and release is not None and release.spec_worker == "v1":
-        _say(f"tree mask: SGLang {release.version}'s v1 worker builds FULL_MASK itself "
-             "(no default_tree_mask_mode); nothing to force")
+        _say(
+            f"tree mask: SGLang {release.version}'s v1 worker builds FULL_MASK itself "
+            "(no default_tree_mask_mode); nothing to force"
+        )
         return
     if original is None or not hasattr(mode_enum, "FULL_MASK"):
-        _say("anchor missing: eagle_utils.default_tree_mask_mode / TreeMaskMode.FULL_MASK; "
-             "tree-mask fix not applied")
+        _say(
+            "anchor missing: eagle_utils.default_tree_mask_mode / TreeMaskMode.FULL_MASK; "
+            "tree-mask fix not applied"
+        )
         return
     if getattr(original, "_eagle_ext_cpu", False):
         return
@@ -153,7 +165,9 @@ def _force_full_tree_mask(release) -> None:
         if name.startswith("sglang.") and getattr(mod, "default_tree_mask_mode", None) is original:
             mod.default_tree_mask_mode = default_tree_mask_mode
             rebound.append(name)
-    _say(f"tree mask forced to FULL_MASK for the Triton backend (rebound in {len(rebound)} modules)")
+    _say(
+        f"tree mask forced to FULL_MASK for the Triton backend (rebound in {len(rebound)} modules)"
+    )
 
 
 def install_scheduler() -> None:
@@ -162,7 +176,9 @@ def install_scheduler() -> None:
         return
     for name, value in REQUIRED_ENV.items():
         if os.environ.get(name) != value:
-            _say(f"{name} is {os.environ.get(name)!r} in the scheduler; the CPU route needs {value!r}")
+            _say(
+                f"{name} is {os.environ.get(name)!r} in the scheduler; the CPU route needs {value!r}"
+            )
     _put_standin_first()  # inherited through PYTHONPATH; kept for direct callers
     _check_standin()
     release = _installed_release()

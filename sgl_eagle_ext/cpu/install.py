@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from sgl_eagle_ext import releases
-from sgl_eagle_ext.errors import UserError, cli
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.errors import UserError, cli
 
 REPO = Path(__file__).resolve().parents[2]
 HARNESS_DIR = REPO / "harness"
@@ -44,8 +44,12 @@ def default_venv(release: releases.Release) -> Path:
 
 def fingerprint(release: releases.Release) -> str:
     h = hashlib.sha256()
-    for part in (release.version, release.harness_torch, release.torchvision or "",
-                 release.cpu_requirements or ""):
+    for part in (
+        release.version,
+        release.harness_torch,
+        release.torchvision or "",
+        release.cpu_requirements or "",
+    ):
         h.update(part.encode())
     for f in (HARNESS_DIR / release.cpu_requirements, REPO / "pyproject.toml"):
         h.update(f.read_bytes())
@@ -70,8 +74,9 @@ def write_torchvision_pth(py: Path) -> None:
     from sgl_eagle_ext.cpu import torchvision_ops
 
     where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = subprocess.run([str(py), "-c", where], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    site = subprocess.run(
+        [str(py), "-c", where], capture_output=True, text=True, check=True
+    ).stdout.strip()
     (Path(site) / torchvision_ops.PTH_NAME).write_text(torchvision_ops.PTH_LINE)
 
 
@@ -82,11 +87,15 @@ def du(path: Path) -> int:
 def install(release: releases.Release, venv_arg: str | None, recreate: bool) -> None:
     if not release.cpu_requirements:
         supported = [r.version for r in releases.RELEASES if r.cpu_requirements]
-        raise UserError(f"the CPU harness cannot run SGLang {release.version}.",
-                        fix=f"use one of: {', '.join(supported)}")
-    if sys.version_info < (3, 11):
-        raise UserError(f"Python {sys.version.split()[0]} is too old for SGLang "
-                        f"{release.version}.", fix="run this with python3.11 or newer")
+        raise UserError(
+            f"the CPU harness cannot run SGLang {release.version}.",
+            fix=f"use one of: {', '.join(supported)}",
+        )
+    if sys.version_info < (3, 11):  # noqa: UP036 - runs under any python3, before the venv
+        raise UserError(
+            f"Python {sys.version.split()[0]} is too old for SGLang {release.version}.",
+            fix="run this with python3.11 or newer",
+        )
     venv = Path(venv_arg) if venv_arg else default_venv(release)
     stamp = venv / STAMP
     want = fingerprint(release)
@@ -107,32 +116,44 @@ def install(release: releases.Release, venv_arg: str | None, recreate: bool) -> 
         torch.append(f"torchvision=={release.torchvision}")
     run(pip + torch, " + ".join(torch))
     run(pip + ["--no-deps", f"sglang=={release.version}"], f"sglang {release.version} (no deps)")
-    run(pip + ["-r", str(HARNESS_DIR / release.cpu_requirements)],
-        f"CPU dependencies ({release.cpu_requirements})")
+    run(
+        pip + ["-r", str(HARNESS_DIR / release.cpu_requirements)],
+        f"CPU dependencies ({release.cpu_requirements})",
+    )
     run(pip + ["-e", f"{REPO}[test]"], "sgl-eagle-ext (editable)")
     write_torchvision_pth(py)
     stamp.write_text(want + "\n")
-    print(f"{PROG}: done in {time.monotonic() - t0:.0f} s; {venv} holds "
-          f"{du(venv) / 2**30:.1f} GiB")
+    print(f"{PROG}: done in {time.monotonic() - t0:.0f} s; {venv} holds {du(venv) / 2**30:.1f} GiB")
 
 
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"python3 -m {PROG}", description=__doc__.split("\n")[0])
-    p.add_argument("--release", default=releases.PRIMARY.version,
-                   help=f"SGLang release (default {releases.PRIMARY.version})")
-    p.add_argument("--venv", help="virtual environment folder (default .venv for the primary "
-                                  "release, .venv-<release> otherwise)")
+    p.add_argument(
+        "--release",
+        default=releases.PRIMARY.version,
+        help=f"SGLang release (default {releases.PRIMARY.version})",
+    )
+    p.add_argument(
+        "--venv",
+        help="virtual environment folder (default .venv for the primary "
+        "release, .venv-<release> otherwise)",
+    )
     p.add_argument("--recreate", action="store_true", help="delete the venv first")
-    p.add_argument("--all", action="store_true",
-                   help="every release the harness runs (the test suite covers both EAGLE "
-                        "worker generations): .venv and .venv-<release>")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every release the harness runs (the test suite covers both EAGLE "
+        "worker generations): .venv and .venv-<release>",
+    )
     args = p.parse_args(argv)
 
     if args.all:
         if args.venv:
-            raise UserError("--all builds one venv per release in its default place.",
-                            fix="drop --venv, or name one --release")
+            raise UserError(
+                "--all builds one venv per release in its default place.",
+                fix="drop --venv, or name one --release",
+            )
         for release in releases.RELEASES:
             if release.cpu_requirements:
                 install(release, None, args.recreate)

@@ -194,7 +194,7 @@ def _greedy(model, tok):
                 pad_token_id=PAD,
                 eos_token_id=None,
             )
-            runs.append((ids[0].tolist(), out[0, ids.shape[1]:].tolist()))
+            runs.append((ids[0].tolist(), out[0, ids.shape[1] :].tolist()))
     return runs
 
 
@@ -338,7 +338,7 @@ def _replay(probs, keep, runs, steps, topk, num_draft, new_tokens):
     Matched SGLang 0.5.23's (v2 worker) and 0.5.10.post1's (v1 worker) per-request
     values exactly on the demo prompts."""
     tokens = cycles = 0
-    for prompt, gen in runs:
+    for _prompt, gen in runs:
         gen = gen[:new_tokens]
         pos = 1  # the first token comes from prefill
         while pos < len(gen):

@@ -31,8 +31,10 @@ SCHEMAS = (
 PTH_NAME = "sgl_eagle_ext_torchvision_ops.pth"
 # One line: a .pth line starting with "import" is executed at interpreter start.
 # If the package is not importable (uninstalled), nothing happens.
-PTH_LINE = ("import importlib.util as _u; _u.find_spec('sgl_eagle_ext') and "
-            "__import__('sgl_eagle_ext.cpu.torchvision_ops').cpu.torchvision_ops.install()\n")
+PTH_LINE = (
+    "import importlib.util as _u; _u.find_spec('sgl_eagle_ext') and "
+    "__import__('sgl_eagle_ext.cpu.torchvision_ops').cpu.torchvision_ops.install()\n"
+)
 
 _library = None  # keeps the torch.library.Library (and its definitions) alive
 
@@ -57,8 +59,11 @@ def declare_missing_ops() -> bool:
     _library = torch.library.Library("torchvision", "DEF")
     for schema in SCHEMAS:
         _library.define(schema)
-    print("[sgl_eagle_ext.cpu] torchvision's native ops did not load (CUDA-linked build on "
-          "CPU torch); declared nms/qnms so that torchvision imports", file=sys.stderr)
+    print(
+        "[sgl_eagle_ext.cpu] torchvision's native ops did not load (CUDA-linked build on "
+        "CPU torch); declared nms/qnms so that torchvision imports",
+        file=sys.stderr,
+    )
     return True
 
 

@@ -39,8 +39,10 @@ def supply_tree_ops(say) -> None:
     build = getattr(eagle_utils, "build_tree_kernel_efficient", None)
     verify = getattr(eagle_utils, "verify_tree_greedy_func", None)
     if build is None or verify is None:
-        say(f"anchor missing: {EAGLE_UTILS}.build_tree_kernel_efficient / "
-            "verify_tree_greedy_func; tree ops not supplied")
+        say(
+            f"anchor missing: {EAGLE_UTILS}.build_tree_kernel_efficient / "
+            "verify_tree_greedy_func; tree ops not supplied"
+        )
         return
     import sgl_kernel
 
@@ -54,15 +56,15 @@ def supply_tree_ops(say) -> None:
         return
     names = getattr(verify, "__code__", None)
     has_cpu_branch = names is None or any(
-        n == "_is_cpu" or n.endswith("_cpu") for n in names.co_names)
+        n == "_is_cpu" or n.endswith("_cpu") for n in names.co_names
+    )
     if verify.__module__ == EAGLE_UTILS and not has_cpu_branch:
         replacement = _cpu_verify(verify, sgl_kernel.verify_tree_greedy_cpu)
         eagle_utils.verify_tree_greedy_func = replacement
         _rebind(verify, replacement, "verify_tree_greedy_func")
         done.append("greedy tree verify")
     if done:
-        say(f"{EAGLE_UTILS} has no CPU branch: {' and '.join(done)} from the sgl_kernel "
-            "stand-in")
+        say(f"{EAGLE_UTILS} has no CPU branch: {' and '.join(done)} from the sgl_kernel stand-in")
 
 
 def _cpu_verify(original, cpu_op):
@@ -120,8 +122,7 @@ def no_cuda_sync_in_set_embed(say) -> None:
             setattr(cls, name, _without_cuda_sync(method))
             guarded.append(name)
     if guarded:
-        say(f"LlamaForCausalLM.{'/'.join(guarded)}: torch.cuda.synchronize is a no-op "
-            "inside (CPU)")
+        say(f"LlamaForCausalLM.{'/'.join(guarded)}: torch.cuda.synchronize is a no-op inside (CPU)")
 
 
 def _without_cuda_sync(method):

@@ -1,24 +1,6 @@
-"""EAGLE3_PROFILE=1: per-phase timing of SGLang's EAGLE worker, in the server log.
+"""EAGLE3_PROFILE: per-phase timing of SGLang's EAGLE worker.
 
-Modules: config (switches), clock (CUDA events / host clock, no syncs),
-cycles (marks -> durations), window (summary, log line format), profiler
-(per-process state), metrics (Prometheus), instrument (the wrappers).
+phases.py   the phase table: which SGLang method opens and closes each phase
+recorder/   runs inside SGLang's scheduler ranks (wrappers, clock, windows)
+report.py   operator tool: server logs -> tables and break-even accept lengths
 """
-
-from __future__ import annotations
-
-import os
-
-
-def install_from_env(version: str | None = None) -> bool:
-    """Instrument this process if EAGLE3_PROFILE=1; safe to call more than once."""
-    from sgl_eagle_ext.profiling import config, instrument, metrics
-
-    cfg = config.from_env()
-    if not cfg.enabled:
-        return False
-    device_is_cuda = None
-    if os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
-        device_is_cuda = False
-    return instrument.instrument(cfg, version=version, device_is_cuda=device_is_cuda,
-                                 metrics=metrics.from_environment())

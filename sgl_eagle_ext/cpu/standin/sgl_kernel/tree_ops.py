@@ -27,8 +27,11 @@ def sglang_tree_kernels():
         spec_tree = importlib.import_module(SPEC_TREE)
         found = (spec_tree.sgl_build_tree_kernel_triton, spec_tree.verify_tree_greedy_triton)
     except (ImportError, AttributeError) as exc:
-        logger.warning("sgl_kernel stand-in: no SGLang Triton tree kernels (%s); using the "
-                       "PyTorch reference (tree_ref.py)", exc)
+        logger.warning(
+            "sgl_kernel stand-in: no SGLang Triton tree kernels (%s); using the "
+            "PyTorch reference (tree_ref.py)",
+            exc,
+        )
         return None
     return found
 

@@ -32,9 +32,20 @@ def _parent_node(selected: list[int], parents: list[int], p: int, topk: int) -> 
     return None
 
 
-def build_tree(parent_list, selected_index, verified_seq_len, tree_mask, positions,
-               retrieve_index, retrieve_next_token, retrieve_next_sibling,
-               topk: int, depth: int, draft_token_num: int, tree_mask_mode) -> None:
+def build_tree(
+    parent_list,
+    selected_index,
+    verified_seq_len,
+    tree_mask,
+    positions,
+    retrieve_index,
+    retrieve_next_token,
+    retrieve_next_sibling,
+    topk: int,
+    depth: int,
+    draft_token_num: int,
+    tree_mask_mode,
+) -> None:
     """Fill tree_mask, positions and the retrieve_* links in place."""
     mode = int(tree_mask_mode)
     if mode == QLEN_ONLY_BITPACKING:
@@ -42,8 +53,11 @@ def build_tree(parent_list, selected_index, verified_seq_len, tree_mask, positio
     n = draft_token_num
     seq_lens = verified_seq_len.tolist()
     selected_rows = selected_index.tolist()
-    parent_rows = (parent_list.reshape(len(seq_lens), -1).tolist() if parent_list.numel()
-                   else [[]] * len(seq_lens))  # no parents: one draft step
+    parent_rows = (
+        parent_list.reshape(len(seq_lens), -1).tolist()
+        if parent_list.numel()
+        else [[]] * len(seq_lens)
+    )  # no parents: one draft step
     next_rows = retrieve_next_token.tolist()
     sibling_rows = retrieve_next_sibling.tolist()
     prefix = 0  # sum of the verified lengths of the earlier requests
@@ -83,21 +97,31 @@ def build_tree(parent_list, selected_index, verified_seq_len, tree_mask, positio
                     if node is None or node == 0:
                         break
                 depths[x] = level
-            tree_mask[start:start + n] = torch.tensor(row, dtype=tree_mask.dtype)
-        positions[b * n:(b + 1) * n] = torch.tensor(
-            [seq_len + d for d in depths], dtype=positions.dtype)
+            tree_mask[start : start + n] = torch.tensor(row, dtype=tree_mask.dtype)
+        positions[b * n : (b + 1) * n] = torch.tensor(
+            [seq_len + d for d in depths], dtype=positions.dtype
+        )
         prefix += seq_len
 
 
-def verify_greedy(predicts, accept_index, accept_token_num, candidates, retrieve_index,
-                  retrieve_next_token, retrieve_next_sibling, target_predict) -> None:
+def verify_greedy(
+    predicts,
+    accept_index,
+    accept_token_num,
+    candidates,
+    retrieve_index,
+    retrieve_next_token,
+    retrieve_next_sibling,
+    target_predict,
+) -> None:
     """Walk each request's tree from the root, following at every level the child
     whose token is the target's greedy token; write what was accepted in place."""
     bs, n = candidates.shape
     width = accept_index.shape[1]
     cand = candidates.tolist()
-    index, nxt, sib = (t.tolist() for t in (retrieve_index, retrieve_next_token,
-                                            retrieve_next_sibling))
+    index, nxt, sib = (
+        t.tolist() for t in (retrieve_index, retrieve_next_token, retrieve_next_sibling)
+    )
     target = target_predict.reshape(-1).tolist()
     slots, tokens = [], []  # predicts writes, in order
     for b in range(bs):
@@ -121,8 +145,9 @@ def verify_greedy(predicts, accept_index, accept_token_num, candidates, retrieve
             accepted.append(last)
         slots.append(last)
         tokens.append(target[last])  # the bonus token
-        accept_index[b, :len(accepted)] = torch.tensor(accepted, dtype=accept_index.dtype)
+        accept_index[b, : len(accepted)] = torch.tensor(accepted, dtype=accept_index.dtype)
         accept_token_num[b] = len(accepted) - 1
     if slots:
         predicts.view(-1)[torch.tensor(slots, dtype=torch.long)] = torch.tensor(
-            tokens, dtype=predicts.dtype)
+            tokens, dtype=predicts.dtype
+        )

@@ -1,5 +1,0 @@
-import sys
-
-from sgl_eagle_ext.bench.cli import main
-
-sys.exit(main())

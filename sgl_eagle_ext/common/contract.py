@@ -1,0 +1,18 @@
+"""Names the launcher and the code inside SGLang's processes agree on: the
+server entry module and the environment variables and log tags that cross
+the process boundary. Defined here once; both sides import them."""
+
+# `python -m SERVE_MODULE <sglang args>`: SGLang's HTTP server with our scheduler entry.
+SERVE_MODULE = "sgl_eagle_ext.in_sglang.serve"
+# The API key travels to the server in this variable, never on a command line (ps, /proc).
+API_KEY_ENV = "EAGLE_EXT_API_KEY"
+# Set by the CPU harness overlay (launch/overlays/cpu.toml).
+CPU_ENV = "EAGLE_EXT_CPU"
+# Fault injection for the launcher's own tests: "hang-scheduler" makes every
+# scheduler process hang before SGLang starts in it, as a stuck CUDA-graph
+# capture does, so the watchdog must find and stop the whole tree.
+FAULT_ENV = "EAGLE_EXT_FAULT"
+# One line per TP rank with the NCCL variables it really has (in_sglang/nccl_report.py).
+NCCL_TAG = "EAGLE_EXT_NCCL"
+NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+NCCL_EXTRA = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES")

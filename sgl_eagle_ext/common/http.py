@@ -1,0 +1,120 @@
+"""The small blocking HTTP client every side uses (launcher, bench probes, router,
+health check, demo), and the local-port facts around it. Standard library only."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+import psutil
+
+from sgl_eagle_ext.common.errors import UserError
+
+
+class HTTPFailed(Exception):
+    """A request that had to succeed did not (no answer, or not 200)."""
+
+
+@dataclass
+class Reply:
+    status: int  # 0: no HTTP answer (refused, reset, timed out)
+    body: dict | list | None = None  # the JSON answer
+    error: str = ""
+    text: str = ""  # an answer that is not JSON (e.g. /metrics)
+
+
+def request(
+    url: str, payload: dict | None = None, api_key: str | None = None, timeout: float = 30.0
+) -> Reply:
+    data = None if payload is None else json.dumps(payload).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(
+        url, data=data, headers=headers, method="GET" if data is None else "POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        return Reply(e.code, error=e.read()[:300].decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError) as e:  # refused, reset, timeout
+        return Reply(0, error=str(getattr(e, "reason", e)))
+    try:
+        return Reply(status, json.loads(raw) if raw else None)
+    except ValueError:
+        return Reply(status, None, text=raw.decode("utf-8", "replace"))
+
+
+def listener_pids(port: int) -> set[int] | None:
+    """PIDs listening on TCP `port`, or None if the OS does not tell us."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, PermissionError):
+        return None
+    return {
+        c.pid
+        for c in conns
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid
+    }
+
+
+def check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            owners = listener_pids(port) or set()
+            who = f" (held by pid {', '.join(map(str, sorted(owners)))})" if owners else ""
+            raise UserError(
+                f"port {port} on {host} is already in use{who}: {e.strerror}.",
+                fix="stop the old server (a zombie server also holds GPU memory), "
+                "or pass `-- --port N`",
+            ) from None
+
+
+def probe_host(host: str) -> str:
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def accept_length(meta: dict) -> float | None:
+    """SGLang's accept length of one request (tokens per verify cycle)."""
+    if "spec_accept_length" in meta:
+        return float(meta["spec_accept_length"])
+    if meta.get("spec_verify_ct"):
+        return meta["completion_tokens"] / meta["spec_verify_ct"]
+    return None
+
+
+def generate(
+    base_url: str,
+    texts: list[str],
+    max_new_tokens: int,
+    api_key: str | None = None,
+    timeout: float = 600.0,
+) -> list[dict]:
+    """Greedy generations of `texts` through /generate (one batched request)."""
+    reply = request(
+        f"{base_url}/generate",
+        {
+            "text": texts,
+            "sampling_params": {
+                "temperature": 0,
+                "max_new_tokens": max_new_tokens,
+                "ignore_eos": True,
+            },
+        },
+        api_key=api_key,
+        timeout=timeout,
+    )
+    if reply.status != 200 or not isinstance(reply.body, list):
+        raise HTTPFailed(f"/generate failed: HTTP {reply.status} {reply.error}")
+    return reply.body

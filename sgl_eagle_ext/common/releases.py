@@ -1,0 +1,342 @@
+"""Supported SGLang releases: the one table of version knowledge.
+
+Everything that differs between SGLang releases and that the launcher, the
+patches or the anchor checks need to know lives in RELEASES below. Facts come
+from reading each release's wheel (see shared/reference in the steering repo).
+
+Flag vocabulary: preset files use SGLang's classic flag names (those of
+0.5.10.post1); `Release.renames` and `Release.expansions` translate them into
+the spelling a given release accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import MappingProxyType
+
+from sgl_eagle_ext.common.errors import UserError
+
+
+@dataclass(frozen=True)
+class WorkerAnchors:
+    """Where each profiled phase lives for one EAGLE worker generation.
+
+    Anchors are "module:Class.method" and must be defined in that class body
+    (tests/test_anchors.py checks every release's pristine source).
+    """
+
+    worker: str  # "v1" or "v2"
+    step: str  # one speculation cycle (decode) or prefill
+    draft: str  # all draft steps, incl. CUDA-graph replay
+    verify: str  # target verify forward + accept/sample
+    target_forward: str  # called with is_verify=True inside verify
+    draft_extend: str  # draft-extend after decode
+    # Where per-request accept counts reach the CPU (v2, possibly a later
+    # iteration under the overlap scheduler); None: the step's own result
+    # carries them (v1, synchronous).
+    accept_join: str | None
+
+    def anchors(self) -> dict[str, str]:
+        roles = ("step", "draft", "verify", "target_forward", "draft_extend", "accept_join")
+        return {r: getattr(self, r) for r in roles if getattr(self, r)}
+
+
+_TP = "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation"
+_V1 = "sglang.srt.speculative.eagle_worker:EAGLEWorker"
+_V2 = "sglang.srt.speculative.eagle_worker_v2"
+V1_WORKER = WorkerAnchors(
+    "v1",
+    step=f"{_V1}.forward_batch_generation",
+    draft=f"{_V1}.draft",
+    verify=f"{_V1}.verify",
+    target_forward=_TP,
+    draft_extend=f"{_V1}.forward_draft_extend_after_decode",
+    accept_join=None,
+)
+
+
+def _v2_worker(accept_join: str) -> WorkerAnchors:
+    return WorkerAnchors(
+        "v2",
+        step=f"{_V2}:EAGLEWorkerV2.forward_batch_generation",
+        draft=f"{_V2}:EagleDraftWorker.draft",
+        verify=f"{_V2}:EAGLEWorkerV2.verify",
+        target_forward=_TP,
+        draft_extend=f"{_V2}:EagleDraftWorker._draft_extend_for_decode",
+        accept_join=accept_join,
+    )
+
+
+# 0.5.10.post1 runs v2 only with SGLANG_ENABLE_SPEC_V2=1 (and topk 1).
+V2_WORKER_0510 = _v2_worker(
+    "sglang.srt.managers.scheduler_output_processor_mixin:"
+    "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids"
+)
+V2_WORKER = _v2_worker(
+    "sglang.srt.managers.scheduler_components.batch_result_processor:"
+    "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
+)
+
+
+@dataclass(frozen=True)
+class EnvOverride:
+    """An environment variable SGLang itself writes before spawning the ranks."""
+
+    var: str
+    when: str  # human words, printed in the warning
+    flags: tuple[str, ...] = ()  # any of these flags triggers it; () = always
+    setdefault: bool = False  # True: only fills an unset variable
+
+
+_ENV_OVERRIDES_COMMON = (
+    EnvOverride("CUDA_DEVICE_MAX_CONNECTIONS", "always set to 8"),
+    EnvOverride(
+        "NCCL_CUMEM_ENABLE", "forced to 1 by --enable-symm-mem", flags=("--enable-symm-mem",)
+    ),
+    EnvOverride(
+        "NCCL_NVLS_ENABLE",
+        "forced to 1 by --enable-nccl-nvls / --enable-symm-mem",
+        flags=("--enable-nccl-nvls", "--enable-symm-mem"),
+    ),
+    EnvOverride(
+        "NCCL_ALGO",
+        "set to allreduce:tree by --enable-deterministic-inference at TP>1",
+        flags=("--enable-deterministic-inference",),
+    ),
+)
+_ENV_OVERRIDES_0519 = _ENV_OVERRIDES_COMMON + tuple(
+    EnvOverride(
+        v,
+        "set by --enable-deterministic-inference at TP>1",
+        flags=("--enable-deterministic-inference",),
+    )
+    for v in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+)
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    # "v1": EAGLEWorker (speculative/eagle_worker.py) runs EAGLE-3 by default;
+    # "v2": EAGLEWorkerV2 + EagleDraftWorker (speculative/eagle_worker_v2.py).
+    spec_worker: str
+    # The `sglang.srt.plugins` entry-point group is loaded in scheduler processes.
+    plugin_entry_point: bool
+    # GET /ready exists (cheap "startup complete" probe; no generation).
+    ready_endpoint: bool
+    torch: str  # the torch release the wheel pins
+    # Classic flag -> this release's flag. A flag renamed here is refused
+    # ("ambiguous option") or deprecated by the release.
+    renames: Mapping[str, str] = field(default_factory=dict)
+    # Classic boolean flag -> the (flag, value) pairs that replace it.
+    expansions: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # Module holding SGLang's own tree-build / greedy-verify Triton kernels.
+    tree_kernels: str | None = None
+    # Requirements file of the CPU harness (harness/), None if it cannot run there.
+    cpu_requirements: str | None = None
+    # torch the CPU harness installs, when not `torch` (the pinned one is not to be had).
+    cpu_torch: str | None = None
+    # torchvision matching the harness's torch (SGLang imports it at module level).
+    torchvision: str | None = None
+    # EAGLE workers present in the release and the anchors profiling wraps.
+    workers: tuple[WorkerAnchors, ...] = (V2_WORKER,)
+    # Environment SGLang writes in the launcher process (inherited by every rank).
+    env_overrides: tuple[EnvOverride, ...] = _ENV_OVERRIDES_COMMON
+    # EAGLE-3 aux layers: how explicit eagle_aux_hidden_state_layer_ids become the
+    # layers whose input is captured, per target family (preflight/aux_layers.py).
+    aux_offset: Mapping[str, str] = field(default_factory=lambda: _AUX_OFFSET_NEW)
+    # CUDA-graph setup resets the capture layers to the defaults, so decode/verify
+    # graphs capture other layers than prefill (upstream #22836, fixed in 0.5.13).
+    graph_resets_aux_layers: bool = False
+    # LlamaForCausalLMEagle3 sizes fc by the id count (num_aux_hidden_states, else
+    # len(eagle_config ids)); False: always 3 inputs.
+    draft_fc_follows_ids: bool = True
+    # EAGLE-3 draft classes registered (used when the release's source is not at hand).
+    eagle3_drafts: tuple[str, ...] = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
+    # Source patches this release needs: ids in patches/manifest.toml.
+    patches: tuple[str, ...] = ()
+    # Benchmarks (sgl_eagle_ext/tools/bench): Prometheus counters whose deltas give the
+    # accept length of one load level (None: no verify counter in this release), and
+    # the chat request field that streams per-request spec details in
+    # `sglext.spec_tokens_details` (None: the release does not stream them).
+    metric_generation_tokens: str = "sglang:generation_tokens_total"
+    metric_spec_verify_calls: str | None = "sglang:spec_verify_calls_total"
+    chat_spec_details_field: str | None = "return_spec_tokens_details"
+    notes: str = ""
+
+    @property
+    def harness_torch(self) -> str:
+        """The torch release the CPU harness installs."""
+        return self.cpu_torch or self.torch
+
+    def flag(self, name: str) -> str:
+        """This release's spelling of a classic flag name (without dashes)."""
+        return self.renames.get(name, name)
+
+
+# Aux-layer offset rules (values of Release.aux_offset): AUX_PLUS_ONE always adds 1
+# (ids mean "output of layer i"); AUX_FIRST_IS_1 adds 1 only when the first id is 1,
+# else uses the ids as is ("input of layer i"; upstream #25454); AUX_UNLESS_MAX_IS_N
+# uses them as is when their max is the layer count, else adds 1.
+AUX_PLUS_ONE, AUX_FIRST_IS_1, AUX_UNLESS_MAX_IS_N = (
+    "+1",
+    "+1 if first id is 1",
+    "+1 unless max is N",
+)
+# Keys: target families (preflight/aux_layers.py maps architectures to them).
+_AUX_OFFSET_OLD = MappingProxyType(
+    {"llama": AUX_PLUS_ONE, "deepseek": AUX_PLUS_ONE, "gpt-oss": AUX_PLUS_ONE}
+)
+_AUX_OFFSET_V13 = MappingProxyType({**_AUX_OFFSET_OLD, "deepseek": AUX_FIRST_IS_1})
+_AUX_OFFSET_NEW = MappingProxyType({**_AUX_OFFSET_V13, "gpt-oss": AUX_UNLESS_MAX_IS_N})  # 0.5.19+
+
+_GRAPH_FLAGS_V16 = MappingProxyType(
+    {"cuda-graph-max-bs": "cuda-graph-max-bs-decode", "cuda-graph-bs": "cuda-graph-bs-decode"}
+)
+_GRAPH_OFF_V16 = MappingProxyType(
+    {
+        "disable-cuda-graph": (
+            ("cuda-graph-backend-decode", "disabled"),
+            ("cuda-graph-backend-prefill", "disabled"),
+        ),
+    }
+)
+
+RELEASES: tuple[Release, ...] = (
+    Release(
+        "0.5.10.post1",
+        spec_worker="v1",
+        plugin_entry_point=False,
+        ready_endpoint=False,
+        torch="2.9.1",
+        workers=(V1_WORKER, V2_WORKER_0510),
+        aux_offset=_AUX_OFFSET_OLD,
+        graph_resets_aux_layers=True,
+        draft_fc_follows_ids=False,
+        eagle3_drafts=("LlamaForCausalLMEagle3",),
+        patches=("cuda-graph-aux-layers", "deepseek-aux-offset"),
+        metric_spec_verify_calls=None,
+        chat_spec_details_field=None,
+        # CPU harness: torch 2.13.0+cpu (this machine's wheel; the v1 worker runs on it)
+        # with the CUDA-linked torchvision 0.28.0, whose native ops cannot load there
+        # (cpu/torchvision_ops.py).
+        cpu_requirements="sglang-0.5.10.post1-cpu.txt",
+        cpu_torch="2.13.0",
+        torchvision="0.28.0",
+        notes="last release with the v1 EAGLEWorker, first with Kimi-K2.5; CUDA-graph "
+        "setup resets the draft's capture layers (see patches/)",
+    ),
+    Release(
+        "0.5.13.post1",
+        spec_worker="v2",
+        plugin_entry_point=True,
+        ready_endpoint=False,
+        torch="2.11.0",
+        aux_offset=_AUX_OFFSET_V13,
+        chat_spec_details_field=None,
+        notes="v1 worker deleted; plugin entry point appears; aux-layer fixes #22836, #25454",
+    ),
+    Release(
+        "0.5.16",
+        spec_worker="v2",
+        plugin_entry_point=True,
+        ready_endpoint=False,
+        torch="2.11.0",
+        renames=_GRAPH_FLAGS_V16,
+        expansions=_GRAPH_OFF_V16,
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        aux_offset=_AUX_OFFSET_V13,
+        chat_spec_details_field=None,
+        notes="--cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode",
+    ),
+    Release(
+        "0.5.19",
+        spec_worker="v2",
+        plugin_entry_point=True,
+        ready_endpoint=False,
+        torch="2.13.0",
+        renames=_GRAPH_FLAGS_V16,
+        expansions=_GRAPH_OFF_V16,
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        env_overrides=_ENV_OVERRIDES_0519,
+    ),
+    Release(
+        "0.5.21",
+        spec_worker="v2",
+        plugin_entry_point=True,
+        ready_endpoint=True,
+        torch="2.13.0",
+        renames=_GRAPH_FLAGS_V16,
+        expansions=_GRAPH_OFF_V16,
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        env_overrides=_ENV_OVERRIDES_0519,
+        notes="--cuda-graph-max-bs is gone (argparse: ambiguous option)",
+    ),
+    Release(
+        "0.5.23",
+        spec_worker="v2",
+        plugin_entry_point=True,
+        ready_endpoint=True,
+        torch="2.14.1",
+        renames=_GRAPH_FLAGS_V16,
+        expansions=_GRAPH_OFF_V16,
+        tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        cpu_requirements="sglang-0.5.23-cpu.txt",
+        torchvision="0.29.1",
+        env_overrides=_ENV_OVERRIDES_0519
+        + (
+            EnvOverride(
+                "NCCL_GRAPH_REGISTER",
+                "defaults to 0 when TP>1 and CUDA graphs are on",
+                setdefault=True,
+            ),
+        ),
+    ),
+)
+
+BY_VERSION: Mapping[str, Release] = MappingProxyType({r.version: r for r in RELEASES})
+# The release the CPU harness installs by default: the newest one it can run.
+PRIMARY = RELEASES[-1]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Sortable key: 0.5.10.post1 -> (0, 5, 10, 1); pre-releases sort before."""
+    nums = [int(n) for n in re.findall(r"\d+", version)]
+    return tuple(nums + [0] * (4 - len(nums)))
+
+
+def installed_version() -> str | None:
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
+    """The table row for `version` (None: the installed release, else PRIMARY).
+
+    Returns (release, how) where `how` says where the version came from.
+    An unknown release is refused unless `force`, which then uses the rules of
+    the nearest older supported release.
+    """
+    how = "given"
+    if version is None:
+        version = installed_version()
+        how = "installed"
+        if version is None:
+            return PRIMARY, "not installed; assuming the primary release"
+    if version in BY_VERSION:
+        return BY_VERSION[version], how
+    supported = ", ".join(BY_VERSION)
+    if not force:
+        raise UserError(
+            f"SGLang {version} ({how}) is not a supported release (supported: {supported}).",
+            fix="use a supported release, or pass --force to apply the rules of the nearest "
+            "older supported release",
+        )
+    older = [r for r in RELEASES if version_key(r.version) <= version_key(version)]
+    row = older[-1] if older else RELEASES[0]
+    return row, f"{how}; unsupported, --force: using the rules of {row.version}"

@@ -1,0 +1,44 @@
+"""What the project installs inside SGLang's processes, in one place.
+
+`in_server_process` runs in the HTTP server process before SGLang starts;
+`in_scheduler_process` runs first thing in every scheduler process.
+Each step is gated by its own environment switch and is idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sgl_eagle_ext.common.contract import CPU_ENV, FAULT_ENV
+
+PROFILE_ENV = "EAGLE3_PROFILE"  # per-phase profiling of the EAGLE worker (profiling/)
+
+
+def cpu_harness_enabled() -> bool:
+    return os.environ.get(CPU_ENV) == "1"
+
+
+def in_server_process() -> None:
+    if cpu_harness_enabled():
+        from sgl_eagle_ext.cpu import harness
+
+        harness.install_server()
+
+
+def in_scheduler_process(tp_rank="?") -> None:
+    from sgl_eagle_ext.in_sglang import nccl_report
+
+    nccl_report.report_rank(tp_rank)  # the NCCL settings this rank really has
+    if os.environ.get(FAULT_ENV) == "hang-scheduler":
+        import time
+
+        while True:
+            time.sleep(3600)
+    if cpu_harness_enabled():
+        from sgl_eagle_ext.cpu import harness
+
+        harness.install_scheduler()
+    if os.environ.get(PROFILE_ENV) == "1":
+        from sgl_eagle_ext.profiling import recorder
+
+        recorder.install_from_env()

@@ -1,0 +1,20 @@
+"""In each scheduler (TP rank) process, before NCCL initialises: one line with
+the NCCL-related variables this rank really has. The launcher turns these lines
+into its rank x variable table (launcher/nccl.py)."""
+
+from __future__ import annotations
+
+import os
+
+from sgl_eagle_ext.common.contract import NCCL_EXTRA, NCCL_PREFIXES, NCCL_TAG
+
+
+def rank_line(rank, env=os.environ) -> str:
+    names = sorted(k for k in env if k.startswith(NCCL_PREFIXES) or k in NCCL_EXTRA)
+    return " ".join(
+        [NCCL_TAG, f"rank={rank}", f"pid={os.getpid()}", *(f"{k}={env[k]}" for k in names)]
+    )
+
+
+def report_rank(rank) -> None:
+    print(rank_line(rank), flush=True)  # before SGLang configures logging: plain stdout

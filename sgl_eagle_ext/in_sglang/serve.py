@@ -1,0 +1,49 @@
+"""The server process: SGLang's own HTTP server, started with our scheduler entry.
+
+The launcher runs `python -m sgl_eagle_ext.in_sglang.serve <sglang args>` instead of
+`python -m sglang.launch_server`, so that `scheduler_entry.run_scheduler_process`
+(module level, hence picklable under spawn) runs first in every scheduler process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from sgl_eagle_ext.common.contract import API_KEY_ENV
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    api_key = os.environ.pop(API_KEY_ENV, None)
+    if api_key:
+        argv += ["--api-key", api_key]
+
+    from sgl_eagle_ext.in_sglang import injection
+
+    injection.in_server_process()
+
+    from sglang.srt.entrypoints import http_server
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils import kill_process_tree
+
+    from sgl_eagle_ext.in_sglang.scheduler_entry import run_scheduler_process
+
+    try:  # 0.5.13+: plugins are loaded by launch_server.py's __main__ block
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()
+    except ImportError:
+        pass
+
+    server_args = prepare_server_args(argv)
+    if hasattr(server_args, "resolve_once"):  # 0.5.19+: launch_server.run_server does this
+        server_args.resolve_once()
+    try:
+        http_server.launch_server(server_args, run_scheduler_process_func=run_scheduler_process)
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,440 @@
+"""python -m sgl_eagle_ext.launch: start SGLang from a preset, safely.
+
+    python -m sgl_eagle_ext.launch --preset eagle3-2step --model-path M --draft-model-path D
+    python -m sgl_eagle_ext.launch --preset eagle3-2step ... --dry-run
+    python -m sgl_eagle_ext.launch --demo             # CPU, tiny model pair, a few prompts
+    python -m sgl_eagle_ext.launch --preset baseline ... -- --port 30001   # extra SGLang args
+
+Exit codes: 0 ok; 1 the server failed; 2 bad input; 3 watchdog (startup stalled
+or too slow); 128+N stopped by signal N (130 for Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from sgl_eagle_ext.common import http, releases
+from sgl_eagle_ext.common.cli_args import last_value, pop_flag, split_extra
+from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
+from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.launcher import nccl, presets, readiness
+from sgl_eagle_ext.launcher.server_process import ServerProcess, Stopped, supervised
+
+PROG = "sgl_eagle_ext.launch"
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+SPEC_CHECK_PROMPT = "The quick brown fox"
+LOW_ACCEPT = 1.2  # below this the draft is barely contributing
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description="Start an SGLang server from a preset, with preflight, readiness and watchdog. "
+        "Arguments after `--` go to SGLang untouched and override the preset.",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", help="shipped preset name (see --list-presets)")
+    src.add_argument("--preset-file", help="your own preset TOML file (may `extends` another)")
+    p.add_argument("--list-presets", action="store_true", help="list shipped presets and exit")
+    p.add_argument("--model-path", help="target model directory (or Hugging Face id)")
+    p.add_argument("--draft-model-path", help="EAGLE-3 draft model directory (speculative presets)")
+    p.add_argument(
+        "--sglang-version", help="translate flags for this release (default: the installed one)"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="accept an unsupported SGLang release or flags SM120 rejects",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the environment block and the exact command, start nothing",
+    )
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="apply the CPU harness overlay (launch/overlays/cpu.toml)",
+    )
+    p.add_argument(
+        "--overlay",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="merge launch/overlays/NAME.toml (or a .toml file) over the preset; "
+        "repeatable; e.g. 2node: multi-node TP over 2 hosts (then add "
+        "`-- --node-rank R --dist-init-addr HOST:PORT`)",
+    )
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="CPU demo: build the tiny model pair, start the preset (default "
+        "eagle3-2step) on CPU, answer a few prompts, stop",
+    )
+    p.add_argument(
+        "--demo-draft",
+        default="mostly",
+        choices=("mostly", "partial", "never"),
+        help="which tiny draft the demo uses (default: mostly)",
+    )
+    p.add_argument(
+        "--models-dir",
+        default=os.environ.get("EAGLE_EXT_MODELS_DIR"),
+        help="where the tiny model pair is built (default ~/.cache/sgl-eagle-ext/tiny-models)",
+    )
+    p.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the preflight checks (python -m sgl_eagle_ext.preflight)",
+    )
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="preflight: launch on a draft overlay whose config.json fixes the "
+        "context-length mismatch (the original directory is never modified)",
+    )
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="preflight: waive a finding (or a group, e.g. host) knowingly",
+    )
+    p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=900.0,
+        help="watchdog: stop the server if its log shows no progress for this many "
+        "seconds before it is ready (default 900; 0 disables)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=0.0,
+        help="watchdog: stop the server if not ready after this many seconds (default 0: no limit)",
+    )
+    p.add_argument(
+        "--nccl-debug",
+        action="store_true",
+        help="NCCL's own INIT/ENV logging to per-process files next to the server "
+        "log, summarised after startup",
+    )
+    p.add_argument(
+        "--no-spec-check",
+        action="store_true",
+        help="skip the accept-length check generation after readiness",
+    )
+    p.add_argument(
+        "--quiet", action="store_true", help="do not echo the server log to the terminal"
+    )
+    return p
+
+
+def check_model_dir(flag: str, path: str) -> None:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise UserError(
+                f"{flag} {path}: the directory has no config.json.",
+                fix="point it at the model directory itself (config.json, weights)",
+            )
+        return
+    if p.exists():
+        raise UserError(
+            f"{flag} {path}: not a directory.", fix="give the model directory, not a file inside it"
+        )
+    if HUB_ID.match(path) and not path.startswith((".", "/", "~")):
+        return  # a Hugging Face id: SGLang downloads it
+    raise UserError(
+        f"{flag} {path}: no such directory.",
+        fix="check the path (the directory holding config.json and the weights)",
+    )
+
+
+def apply_overlay(preset: presets.Preset, name: str) -> presets.Preset:
+    """`preset` with launch/overlays/NAME.toml (or the .toml file NAME) merged on top."""
+    folder = presets.PRESET_DIR / "overlays"
+    path = Path(name) if name.endswith(".toml") else Path(str(folder / f"{name}.toml"))
+    if not path.is_file():
+        shipped = sorted(
+            p.name[:-5]
+            for p in folder.iterdir()
+            if p.name.endswith(".toml") and p.name != "cpu.toml"
+        )
+        raise UserError(
+            f"--overlay {name}: no such overlay.",
+            fix=f"use one of: {', '.join(shipped)} (launch/overlays/), or a .toml path",
+        )
+    return preset.merged_with(presets.load(path=path))
+
+
+def build_plan(args, extra: list[str]):
+    """Preset + release + paths -> (preset, release, how, server_args, env)."""
+    if not (args.preset or args.preset_file):
+        if not args.demo:
+            raise UserError(
+                "no preset given.",
+                fix="pass --preset NAME (see --list-presets) or --preset-file PATH",
+            )
+        args.preset = "eagle3-2step"
+    preset = presets.load(name=args.preset, path=args.preset_file)
+    for name in args.overlay:
+        preset = apply_overlay(preset, name)
+    if args.cpu or args.demo:
+        preset = apply_overlay(preset, "cpu")
+    release, how = releases.resolve(args.sglang_version, force=args.force)
+
+    if args.demo:
+        from sgl_eagle_ext.cpu import tiny_models
+
+        built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
+        args.model_path = args.model_path or str(built["target"])
+        args.draft_model_path = args.draft_model_path or str(built[f"draft-{args.demo_draft}"])
+
+    paths = {}
+    if args.model_path:
+        paths["model-path"] = args.model_path
+    if args.draft_model_path and preset.speculative:
+        paths["speculative-draft-model-path"] = args.draft_model_path
+    preset.server = {**paths, **preset.server}
+    extra_flags = {presets.canonical_flag(t, release) for t in extra}
+    if "model-path" not in preset.server and "model-path" not in extra_flags:
+        raise UserError("no target model given.", fix="pass --model-path DIR")
+    if (
+        preset.speculative
+        and "speculative-draft-model-path" not in preset.server
+        and "speculative-draft-model-path" not in extra_flags
+    ):
+        raise UserError(
+            f"preset '{preset.name}' speculates but no draft model is given.",
+            fix="pass --draft-model-path DIR (an EAGLE-3 draft for this target)",
+        )
+    if args.draft_model_path and not preset.speculative:
+        print(
+            f"{PROG}: note: preset '{preset.name}' does not speculate; "
+            f"--draft-model-path is ignored",
+            file=sys.stderr,
+        )
+
+    for tok in extra:
+        name = tok[2:].split("=", 1)[0] if tok.startswith("--") else None
+        if name in release.renames:
+            print(
+                f"{PROG}: warning: SGLang {release.version} spells --{name} as "
+                f"--{release.renames[name]}; passing your argument untouched",
+                file=sys.stderr,
+            )
+
+    server_args = presets.render_server_args(preset, release, extra)
+    if preset.hardware == "sm120":
+        bad = presets.sm120_violations(server_args)
+        if bad and not args.force:
+            raise UserError(
+                f"{', '.join(bad)}: rejected by SM120 GPUs (RTX PRO 6000), which "
+                f"preset '{preset.name}' is written for.",
+                fix="drop the flag (use attention backend triton or flashinfer), "
+                "or pass --force if your GPUs are not SM120",
+            )
+    return preset, release, how, server_args, dict(preset.env)
+
+
+def print_dry_run(preset, release, how, cmd: list[str], env: dict[str, str]) -> None:
+    print(f"# preset: {preset.name} ({' -> '.join(preset.chain)})")
+    print(f"# sglang: {release.version} ({how}); EAGLE worker {release.spec_worker}")
+    for k, v in env.items():
+        shown = "***" if SECRET_ENV.search(k) else v
+        print(f"{k}={shlex.quote(shown)}")
+    print(shlex.join(cmd))
+
+
+def run_preflight(args, preset, release, server_args: list[str], env: dict) -> list[str]:
+    """Preflight before anything starts; returns the (possibly retargeted) arguments."""
+    from sgl_eagle_ext.launcher import preflight
+
+    report = preflight.run(
+        last_value(server_args, "--model-path"),
+        last_value(server_args, "--speculative-draft-model-path"),
+        release,
+        server_args,
+        fix=args.fix,
+        skip=[*args.skip, "host.port"],
+        env={**os.environ, **env},
+        hardware=preset.hardware or None,
+    )
+    print(report.render(notes=False), file=sys.stderr, flush=True)
+    if not report.ok:
+        raise UserError(
+            "preflight found errors (listed above); nothing was started.",
+            fix="apply a fix shown above, or pass --skip ID to waive a finding",
+        )
+    return report.retarget(server_args)
+
+
+def spec_check(base_url: str, api_key: str | None) -> None:
+    """One greedy generation; report SGLang's accept length for it. Advisory: a
+    failed check warns and never stops a server that is ready."""
+    try:
+        out = http.generate(base_url, [SPEC_CHECK_PROMPT], 32, api_key=api_key)[0]
+    except http.HTTPFailed as e:
+        print(f"{PROG}: warning: spec check skipped: {e}", file=sys.stderr, flush=True)
+        return
+    acc = http.accept_length(out.get("meta_info", {}))
+    if acc is None:
+        print(f"{PROG}: spec check: SGLang reported no accept length", flush=True)
+    elif acc < LOW_ACCEPT:
+        print(
+            f"{PROG}: warning: spec check: accept length {acc:.2f}: the draft is barely "
+            f"accepted (wrong aux hidden-state layers, a draft for another target, or the "
+            f"0.5.10 CUDA-graph capture-layer bug; run the preflight)",
+            flush=True,
+        )
+    else:
+        print(f"{PROG}: spec check: accept length {acc:.2f}", flush=True)
+
+
+class NcclReports:
+    """Collects each rank's EAGLE_EXT_NCCL line from the server output."""
+
+    def __init__(self):
+        self.ranks: dict[str, dict[str, str]] = {}
+
+    def __call__(self, line: str) -> None:
+        parsed = nccl.parse_line(line)
+        if parsed:
+            self.ranks[parsed[0]] = parsed[1]
+
+    def print(self, expected: dict[str, str]) -> None:
+        if not self.ranks:
+            print(f"{PROG}: warning: no rank reported its NCCL settings", file=sys.stderr)
+            return
+        text, warnings = nccl.table(self.ranks, expected)
+        print(f"{PROG}: NCCL settings seen by each rank:\n{text}", flush=True)
+        for w in warnings:
+            print(f"{PROG}: warning: NCCL: {w}", file=sys.stderr, flush=True)
+        if not warnings:
+            print(f"{PROG}: NCCL: all {len(self.ranks)} rank(s) match the preset", flush=True)
+
+
+def print_nccl_debug(folder: Path) -> None:
+    summary = nccl.debug_summary(folder)
+    if not summary:
+        print(
+            f"{PROG}: --nccl-debug: NCCL wrote no log in {folder} (no NCCL communicator: "
+            f"TP 1 or CPU)",
+            flush=True,
+        )
+    for name, taken in summary.items():
+        shown = " ".join(f"{k}={v}" for k, v in sorted(taken.items())) or "(none)"
+        print(f"{PROG}: {name}: NCCL took from the environment: {shown}", flush=True)
+
+
+@cli(PROG)
+def main(argv: list[str] | None = None) -> int:
+    ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
+    args = parser().parse_args(ours)
+    if args.list_presets:
+        for name, file in sorted(presets.shipped().items()):
+            print(f"{name:14} {presets.load(name=name).description}  ({file})")
+        return 0
+
+    preset, release, how, server_args, env = build_plan(args, extra)
+    server_args, api_key = pop_flag(server_args, "--api-key")  # travels in the environment
+    if api_key:
+        env[API_KEY_ENV] = api_key
+    cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
+    for w in nccl.override_warnings(release, server_args, env):
+        print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
+    if args.dry_run:
+        print_dry_run(preset, release, how, cmd, env)
+        return 0
+
+    for flag in ("--model-path", "--speculative-draft-model-path"):
+        value = last_value(server_args, flag)
+        if value:
+            check_model_dir(flag, value)
+    host = last_value(server_args, "--host") or "127.0.0.1"
+    port = int(last_value(server_args, "--port") or 30000)
+    http.check_port_free(host, port)
+    if not args.no_preflight:
+        server_args = run_preflight(args, preset, release, server_args, env)
+        cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
+
+    log_path = Path(args.log_file or f"logs/{preset.name}-{datetime.now():%Y%m%d-%H%M%S}.log")
+    expected_nccl = nccl.expected(env)
+    debug_dir = log_path.with_suffix(".nccl")
+    if args.nccl_debug:
+        debug_dir.mkdir(parents=True, exist_ok=True)
+        env.update(nccl.debug_env(debug_dir.resolve()))
+    reports = NcclReports()
+    server = ServerProcess(
+        cmd,
+        {**os.environ, **env},
+        log_path,
+        redact=[api_key or ""],
+        echo=not args.quiet,
+        listeners=[reports],
+    )
+    base_url = f"http://{http.probe_host(host)}:{port}"
+    print(
+        f"{PROG}: preset {preset.name}, SGLang {release.version} ({how}); log {log_path}",
+        flush=True,
+    )
+    with supervised(server, PROG):  # leaving this block stops the whole tree
+        try:
+            server.start()
+            took = readiness.wait_ready(
+                server,
+                base_url,
+                port,
+                api_key=api_key,
+                stall_timeout=args.stall_timeout,
+                startup_timeout=args.startup_timeout,
+            )
+            reports.print(expected_nccl)
+            if args.nccl_debug:
+                print_nccl_debug(debug_dir)
+            print(
+                f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
+                f"SGLang {release.version}, pid {server.pid}, log {log_path})",
+                flush=True,
+            )
+            if args.demo:
+                from sgl_eagle_ext.launcher import demo
+
+                demo.run(base_url, api_key)
+                return 0
+            from sgl_eagle_ext.launcher.preflight.scaleout import is_worker_node
+
+            if is_worker_node(server_args):  # multi-node: its port answers health checks only
+                print(
+                    f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
+                    f"parallel ranks only; send requests to node 0",
+                    flush=True,
+                )
+            elif preset.speculative and not args.no_spec_check:
+                spec_check(base_url, api_key)
+            while server.alive():
+                time.sleep(0.5)
+            print(f"{PROG}: the server exited with code {server.returncode()}", file=sys.stderr)
+            return readiness.EXIT_SERVER_FAILED
+        except readiness.StartupFailed as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            server.print_tail(PROG, "server")
+            print(f"{PROG}: stopping the server process tree", file=sys.stderr, flush=True)
+            return e.code
+        except Stopped as e:
+            print(f"\n{PROG}: {e}: stopping the server process tree", file=sys.stderr, flush=True)
+            return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""python -m sgl_eagle_ext.preflight --model-path T --draft-model-path D [options] [-- SGLang args]
+
+Reads config files (and safetensors headers) only. Exit codes: 0 no error-level
+finding (warnings allowed); 1 at least one error (not waived by --skip); 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.cli_args import split_extra
+from sgl_eagle_ext.common.errors import cli
+from sgl_eagle_ext.launcher.preflight import run
+
+PROG = "sgl_eagle_ext.preflight"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description="Check a target/EAGLE-3 draft pair and this host before launching SGLang. "
+        "Arguments after `--` are the SGLang arguments of the launch.",
+    )
+    p.add_argument("--model-path", required=True, help="target model directory")
+    p.add_argument("--draft-model-path", help="EAGLE-3 draft model directory")
+    p.add_argument("--sglang-version", help="check for this release (default: the installed one)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="accept an unsupported --sglang-version (rules of the nearest older one)",
+    )
+    p.add_argument("--context-length", help="the --context-length the launch will pass")
+    p.add_argument("--tp-size", type=int, help="the tensor-parallel size of the launch")
+    p.add_argument("--port", type=int, help="the server port (default 30000)")
+    p.add_argument("--hardware", help="the GPUs the preset is written for (sm120)")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="write a draft overlay with a corrected config.json where that fixes an "
+        "error (the original directory is never modified)",
+    )
+    p.add_argument(
+        "--overlay-dir",
+        help="where --fix writes overlays (default ~/.cache/sgl-eagle-ext/overlays)",
+    )
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="waive a finding id (or an id prefix such as `host`); repeatable",
+    )
+    p.add_argument("--no-host", action="store_true", help="skip the host checks")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="hide info-level notes")
+    return p
+
+
+@cli(PROG)
+def main(argv: list[str] | None = None) -> int:
+    ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
+    args = parser().parse_args(ours)
+    release, _how = releases.resolve(args.sglang_version, force=args.force)
+    server_args = list(extra)
+    for flag, value in (
+        ("--context-length", args.context_length),
+        ("--tp-size", args.tp_size),
+        ("--port", args.port),
+    ):
+        if value is not None:
+            server_args += [flag, str(value)]
+    report = run(
+        args.model_path,
+        args.draft_model_path,
+        release,
+        server_args,
+        fix=args.fix,
+        skip=args.skip,
+        hardware=args.hardware,
+        host_checks=not args.no_host,
+        overlay_root=args.overlay_dir,
+    )
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        print(report.render(notes=not args.quiet))
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

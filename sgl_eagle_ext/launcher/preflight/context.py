@@ -1,0 +1,260 @@
+"""Context length: the draft must allow the target's context (a hard ValueError in every
+TP worker otherwise), and rope differences between the two (an acceptance risk).
+
+SGLang gives the draft the target's effective context length (--context-length, else
+the target's derived one) and refuses to start when it exceeds the draft's derived
+length, unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set (then it raises the
+draft's max_position_embeddings at runtime, as --fix does in an overlay).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sgl_eagle_ext.launcher.preflight import context_rule, overlay
+from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding
+from sgl_eagle_ext.launcher.preflight.model_dirs import ModelDir
+
+ALLOW_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+_SUFFIX = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def parse_length(text: str) -> int | None:
+    """An int, or SGLang's human-readable form (0.5.16+): 128k, 1M, 128Ki."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)(Ki|Mi|Gi|k|M|G)?\s*", text or "")
+    if not m or ("." in m.group(1) and not m.group(2)):
+        return None
+    return int(float(m.group(1)) * _SUFFIX.get(m.group(2) or "", 1))
+
+
+def env_true(env, name: str) -> bool:
+    return str(env.get(name, "")).lower() in ("true", "1", "yes", "y")
+
+
+def _validate(md: ModelDir) -> Finding | None:
+    """The fields the rule reads must be numbers, or SGLang itself would crash."""
+    for key in context_rule.KEYS:
+        _, bad = md.number(key)
+        if bad:
+            return bad
+    rope = context_rule.rope_view(md.text)
+    if (
+        rope
+        and "factor" in rope
+        and (isinstance(rope["factor"], bool) or not isinstance(rope["factor"], (int, float)))
+    ):
+        where = (
+            "rope_parameters"
+            if isinstance(md.text.get("rope_parameters"), dict)
+            else "rope_scaling"
+        )
+        return md.finding(
+            "config.bad-field",
+            ERROR,
+            f"rope factor is {rope['factor']!r}, not a number.",
+            "set the factor to a number",
+            f"{where}.factor",
+        )
+    return None
+
+
+def check(
+    target: ModelDir,
+    draft: ModelDir | None,
+    pkg: Path | None,
+    user_len: str | None,
+    env,
+    fix: bool,
+    overlay_root: Path | None,
+) -> tuple[list[Finding], Path | None]:
+    found: list[Finding] = []
+    dirs = [md for md in (target, draft) if md is not None and md.config is not None]
+    bad = [b for b in map(_validate, dirs) if b]
+    if bad or target.config is None:
+        return bad, None
+    t_len, how = context_rule.context_length(target.text, pkg)
+    t_why = context_rule.derive(target.text)
+    found.append(
+        target.finding("context.rule", INFO, f"context-length rule: {how}.", target_limit=t_len)
+    )
+    allow = env_true(env, ALLOW_ENV)
+
+    effective = t_len
+    if user_len is not None:
+        wanted = parse_length(user_len)
+        if wanted is None:
+            return found + [
+                Finding(
+                    "context.bad-value",
+                    ERROR,
+                    f"--context-length {user_len!r} is not a length.",
+                    "pass an integer number of tokens, e.g. 131072",
+                )
+            ], None
+        if wanted > t_len and not allow:
+            found.append(
+                target.finding(
+                    "context.over-target",
+                    ERROR,
+                    f"--context-length {wanted} exceeds the target's limit {t_len} "
+                    f"({t_why.explain()}): SGLang refuses to start.",
+                    f"pass --context-length {t_len} or less",
+                    t_why.key or "max_position_embeddings",
+                )
+            )
+        effective = wanted
+
+    if draft is None or draft.config is None:
+        return found, None
+    d_len, _ = context_rule.context_length(draft.text, pkg)
+    d_why = context_rule.derive(draft.text)
+    d_key = context_rule.field_for(draft.text)
+    if effective <= d_len:
+        found.append(
+            draft.finding(
+                "context.ok",
+                INFO,
+                f"the draft allows {d_len} tokens ({d_why.explain()}); the "
+                f"target runs at {effective}.",
+                key=d_key,
+                draft_limit=d_len,
+                target_context=effective,
+            )
+        )
+        return found, None
+
+    source = (
+        "--context-length"
+        if user_len is not None
+        else f"the target's own limit, {target.config_file}: {target.text_prefix}{t_why.explain()}"
+    )
+    msg = (
+        f"the draft's context limit is {d_len} ({d_why.explain()}), below the {effective} "
+        f"tokens the target runs at ({source}); SGLang refuses to start (ValueError in every "
+        f"TP worker)."
+    )
+    fixes = (
+        f"(1) pass --context-length {d_len} (or less) to serve at most {d_len} tokens; "
+        f"or (2) rerun with --fix: it writes an overlay of the draft directory whose "
+        f"config.json sets {d_key} to allow {effective} tokens, and launches with it "
+        f"(the original directory is not modified; the draft was trained up to {d_len} "
+        f"positions, so acceptance may drop on longer prompts)"
+    )
+    data = {"draft_limit": d_len, "target_context": effective}
+    if allow:
+        allowed = msg.replace(
+            "SGLang refuses to start (ValueError in every TP worker)",
+            f"{ALLOW_ENV} is set, so SGLang raises the draft's "
+            f"max_position_embeddings to {effective} at runtime",
+        )
+        found.append(draft.finding("context.draft-shorter", WARNING, allowed, None, d_key, **data))
+        return found, None
+    if not fix:
+        found.append(draft.finding("context.draft-shorter", ERROR, msg, fixes, d_key, **data))
+        return found, None
+
+    corrected = dict(draft.config)
+    new_text = context_rule.raised(draft.text, effective)
+    if draft.text_prefix:  # a nested text config: replace that sub-dict
+        parent = corrected
+        parts = draft.text_prefix.rstrip(".").split(".")
+        for p in parts[:-1]:
+            parent[p] = dict(parent[p])
+            parent = parent[p]
+        parent[parts[-1]] = new_text
+    else:
+        corrected = new_text
+    try:
+        path = overlay.write(
+            draft.path,
+            corrected,
+            {draft.text_prefix + d_key: [draft.text.get(d_key), new_text[d_key]]},
+            overlay_root,
+        )
+    except OSError as e:
+        found.append(
+            draft.finding(
+                "context.draft-shorter",
+                ERROR,
+                msg + f" --fix could not write the overlay: {e}.",
+                fixes,
+                d_key,
+                **data,
+            )
+        )
+        return found, None
+    check_len, _ = context_rule.context_length(new_text, pkg)
+    if check_len < effective:  # only if SGLang's own rule disagrees with ours
+        found.append(
+            draft.finding(
+                "context.draft-shorter",
+                ERROR,
+                msg + f" --fix wrote {path} but it still derives {check_len}.",
+                fixes,
+                d_key,
+                **data,
+            )
+        )
+        return found, None
+    found.append(
+        draft.finding(
+            "context.draft-shorter",
+            INFO,
+            f"fixed by --fix: overlay {path} sets {draft.text_prefix}{d_key} "
+            f"{draft.text.get(d_key)} -> {new_text[d_key]} (draft limit {d_len} -> {check_len}); "
+            f"the original directory is unchanged. The draft was trained up to {d_len} positions: "
+            f"acceptance may drop beyond them.",
+            None,
+            d_key,
+            overlay=str(path),
+            **data,
+        )
+    )
+    return found, path
+
+
+def _rope(md: ModelDir) -> tuple[float | None, tuple]:
+    rope = context_rule.rope_view(md.text) or {}
+    theta = md.text.get("rope_theta", rope.get("rope_theta"))
+    kind = rope.get("rope_type", "default")
+    scaling = (
+        ()
+        if kind == "default"
+        else (kind, rope.get("factor"), rope.get("original_max_position_embeddings"))
+    )
+    return theta, scaling
+
+
+def check_rope(target: ModelDir, draft: ModelDir | None) -> list[Finding]:
+    """Different rope settings do not crash anything but make drafts guess worse, unless
+    the draft was trained that way on purpose."""
+    if draft is None or target.config is None or draft.config is None:
+        return []
+    (t_theta, t_scale), (d_theta, d_scale) = _rope(target), _rope(draft)
+    found = []
+    if t_theta is not None and d_theta is not None and t_theta != d_theta:
+        found.append(
+            draft.finding(
+                "rope.theta-differs",
+                WARNING,
+                f"rope_theta {d_theta} differs from the target's {t_theta} "
+                f"({target.config_file}): an acceptance risk, not a crash risk.",
+                "fine if the draft was trained with this theta; otherwise use a draft trained for "
+                "this target (--skip rope.theta-differs to silence)",
+                "rope_theta",
+            )
+        )
+    if t_scale != d_scale:
+        show = lambda s: "none" if not s else f"{s[0]} factor {s[1]} (original {s[2]})"  # noqa: E731
+        found.append(
+            draft.finding(
+                "rope.scaling-differs",
+                WARNING,
+                f"rope scaling {show(d_scale)} differs from the target's {show(t_scale)}: "
+                f"positions far into long prompts are encoded differently (acceptance risk).",
+                "fine if the draft was trained this way (--skip rope.scaling-differs)",
+                "rope_scaling",
+            )
+        )
+    return found

@@ -1,0 +1,44 @@
+"""Architectures a release's model registry knows, read from its source (no import).
+
+SGLang's registry imports every module of sglang.srt.models and registers the
+classes listed in its module-level `EntryClass`; the architecture name is the
+class name. We collect those names with `ast`.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+
+def _entry_names(file: Path) -> set[str]:
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8-sig"), str(file))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in targets) and node.value:
+            names.update(n.id for n in ast.walk(node.value) if isinstance(n, ast.Name))
+    return names
+
+
+@functools.cache
+def architectures(pkg: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """(every registered architecture, the EAGLE-3 draft ones) of the `sglang` package at pkg."""
+    models = Path(pkg) / "srt" / "models"
+    every: set[str] = set()
+    drafts: set[str] = set()
+    for file in sorted(models.glob("*.py")):
+        names = _entry_names(file)
+        every |= names
+        if "eagle3" in file.stem:
+            drafts |= names
+    return frozenset(every), frozenset(drafts)

@@ -1,0 +1,55 @@
+"""Tensor names and shapes of a checkpoint from its safetensors headers (never the data).
+
+A safetensors file starts with an 8-byte little-endian header length and a JSON
+header {name: {"dtype", "shape", "data_offsets"}, "__metadata__": {...}}.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+MAX_HEADER = 100 * 2**20  # a real header is a few MB at most
+
+
+def shapes(model_dir: Path) -> tuple[dict[str, list[int]], str | None]:
+    """({tensor name: shape} over all shards, None) or ({}, why they could not be read)."""
+    model_dir = Path(model_dir)
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        other = [p.name for p in model_dir.glob("*.bin")] + [p.name for p in model_dir.glob("*.pt")]
+        return {}, (
+            "weights are not in safetensors format (" + ", ".join(other[:3]) + ")"
+            if other
+            else "no *.safetensors file"
+        )
+    out: dict[str, list[int]] = {}
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                (size,) = struct.unpack("<Q", fh.read(8))
+                if not 2 <= size <= MAX_HEADER:
+                    return {}, f"{f.name}: header length {size} is not plausible"
+                header = json.loads(fh.read(size))
+        except (OSError, struct.error, ValueError) as e:
+            return {}, f"{f.name}: unreadable safetensors header ({e})"
+        if not isinstance(header, dict):
+            return {}, f"{f.name}: the safetensors header is not a JSON object"
+        for name, info in header.items():
+            shape = info.get("shape") if isinstance(info, dict) else None
+            if (
+                name != "__metadata__"
+                and isinstance(shape, list)
+                and all(type(d) is int for d in shape)
+            ):
+                out[name] = shape
+    return out, None
+
+
+def find(tensors: dict[str, list[int]], suffix: str) -> tuple[str, list[int]] | None:
+    """The tensor named `suffix` or ending in '.' + suffix (checkpoints may prefix 'model.')."""
+    for name, shape in tensors.items():
+        if name == suffix or name.endswith("." + suffix):
+            return name, shape
+    return None

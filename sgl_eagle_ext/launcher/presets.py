@@ -1,0 +1,245 @@
+"""Preset files: load, validate, resolve `extends`, render for a release.
+
+A preset is a TOML file (the shipped ones live in `launch/`):
+
+    description = "..."
+    extends = "baseline"          # a shipped preset name, or a path to a .toml file
+    hardware = "sm120"            # optional; enables the SM120 flag guard
+    [server]                      # SGLang flags without dashes, classic names
+    tp-size = 8                   # true -> bare flag; false -> not passed
+    [env]                         # environment of the server and every rank
+    NCCL_PROTO = "LL"
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.releases import Release
+
+# The top-level launch/ folder, shipped in the wheel (symlink launcher/preset_files).
+PRESET_DIR = resources.files("sgl_eagle_ext.launcher") / "preset_files"
+TOP_LEVEL_KEYS = {"description", "extends", "hardware", "server", "env"}
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+# Flags SGLang accepts under another name in every release (argparse aliases).
+FLAG_ALIASES = {
+    "tp": "tp-size",
+    "tensor-parallel-size": "tp-size",
+    "speculative-draft-model": "speculative-draft-model-path",
+    "model": "model-path",
+}
+# Flags that SM120 GPUs reject (see the reference: FlashInfer allreduce fusion is
+# SM90/SM100 only; trtllm_mla passes SGLang's check but FlashInfer refuses SM120).
+SM120_REJECTED = {
+    "enable-flashinfer-allreduce-fusion": None,
+    "attention-backend": "trtllm_mla",
+    "speculative-draft-attention-backend": "trtllm_mla",
+}
+
+
+@dataclass
+class Preset:
+    name: str
+    source: str  # the file it was read from (the most derived one)
+    description: str = ""
+    hardware: str | None = None
+    server: dict[str, object] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    chain: list[str] = field(default_factory=list)  # files, base first
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.server.get("speculative-algorithm"))
+
+    def merged_with(self, overlay: Preset) -> Preset:
+        """This preset with `overlay`'s values on top (used for the CPU overlay)."""
+        return Preset(
+            name=f"{self.name}+{overlay.name}",
+            source=self.source,
+            description=self.description,
+            # an overlay that names no hardware keeps the preset's flag guard; "" drops it
+            hardware=self.hardware if overlay.hardware is None else (overlay.hardware or None),
+            server={**self.server, **overlay.server},
+            env={**self.env, **overlay.env},
+            chain=self.chain + overlay.chain,
+        )
+
+
+def shipped() -> dict[str, Path]:
+    """Shipped preset names -> files."""
+    return {
+        p.name[: -len(".toml")]: Path(str(p))
+        for p in PRESET_DIR.iterdir()
+        if p.name.endswith(".toml")
+    }
+
+
+def load(name: str | None = None, path: str | Path | None = None) -> Preset:
+    """Load a shipped preset by name, or a user file by path, with its `extends` chain."""
+    if path is not None:
+        return _load_file(Path(path), seen=())
+    files = shipped()
+    if name not in files:
+        raise UserError(
+            f"unknown preset '{name}' (shipped presets: {', '.join(sorted(files))}).",
+            fix="pick one of those, or pass your own file with --preset-file PATH",
+        )
+    return _load_file(files[name], seen=())
+
+
+def _read_toml(file: Path) -> dict:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(
+            f"preset file {file} does not exist.",
+            fix="check the path given to --preset-file or to 'extends'",
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"preset file {file} cannot be read: {e}.") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:  # its message names line and column
+        raise UserError(
+            f"preset file {file}: invalid TOML: {e}.", fix="correct the TOML syntax at that line"
+        ) from None
+
+
+def _load_file(file: Path, seen: tuple[Path, ...]) -> Preset:
+    file = file.resolve()
+    if file in seen:
+        cycle = " -> ".join(str(p) for p in (*seen, file))
+        raise UserError(
+            f"preset files extend each other in a cycle: {cycle}.",
+            fix="remove one of the 'extends' lines",
+        )
+    data = _read_toml(file)
+    _validate(file, data)
+
+    base = None
+    if "extends" in data:
+        base = _load_file(_extends_target(file, data["extends"]), seen=(*seen, file))
+    name = file.name[: -len(".toml")] if file.name.endswith(".toml") else file.name
+    server = {**(base.server if base else {}), **data.get("server", {})}
+    env = {**(base.env if base else {}), **{k: str(v) for k, v in data.get("env", {}).items()}}
+    return Preset(
+        name=name,
+        source=str(file),
+        description=data.get("description", base.description if base else ""),
+        hardware=data.get("hardware", base.hardware if base else None),
+        server=server,
+        env=env,
+        chain=(base.chain if base else []) + [str(file)],
+    )
+
+
+def _extends_target(file: Path, target: str) -> Path:
+    if target.endswith(".toml") or "/" in target:
+        return (file.parent / target).resolve()
+    files = shipped()
+    if target not in files:
+        raise UserError(
+            f"preset file {file}: field 'extends' names '{target}', which is neither a shipped "
+            f"preset ({', '.join(sorted(files))}) nor a .toml path.",
+            fix="use a shipped preset name or a path relative to this file",
+        )
+    return files[target]
+
+
+def _validate(file: Path, data: dict) -> None:
+    def bad(where: str, what: str, fix: str) -> UserError:
+        return UserError(f"preset file {file}: {where}: {what}.", fix=fix)
+
+    unknown = set(data) - TOP_LEVEL_KEYS
+    if unknown:
+        raise bad(
+            f"field '{sorted(unknown)[0]}'",
+            "unknown top-level field",
+            f"use only {', '.join(sorted(TOP_LEVEL_KEYS))}",
+        )
+    for key in ("description", "extends", "hardware"):
+        if key in data and not isinstance(data[key], str):
+            raise bad(f"field '{key}'", "must be a string", f'write {key} = "..."')
+    for table in ("server", "env"):
+        if table in data and not isinstance(data[table], dict):
+            raise bad(f"'{table}'", "must be a table", f"write [{table}] on its own line")
+    for key, value in data.get("server", {}).items():
+        if not FLAG_NAME.match(key):
+            raise bad(
+                f"[server] '{key}'",
+                "is not a flag name",
+                "write SGLang flags without leading dashes, e.g. tp-size = 8",
+            )
+        if not isinstance(value, (str, int, float, bool)):
+            raise bad(
+                f"[server] '{key}'",
+                f"has a {type(value).__name__} value",
+                "use a string, number or true/false",
+            )
+    for key, value in data.get("env", {}).items():
+        if not ENV_NAME.match(key):
+            raise bad(
+                f"[env] '{key}'",
+                "is not a valid environment variable name",
+                "use letters, digits and underscores",
+            )
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise bad(
+                f"[env] '{key}'",
+                "must be a string or a number",
+                f'write {key} = "1" (environment values are strings)',
+            )
+
+
+def canonical_flag(token: str, release: Release) -> str | None:
+    """'--cuda-graph-max-bs-decode=8' -> 'cuda-graph-max-bs' (classic name), else None."""
+    if not token.startswith("--"):
+        return None
+    name = token[2:].split("=", 1)[0]
+    name = FLAG_ALIASES.get(name, name)
+    for classic, new in release.renames.items():
+        if name == new:
+            return classic
+    return name
+
+
+def render_server_args(preset: Preset, release: Release, extra: list[str]) -> list[str]:
+    """SGLang arguments for `release`: the preset's flags, minus those `extra`
+    sets again (extra wins), followed by `extra` untouched."""
+    overridden = {c for c in (canonical_flag(t, release) for t in extra) if c}
+    args: list[str] = []
+    for key, value in preset.server.items():
+        if value is False or key in overridden:
+            continue
+        if value is True and key in release.expansions:
+            for flag, val in release.expansions[key]:
+                if canonical_flag(f"--{flag}", release) not in overridden:
+                    args += [f"--{flag}", val]
+        elif value is True:
+            args.append(f"--{release.flag(key)}")
+        else:
+            args += [f"--{release.flag(key)}", str(value)]
+    return args + list(extra)
+
+
+def sm120_violations(server_args: list[str]) -> list[str]:
+    """Flags in the final argument list that SM120 GPUs reject."""
+    found = []
+    for i, token in enumerate(server_args):
+        if not token.startswith("--"):
+            continue
+        name, _, inline = token[2:].partition("=")
+        if name not in SM120_REJECTED:
+            continue
+        bad_value = SM120_REJECTED[name]
+        value = inline or (server_args[i + 1] if i + 1 < len(server_args) else "")
+        if bad_value is None or value == bad_value:
+            found.append(f"--{name}" + (f" {bad_value}" if bad_value else ""))
+    return found

@@ -1,0 +1,209 @@
+"""The SGLang server as a child process: start, log tee, startup phase, stop the tree.
+
+The server runs in its own session (process group) with a parent-death signal,
+so it can be stopped as a whole and cannot outlive the launcher. SGLang's own
+scheduler and detokenizer processes die with the server process
+(`kill_itself_when_parent_died`), and `stop()` also walks the tree with psutil.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+from sgl_eagle_ext.common import proctree
+
+# Startup phases, recognised from SGLang's own log lines (all supported
+# releases); the first pattern that matches a line sets the phase.
+PHASES: tuple[tuple[re.Pattern, str], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), name)
+    for p, name in (
+        (r"fired up and ready to roll", "warm-up generation done"),
+        (r"uvicorn running|application startup complete", "HTTP up; warm-up generation"),
+        (r"capture .*draft extend .*graph.*begin", "capturing draft-extend CUDA graphs"),
+        (r"capture .*draft .*graph.*begin", "capturing draft CUDA graphs"),
+        (r"capture .*graph.*begin", "capturing target CUDA graphs"),
+        (r"capture .*graph.*end", "CUDA graphs captured"),
+        (r"kv cache is allocated|memory pool end", "KV cache allocated"),
+        (r"load weight end", "weights loaded"),
+        (r"load weight begin|loading safetensors", "loading weights"),
+        (r"init torch distributed", "initialising torch.distributed / NCCL"),
+    )
+)
+LINE_END = re.compile(rb"[\r\n]")
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM arrived while supervising a child process."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.code = 128 + signum  # the shell's convention for "killed by signal N"
+
+
+def _raise_stopped(signum, _frame):
+    raise Stopped(signum)
+
+
+@contextmanager
+def supervised(child: ServerProcess, prog: str):
+    """Inside: SIGINT/SIGTERM raise Stopped. On the way out, however it is left,
+    the child's whole process tree is stopped, with further signals ignored
+    meanwhile so a second Ctrl-C cannot leave orphans."""
+    old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield child
+    finally:
+        for s in old:
+            signal.signal(s, signal.SIG_IGN)
+        left = child.stop()
+        if left:
+            print(f"{prog}: warning: processes still alive: {sorted(left)}", file=sys.stderr)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class ServerProcess:
+    def __init__(
+        self,
+        cmd: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        redact: list[str] | None = None,
+        echo: bool = True,
+        listeners=(),
+    ):
+        self.cmd = cmd
+        self.env = env
+        self.log_path = log_path
+        self.redact = [s for s in (redact or []) if s]
+        self.echo = echo
+        self.listeners = list(listeners)  # called with every log line (reader thread)
+        self.proc: subprocess.Popen | None = None
+        self.phase = "starting Python / importing SGLang"
+        self.last_progress = time.monotonic()
+        self.tail: deque[str] = deque(maxlen=40)
+        self._reader: threading.Thread | None = None
+
+    # -- life cycle -------------------------------------------------------
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            self.cmd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=proctree.die_with_parent,
+        )
+        self.last_progress = time.monotonic()
+        self._reader = threading.Thread(target=self._pump, name="server-log", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tree_pids(self) -> set[int]:
+        """The server process and all its descendants, alive now."""
+        return proctree.tree_pids(self.pid)
+
+    def stop(self, grace: float = 20.0) -> set[int]:
+        """Stop the whole tree; returns PIDs still alive afterwards (none expected).
+
+        SIGTERM goes to the server process only: SGLang then stops its own
+        scheduler and detokenizer cleanly (signalling them directly makes it
+        report a crashed scheduler). Whatever is left of the tree after `grace`
+        seconds, or was never a child of it, gets SIGKILL.
+        """
+        if self.proc is None:
+            return set()
+        procs = []
+        for pid in self.tree_pids():
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        if self.proc.poll() is None:
+            proctree.send(psutil.Process(self.proc.pid), signal.SIGTERM)
+        _, alive = psutil.wait_procs(procs, timeout=grace)
+        for p in alive:
+            proctree.send(p, signal.SIGKILL)
+        proctree.killpg(self.pid, signal.SIGKILL)  # anything else left in the session
+        psutil.wait_procs(alive, timeout=5)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return {p.pid for p in procs if proctree.is_alive(p)}
+
+    def print_tail(self, prog: str, what: str, n: int = 8) -> None:
+        """The last log lines, to stderr: what a failed start said before it stopped."""
+        if self.tail:
+            print(
+                f"{prog}: last {what} log lines:\n  " + "\n  ".join(list(self.tail)[-n:]),
+                file=sys.stderr,
+            )
+
+    def stalled_for(self) -> float:
+        return time.monotonic() - self.last_progress
+
+    # -- log --------------------------------------------------------------
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        out = self.proc.stdout
+        buf = b""
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            while True:
+                chunk = out.read1(65536) if hasattr(out, "read1") else out.read(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while True:
+                    m = LINE_END.search(buf)
+                    if not m:
+                        break
+                    raw, end, buf = buf[: m.start()], buf[m.start() : m.end()], buf[m.end() :]
+                    self._line(raw.decode("utf-8", "replace"), end.decode(), log)
+            if buf:
+                self._line(buf.decode("utf-8", "replace"), "\n", log)
+
+    def _line(self, line: str, end: str, log) -> None:
+        for secret in self.redact:
+            line = line.replace(secret, "***")
+        self.last_progress = time.monotonic()  # a tqdm '\r' update is progress too
+        if line.strip():
+            if end == "\n" or not self.tail or self.tail[-1] != line:
+                self.tail.append(line)
+            for pattern, phase in PHASES:
+                if pattern.search(line):
+                    self.phase = phase
+                    break
+            for listen in self.listeners:
+                listen(line)
+        if line.strip() or end == "\n":
+            log.write(line + "\n")
+            log.flush()
+        if self.echo:
+            sys.stdout.write(line + end)
+            sys.stdout.flush()

@@ -1,0 +1,257 @@
+"""Version-gated, idempotent, reversible wrappers on SGLang's EAGLE workers.
+
+Modelled on instrumentation libraries (wrapt + an instrumentor with
+instrument()/uninstrument()): every anchor comes from the release table
+(releases.WorkerAnchors); if the release is unknown or any anchor is missing,
+nothing is patched and one log line says why (fail closed), and SGLang serves
+as usual. Wrappers only take marks (clock.py) and never synchronize.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import sys
+
+import wrapt
+
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.profiling.recorder.clock import make_clock
+from sgl_eagle_ext.profiling.recorder.config import Config
+from sgl_eagle_ext.profiling.recorder.profiler import RESULT_ATTR, Profiler
+
+logger = logging.getLogger("sgl_eagle_ext.profile")
+TAG = "EAGLE3_PROFILE"
+SYNC_ANCHORS = (
+    "torch.cuda:synchronize",
+    "torch.cuda:Event.synchronize",
+    "torch.cuda:Stream.synchronize",
+)
+
+PROFILER: Profiler | None = None
+_patched: list[tuple[object, str, object, bool]] = []  # (owner, name, original, was_own)
+
+
+def _announce(level: int, msg: str, *args) -> None:
+    """Through logging once it is configured; before SGLang configures it (we
+    run first in the scheduler process), straight to stderr, which the server
+    log captures."""
+    if logging.getLogger().handlers and logger.isEnabledFor(level):
+        logger.log(level, msg, *args)
+    else:
+        print(msg % args, file=sys.stderr, flush=True)
+
+
+# -- anchors -----------------------------------------------------------------
+def resolve_anchor(anchor: str):
+    """'pkg.mod:Class.method' -> (owner, name, original); raises LookupError."""
+    module_name, qualname = anchor.split(":")
+    try:
+        owner = importlib.import_module(module_name)
+    except ImportError as e:
+        raise LookupError(f"{module_name} cannot be imported ({e})") from None
+    *path, name = qualname.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            raise LookupError(f"{module_name}:{'.'.join(path)} does not exist")
+    try:
+        original = inspect.getattr_static(owner, name)
+    except AttributeError:
+        raise LookupError(f"{anchor} does not exist") from None
+    return owner, name, original
+
+
+def _wrap(owner, name: str, original, wrapper) -> None:
+    was_own = name in vars(owner)
+    target = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    proxy = wrapt.FunctionWrapper(target, wrapper)
+    setattr(owner, name, proxy)
+    _patched.append((owner, name, original, was_own))
+
+
+# -- batch facts (no device reads) ---------------------------------------------
+def _batch_of(args, kwargs):
+    if args:
+        return args[0]
+    for key in ("batch", "model_worker_batch"):
+        if kwargs.get(key) is not None:
+            return kwargs[key]
+    return None
+
+
+def _kind(batch) -> str | None:
+    mode = getattr(batch, "forward_mode", None)
+    if mode is None or mode.is_idle():
+        return None
+    if mode.is_decode():
+        return "decode"
+    if mode.is_extend():
+        return "prefill"
+    return None
+
+
+def _batch_size(batch) -> int:
+    reqs = getattr(batch, "reqs", None)
+    if reqs is not None:
+        return len(reqs)
+    return int(batch.seq_lens.shape[0])
+
+
+def _accepted_from(result) -> list[int] | None:
+    """Per-request tokens per cycle, bonus included (SGLang's accept length unit)."""
+    for attr in ("num_correct_drafts_per_req_cpu", "accept_length_per_req_cpu"):
+        drafts = getattr(result, attr, None)
+        if drafts is not None:
+            return [int(d) + 1 for d in drafts]
+    return None
+
+
+# -- wrappers ----------------------------------------------------------------------
+def _step(wrapped, instance, args, kwargs):
+    prof = PROFILER
+    kind = _kind(_batch_of(args, kwargs)) if prof is not None else None
+    if kind is None:
+        return wrapped(*args, **kwargs)
+    cycle = prof.begin(
+        kind,
+        _batch_size(_batch_of(args, kwargs)),
+        int(getattr(instance, "speculative_num_draft_tokens", 0) or 0),
+    )
+    try:
+        result = wrapped(*args, **kwargs)
+    finally:
+        prof.end()
+    if cycle is not None and kind == "decode" and result is not None:
+        accepted = _accepted_from(result)  # v1: already on the CPU in the result
+        if accepted is not None:
+            prof.join(cycle, accepted)
+            prof.poll()
+        else:  # v2: joined when the scheduler resolves this result
+            try:
+                setattr(result, RESULT_ATTR, cycle)
+            except AttributeError:
+                pass
+    return result
+
+
+def _phase(start: str | None, end: str, only_if=None):
+    def wrapper(wrapped, instance, args, kwargs):
+        prof = PROFILER
+        if prof is None or (only_if is not None and not only_if(kwargs)):
+            return wrapped(*args, **kwargs)
+        if start:
+            prof.mark(start)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            prof.mark(end)
+
+    return wrapper
+
+
+def _accept_join(wrapped, instance, args, kwargs):
+    out = wrapped(*args, **kwargs)
+    result = args[0] if args else kwargs.get("result")
+    cycle = getattr(result, RESULT_ATTR, None)
+    if cycle is not None and PROFILER is not None:
+        accepted = _accepted_from(result)
+        if accepted is not None:
+            PROFILER.join(cycle, accepted)
+            # The scheduler has waited for this result's copy to the CPU, so the
+            # cycle's events are normally complete: resolve now, still non-blocking.
+            PROFILER.poll()
+    return out
+
+
+def _count_sync(wrapped, instance, args, kwargs):
+    if PROFILER is not None:
+        PROFILER.count_sync()
+    return wrapped(*args, **kwargs)
+
+
+WRAPPERS = {
+    "step": _step,
+    "draft": _phase("draft_start", "draft_end"),
+    "verify": _phase(None, "verify_end"),  # accept = verify_end - fwd_end
+    "target_forward": _phase("fwd_start", "fwd_end", only_if=lambda kw: bool(kw.get("is_verify"))),
+    "draft_extend": _phase("extend_start", "extend_end"),
+    "accept_join": _accept_join,
+}
+
+
+# -- instrumentor ----------------------------------------------------------------------
+def is_instrumented() -> bool:
+    return bool(_patched)
+
+
+def instrument(
+    config: Config, version: str | None = None, device_is_cuda: bool | None = None, metrics=None
+) -> bool:
+    """Patch the installed SGLang for profiling. Idempotent; False when refused."""
+    global PROFILER
+    if _patched:
+        return True
+    try:
+        release, _ = releases.resolve(version)
+    except UserError as e:
+        _announce(logging.WARNING, "%s: disabled, serving unprofiled: %s", TAG, e.message)
+        return False
+    plan = []
+    for worker in release.workers:
+        for role, anchor in worker.anchors().items():
+            try:
+                plan.append((role, *resolve_anchor(anchor)))
+            except LookupError as e:
+                _announce(
+                    logging.WARNING,
+                    "%s: disabled, serving unprofiled: SGLang %s (%s worker): anchor "
+                    "%s for phase '%s' not found: %s",
+                    TAG,
+                    release.version,
+                    worker.worker,
+                    anchor,
+                    role,
+                    e,
+                )
+                return False
+    if config.sync_check:
+        plan += [("sync", *resolve_anchor(a)) for a in SYNC_ANCHORS]
+    if device_is_cuda is None:
+        import torch
+
+        device_is_cuda = torch.cuda.is_available()
+    PROFILER = Profiler(config, make_clock(device_is_cuda), metrics=metrics)
+    seen = set()
+    for role, owner, name, original in plan:
+        if (id(owner), name) in seen:  # an anchor shared by two workers
+            continue
+        seen.add((id(owner), name))
+        _wrap(owner, name, original, _count_sync if role == "sync" else WRAPPERS[role])
+    _announce(
+        logging.INFO,
+        "%s: on (SGLang %s, workers %s, clock %s, ranks %s)",
+        TAG,
+        release.version,
+        "+".join(w.worker for w in release.workers),
+        PROFILER.clock_kind,
+        "all" if config.ranks is None else ",".join(map(str, sorted(config.ranks))),
+    )
+    return True
+
+
+def uninstrument() -> None:
+    """Restore every original, newest patch first; flush what was measured."""
+    global PROFILER
+    if PROFILER is not None:
+        PROFILER.poll()
+        PROFILER.emit()
+    while _patched:
+        owner, name, original, was_own = _patched.pop()
+        if was_own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+    PROFILER = None

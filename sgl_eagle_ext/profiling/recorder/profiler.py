@@ -1,0 +1,98 @@
+"""The per-process profiler: cycles in, windows out (log line, JSON line, metrics)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+from sgl_eagle_ext.profiling.recorder import window
+from sgl_eagle_ext.profiling.recorder.config import Config
+from sgl_eagle_ext.profiling.recorder.cycles import Cycle, CycleTracker, Resolved
+
+logger = logging.getLogger("sgl_eagle_ext.profile")
+RESULT_ATTR = "_eagle_ext_cycle"  # set on GenerationBatchResult to join accept counts
+
+
+def current_rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    except Exception:  # no usable torch.distributed: a single rank
+        return 0
+
+
+class Profiler:
+    def __init__(self, config: Config, clock, rank_fn=current_rank, metrics=None):
+        self.config = config
+        self.tracker = CycleTracker(clock)
+        self.clock_kind = clock.kind
+        self.rank_fn = rank_fn
+        self.rank: int | None = None  # known at the first cycle (after dist init)
+        self.active = True
+        self.metrics = metrics
+        self.window: list[Resolved] = []
+        self.window_decode = 0  # decode cycles in the window (kept, not recounted)
+        self.window_t0 = time.monotonic()
+        self.records = 0
+
+    # -- hot path: marks only ------------------------------------------------
+    def begin(self, kind: str, bs: int, draft_tokens: int) -> Cycle | None:
+        if self.rank is None:
+            self.rank = self.rank_fn()
+            self.active = self.config.profiles_rank(self.rank)
+        if not self.active:
+            return None
+        self.poll()
+        return self.tracker.begin(kind, bs, draft_tokens)
+
+    def mark(self, name: str) -> None:
+        if self.tracker.current is not None:
+            self.tracker.mark(name)
+
+    def end(self) -> Cycle | None:
+        return self.tracker.end()
+
+    def count_sync(self) -> None:
+        if self.tracker.current is not None:
+            self.tracker.current.syncs += 1
+
+    @staticmethod
+    def join(cycle: Cycle, accepted: list[int]) -> None:
+        cycle.accepted = list(accepted)
+
+    # -- resolution, off the device's critical path ----------------------------
+    def poll(self) -> None:
+        done = self.tracker.poll()
+        if done:
+            self.window += done
+            self.window_decode += sum(1 for c in done if c.kind == "decode")
+            if self.metrics is not None:
+                self.metrics.observe(done)
+        due = (
+            (self.window_decode >= self.config.cycles)
+            if self.config.cycles > 0
+            else (time.monotonic() - self.window_t0 >= self.config.interval_s)
+        )
+        if self.window and due:
+            self.emit()
+
+    def emit(self) -> dict | None:
+        if not self.window:
+            return None
+        rec = window.summarize(self.window, self.rank or 0, self.clock_kind, self.tracker.dropped)
+        rec["ts"] = time.time()
+        logger.info(window.log_line(rec))
+        if self.config.file:
+            path = self.config.file.replace("{rank}", str(self.rank or 0))
+            line = json.dumps(rec, separators=(",", ":")) + "\n"
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:  # one write per record: appends from ranks never interleave
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        self.window, self.window_decode, self.window_t0 = [], 0, time.monotonic()
+        self.records += 1
+        return rec

@@ -1,0 +1,312 @@
+"""python -m sgl_eagle_ext.report: where the speculation cycle's time goes, and
+what accept length would break even.
+
+    python -m sgl_eagle_ext.report server.log [more.log ...] --baseline-tps 82.2
+    python -m sgl_eagle_ext.report spec.log --baseline-log baseline.log --target-tps 120
+    python -m sgl_eagle_ext.report spec.log --json
+
+Reads EAGLE3_PROFILE lines (see profiling/recorder/window.py), the same records as JSON
+lines (EAGLE3_PROFILE_FILE), and SGLang's own "Decode batch" lines of every
+supported release. Per batch size it prints cycle time, per-phase time and
+share, accept length, tokens/s, and the break-even accept length
+
+    tau* = cycle time / baseline time per token (at the same batch size)
+
+i.e. the tokens a cycle must yield to match the baseline; `--target-tps T`
+adds the accept length a stream needs to reach T tokens/s. Truncated or
+garbled lines are counted and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.profiling.recorder.cycles import PHASES
+from sgl_eagle_ext.profiling.recorder.window import TAG
+
+PROG = "sgl_eagle_ext.report"
+ROWS = ("cycle", *PHASES, "other")
+DECODE_BATCH = re.compile(
+    r"Decode batch.*?#running-req: (?P<bs>\d+),.*?"
+    r"(?:accept len: (?P<acc>[\d.]+),.*?)?gen throughput \(token/s\): (?P<tps>[\d.]+)"
+)
+
+
+@dataclass
+class Group:
+    """Windows of one batch size, merged exactly where the inputs allow."""
+
+    cycles: int = 0
+    windows: int = 0
+    mixed: int = 0  # windows whose batch sizes varied (grouped by the dominant one)
+    ms_weighted: dict = field(default_factory=lambda: defaultdict(float))  # phase -> sum(mean*n)
+    p50_weighted: dict = field(default_factory=lambda: defaultdict(float))
+    p90_weighted: dict = field(default_factory=lambda: defaultdict(float))
+    hist: Counter = field(default_factory=Counter)
+    sglang_accept: list = field(default_factory=list)  # from Decode batch lines
+    sglang_tps: list = field(default_factory=list)
+
+    def mean(self, phase: str) -> float:
+        return self.ms_weighted[phase] / self.cycles if self.cycles else 0.0
+
+
+@dataclass
+class Parsed:
+    groups: dict = field(default_factory=lambda: defaultdict(Group))  # bs -> Group
+    profile_records: int = 0
+    decode_lines: int = 0
+    skipped: int = 0
+    prefill: list = field(default_factory=list)  # (n, mean ms)
+
+
+# -- reading -------------------------------------------------------------------
+def _mix(text: str) -> dict[int, int]:
+    return {int(k): int(v) for k, v in (p.split(":") for p in text.split(",") if p)}
+
+
+def _triplet(text: str) -> dict:
+    mean, p50, p90 = (float(x) for x in text.split("/"))
+    return {"mean": mean, "p50": p50, "p90": p90}
+
+
+def record_from_line(line: str) -> dict:
+    """An EAGLE3_PROFILE log line -> the same dict as the JSON record."""
+    body = line[line.index(TAG) + len(TAG) :].split()
+    f = dict(tok.split("=", 1) for tok in body)
+    rec = {
+        "v": int(f["v"]),
+        "rank": int(f["rank"]),
+        "cycles": int(f["cycles"]),
+        "bs": _mix(f["bs"]),
+        "draft_tokens": _mix(f["draft_tokens"]),
+    }
+    n, ms = f["prefill"].split("/")
+    rec["prefill"] = {"n": int(n), "ms_mean": float(ms)}
+    if rec["cycles"]:
+        rec["phases"] = {p: _triplet(f[f"{p}_ms"]) for p in ROWS}
+        for item in f["share"].split(","):
+            p, s = item.split(":")
+            rec["phases"][p]["share"] = float(s)
+        rec["accept_hist"] = _mix(f["accept_hist"])
+    return rec
+
+
+def add_record(parsed: Parsed, rec: dict) -> None:
+    parsed.profile_records += 1
+    if rec.get("prefill", {}).get("n"):
+        parsed.prefill.append((rec["prefill"]["n"], rec["prefill"]["ms_mean"]))
+    if not rec["cycles"]:
+        return
+    bs_mix = {int(k): v for k, v in rec["bs"].items()}
+    bs = max(bs_mix, key=bs_mix.get)
+    g = parsed.groups[bs]
+    n = rec["cycles"]
+    g.cycles += n
+    g.windows += 1
+    g.mixed += len(bs_mix) > 1
+    for p in ROWS:
+        s = rec["phases"][p]
+        g.ms_weighted[p] += s["mean"] * n
+        g.p50_weighted[p] += s["p50"] * n
+        g.p90_weighted[p] += s["p90"] * n
+    g.hist.update({int(k): v for k, v in rec["accept_hist"].items()})
+
+
+def parse(paths: list[Path]) -> Parsed:
+    parsed = Parsed()
+    for path in paths:
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as e:
+            raise UserError(
+                f"{path}: cannot be read: {e.strerror}.",
+                fix="give the server log file (launcher: logs/*.log)",
+            ) from None
+        for line in lines:
+            try:
+                if line.startswith("{") and '"cycles"' in line:
+                    add_record(parsed, json.loads(line))
+                elif TAG + " " in line:
+                    add_record(parsed, record_from_line(line))
+                elif "Decode batch" in line:
+                    m = DECODE_BATCH.search(line)
+                    if not m:
+                        raise ValueError("garbled Decode batch line")
+                    g = parsed.groups[int(m["bs"])]
+                    parsed.decode_lines += 1
+                    g.sglang_tps.append(float(m["tps"]))
+                    if m["acc"]:
+                        g.sglang_accept.append(float(m["acc"]))
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                parsed.skipped += 1
+    return parsed
+
+
+# -- figures -------------------------------------------------------------------------
+def baseline_ms_per_token(args, baseline: Parsed | None, bs: int) -> float | None:
+    """Per-stream baseline time per token at batch size `bs`."""
+    if baseline is not None:
+        tps = baseline.groups[bs].sglang_tps if bs in baseline.groups else []
+        return 1000 * bs / (sum(tps) / len(tps)) if tps else None
+    if args.baseline_ms_per_token:
+        return args.baseline_ms_per_token
+    if args.baseline_tps:
+        return 1000 / args.baseline_tps
+    return None
+
+
+def figures(parsed: Parsed, args, baseline: Parsed | None) -> list[dict]:
+    rows = []
+    for bs in sorted(parsed.groups):
+        g = parsed.groups[bs]
+        row: dict = {"bs": bs, "cycles": g.cycles, "windows": g.windows, "mixed_windows": g.mixed}
+        if g.cycles:
+            cycle = g.mean("cycle")
+            row["phases"] = {
+                p: {
+                    "mean_ms": g.mean(p),
+                    "p50_ms": g.p50_weighted[p] / g.cycles,
+                    "p90_ms": g.p90_weighted[p] / g.cycles,
+                    "share_pct": 100 * g.mean(p) / cycle if cycle else 0.0,
+                }
+                for p in ROWS
+            }
+            n_req = sum(g.hist.values())
+            acc = sum(k * v for k, v in g.hist.items()) / n_req if n_req else None
+            row["accept_len"] = acc
+            row["tok_s"] = 1000 * acc * bs / cycle if acc and cycle else None
+            base = baseline_ms_per_token(args, baseline, bs)
+            if base:
+                row["baseline_ms_per_token"] = base
+                row["break_even_accept_len"] = cycle / base
+                if acc:
+                    row["speedup"] = acc * base / cycle
+            if args.target_tps:
+                row["target_tps"] = args.target_tps
+                row["accept_len_for_target"] = args.target_tps * cycle / 1000
+        if g.sglang_accept:
+            row["sglang_accept_len"] = sum(g.sglang_accept) / len(g.sglang_accept)
+        if g.sglang_tps:
+            row["sglang_gen_tps"] = sum(g.sglang_tps) / len(g.sglang_tps)
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict], parsed: Parsed) -> None:
+    print(
+        f"{parsed.profile_records} profile windows, {parsed.decode_lines} SGLang Decode batch "
+        f"lines, {parsed.skipped} lines skipped (truncated or garbled)"
+    )
+    for row in rows:
+        print(
+            f"\n== batch size {row['bs']}: {row['cycles']} cycles in {row['windows']} windows"
+            + (f" ({row['mixed_windows']} with mixed batch sizes)" if row["mixed_windows"] else "")
+        )
+        if "phases" in row:
+            print(f"  {'phase':14}{'mean ms':>10}{'p50 ms':>10}{'p90 ms':>10}{'share':>9}")
+            for p, s in row["phases"].items():
+                print(
+                    f"  {p:14}{s['mean_ms']:10.2f}{s['p50_ms']:10.2f}{s['p90_ms']:10.2f}"
+                    f"{s['share_pct']:8.1f}%"
+                )
+            if row.get("accept_len") is not None:
+                print(
+                    f"  accept length {row['accept_len']:.2f} tokens/cycle -> "
+                    f"{row['tok_s']:.1f} tok/s at this batch size"
+                )
+        if "break_even_accept_len" in row:
+            verdict = ""
+            if "speedup" in row:
+                verdict = (
+                    f"; measured {row['accept_len']:.2f} -> "
+                    f"{row['speedup']:.2f}x the baseline "
+                    f"({'pays' if row['speedup'] > 1 else 'does not pay'})"
+                )
+            print(
+                f"  break-even accept length {row['break_even_accept_len']:.2f} "
+                f"(baseline {row['baseline_ms_per_token']:.2f} ms/token per stream){verdict}"
+            )
+        if "accept_len_for_target" in row:
+            print(
+                f"  accept length for {row['target_tps']:.1f} tok/s per stream: "
+                f"{row['accept_len_for_target']:.2f}"
+            )
+        if "sglang_accept_len" in row or "sglang_gen_tps" in row:
+            acc = row.get("sglang_accept_len")
+            print(
+                "  SGLang's own: "
+                + ", ".join(
+                    s
+                    for s in (
+                        f"accept len {acc:.2f}" if acc is not None else "",
+                        f"gen throughput {row['sglang_gen_tps']:.1f} tok/s"
+                        if "sglang_gen_tps" in row
+                        else "",
+                    )
+                    if s
+                )
+            )
+
+
+@cli(PROG)
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description="Per-phase table and break-even accept length from server logs.",
+    )
+    p.add_argument("logs", nargs="+", type=Path, help="server logs or EAGLE3_PROFILE_FILE files")
+    base = p.add_mutually_exclusive_group()
+    base.add_argument("--baseline-tps", type=float, help="baseline tokens/s of one stream")
+    base.add_argument("--baseline-ms-per-token", type=float, help="baseline ms per token")
+    base.add_argument(
+        "--baseline-log",
+        type=Path,
+        action="append",
+        help="log of a baseline server (its Decode batch lines, per batch size)",
+    )
+    p.add_argument("--target-tps", type=float, help="tokens/s per stream to reach")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    args = p.parse_args(argv)
+    for value, name in (
+        (args.baseline_tps, "--baseline-tps"),
+        (args.baseline_ms_per_token, "--baseline-ms-per-token"),
+        (args.target_tps, "--target-tps"),
+    ):
+        if value is not None and value <= 0:
+            raise UserError(f"{name} {value}: must be positive.")
+    parsed = parse(args.logs)
+    baseline = parse(args.baseline_log) if args.baseline_log else None
+    if not parsed.profile_records and not parsed.decode_lines:
+        raise UserError(
+            f"no EAGLE3_PROFILE or Decode batch lines in {', '.join(map(str, args.logs))}"
+            f" ({parsed.skipped} garbled).",
+            fix="start the server with EAGLE3_PROFILE=1 and send it some load",
+            code=1,
+        )
+    rows = figures(parsed, args, baseline)
+    if args.json:
+        json.dump(
+            {
+                "rows": rows,
+                "profile_windows": parsed.profile_records,
+                "decode_lines": parsed.decode_lines,
+                "skipped_lines": parsed.skipped,
+            },
+            sys.stdout,
+            indent=2,
+        )
+        print()
+    else:
+        print_table(rows, parsed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""A/B: start each preset in turn through the launcher, run the same sweep, compare.
+
+Each arm is `python -m sgl_eagle_ext.launch --preset P ...` as a child process
+in its own session: wait for its `READY in` line, warm up, sweep every level,
+generate the lossless-check outputs, then stop it with SIGTERM (the launcher
+stops the whole server tree) before the next arm starts. Both arms get the same
+prompts in the same seeded order, the same lengths and levels.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sgl_eagle_ext.common import proctree
+from sgl_eagle_ext.common.cli_args import pop_flag
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.launcher import cli as launch
+from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.tools.bench import provenance
+
+READY = re.compile(r"READY in [\d.]+ s: (\S+)")
+STOP_TIMEOUT = 120.0
+
+
+class ArmFailed(Exception):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ArmPlan:
+    label: str  # "A" or "B"
+    preset: str
+    launch_args: list[str]  # arguments of `python -m sgl_eagle_ext.launch`
+    facts: dict = field(default_factory=dict)  # provenance: preset, args, env
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "sgl_eagle_ext.launch", *self.launch_args]
+
+
+def plan_arm(
+    label: str,
+    preset: str,
+    *,
+    cpu: bool,
+    model_path: str | None,
+    draft_model_path: str | None,
+    sglang_version: str | None,
+    force: bool,
+    port: int,
+    log_file: Path,
+    extra: list[str],
+    overlays: list[str] | None = None,
+) -> ArmPlan:
+    """The launcher command for one arm and the exact server args/env it will use
+    (launch.build_plan): bad input fails here, before any server starts."""
+    is_file = preset.endswith(".toml") or os.sep in preset
+    ours = ["--preset-file" if is_file else "--preset", preset]
+    for name in overlays or ():
+        ours += ["--overlay", name]
+    if cpu:
+        ours.append("--cpu")
+    if model_path:
+        ours += ["--model-path", model_path]
+    speculative = presets.load(path=Path(preset)) if is_file else presets.load(name=preset)
+    if draft_model_path and speculative.speculative:
+        ours += ["--draft-model-path", draft_model_path]
+    if sglang_version:
+        ours += ["--sglang-version", sglang_version]
+    if force:
+        ours.append("--force")
+    server_extra = ["--port", str(port), *extra]
+    ns = launch.parser().parse_args(ours)
+    p, release, how, server_args, env = launch.build_plan(ns, list(server_extra))
+    server_args, _key = pop_flag(server_args, "--api-key")
+    facts = {
+        "preset": p.name,
+        "preset_chain": p.chain,
+        "preset_description": p.description,
+        "sglang_rules": f"{release.version} ({how})",
+        "args": provenance.redact_args(server_args),
+        "preset_env": provenance.redact_env(env, keep_all=True),
+        "env": provenance.redact_env({**os.environ, **env}),
+        "launch_command": provenance.redact_args(
+            [
+                "python",
+                "-m",
+                "sgl_eagle_ext.launch",
+                *ours,
+                "--log-file",
+                str(log_file),
+                "--quiet",
+                "--no-spec-check",
+                "--",
+                *server_extra,
+            ]
+        ),
+        "log_file": str(log_file),
+    }
+    args = [*ours, "--log-file", str(log_file), "--quiet", "--no-spec-check", "--", *server_extra]
+    return ArmPlan(label, p.name.split("+")[0], args, facts)
+
+
+class LauncherProcess:
+    """One arm's launcher: start, wait for READY, stop with SIGTERM."""
+
+    def __init__(self, plan: ArmPlan):
+        self.plan = plan
+        self.lines: deque[str] = deque(maxlen=400)
+        self.url: str | None = None
+        # Own session: a Ctrl-C at the terminal is ours to handle (finish, record, then
+        # stop the arm). Parent-death signal: should this process be killed, the launcher
+        # gets SIGTERM and stops its server tree instead of leaving it running.
+        self.proc = subprocess.Popen(
+            plan.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+            preexec_fn=proctree.die_with_parent,
+        )
+        self._ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            self.lines.append(line)
+            m = READY.search(line)
+            if m and not self._ready.is_set():
+                self.url = m.group(1)
+                self._ready.set()
+
+    def tail(self, n: int = 12) -> str:
+        return "\n  ".join(list(self.lines)[-n:])
+
+    def wait_ready(self, timeout: float) -> str:
+        t0 = time.monotonic()
+        while not self._ready.wait(0.5):
+            if self.proc.poll() is not None:
+                time.sleep(0.3)
+                if self._ready.is_set():
+                    break
+                raise ArmFailed(
+                    f"preset {self.plan.preset}: the launcher exited with code "
+                    f"{self.proc.returncode} before READY:\n  {self.tail()}"
+                )
+            if time.monotonic() - t0 > timeout:
+                self.stop()
+                raise ArmFailed(
+                    f"preset {self.plan.preset}: not READY after {timeout:.0f} s:\n  {self.tail()}"
+                )
+        return self.url
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        """SIGTERM (the launcher stops its server tree); SIGKILL the group if it hangs."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    @property
+    def stopped_cleanly(self) -> bool:
+        return self.proc.returncode in (0, 128 + signal.SIGTERM)
+
+
+def check_presets(a: str, b: str) -> None:
+    if a == b:
+        raise UserError(
+            f"--preset-a and --preset-b are both '{a}'.",
+            fix="compare two different presets, e.g. --preset-a baseline --preset-b eagle3-2step",
+        )

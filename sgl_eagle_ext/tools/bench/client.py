@@ -1,0 +1,288 @@
+"""Async streaming client for SGLang's OpenAI chat endpoint (aiohttp).
+
+One `chat()` call is one request; it never raises for what a server does
+(errors, timeouts, a dropped connection, garbage in the stream): each becomes
+a failed `RequestResult` with an error category, and malformed stream lines
+are counted. Only cancellation (Ctrl-C) propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+try:  # SGLang depends on orjson; fall back to the standard library elsewhere
+    import orjson
+
+    _loads = orjson.loads
+except ImportError:  # pragma: no cover
+    import json
+
+    _loads = json.loads
+
+CHAT_PATH = "/v1/chat/completions"
+DEFAULT_TIMEOUT = 600.0
+_IGNORED_PREFIXES = (b":", b"event:", b"id:", b"retry:")
+
+# Error categories (RequestResult.error)
+E_HTTP = "http"  # followed by the status: "http 500"
+E_TIMEOUT = "timeout"
+E_REFUSED = "connection refused"
+E_LOST = "connection lost"
+E_INCOMPLETE = "stream ended early"
+E_IN_STREAM = "error in stream"
+E_CLIENT = "client error"
+
+
+@dataclass
+class RequestResult:
+    index: int
+    prompt_id: str
+    ok: bool = False
+    error: str = ""  # category, "" when ok
+    detail: str = ""  # the server's message or the exception, shortened
+    start: float = 0.0  # perf_counter at send
+    ttft: float | None = None  # seconds to the first content chunk
+    e2e: float | None = None  # seconds to the end of the stream
+    chunk_times: list[float] = field(default_factory=list)  # content chunk arrivals, from start
+    text: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    tokens_from_usage: bool = False  # False: counted content chunks (no usage chunk came)
+    finish_reason: str | None = None
+    spec_verify_ct: int | None = None  # verify cycles (sglext.spec_tokens_details)
+    malformed: int = 0  # stream lines that were not valid SSE/JSON chunks
+
+    @property
+    def itls(self) -> list[float]:
+        """Gaps between content chunks (a chunk may carry several tokens)."""
+        t = self.chunk_times
+        return [b - a for a, b in zip(t, t[1:])]
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first."""
+        n = self.completion_tokens
+        if not self.ok or n is None or n < 2 or self.ttft is None or self.e2e is None:
+            return None
+        return (self.e2e - self.ttft) / (n - 1)
+
+    @property
+    def tok_s(self) -> float | None:
+        if not self.ok or not self.completion_tokens or not self.e2e:
+            return None
+        return self.completion_tokens / self.e2e
+
+
+def _short(text: str, n: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+class StreamParser:
+    """Feeds raw bytes of an SSE chat stream into a RequestResult."""
+
+    def __init__(self, result: RequestResult):
+        self.r = result
+        self.buf = b""
+        self.done = False
+        self.error: str | None = None
+        self.chunks = 0  # content chunks
+
+    def feed(self, data: bytes, now: float) -> None:
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            self.line(line.rstrip(b"\r"), now)
+
+    def finish(self, now: float) -> None:
+        if self.buf.strip():
+            self.line(self.buf.rstrip(b"\r"), now)
+        self.buf = b""
+
+    def line(self, line: bytes, now: float) -> None:
+        if not line or line.startswith(_IGNORED_PREFIXES):
+            return
+        if not line.startswith(b"data:"):
+            self.r.malformed += 1
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = _loads(payload)
+        except ValueError:
+            self.r.malformed += 1
+            return
+        if not isinstance(obj, dict):
+            self.r.malformed += 1
+            return
+        self.chunk(obj, now)
+
+    def chunk(self, obj: dict, now: float) -> None:
+        r = self.r
+        known = False
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            self.error = _short(msg)
+            return
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            known = True
+            if choices:
+                c0 = choices[0]
+                delta = c0.get("delta") if isinstance(c0, dict) else None
+                if not isinstance(delta, dict):
+                    r.malformed += 1
+                    return
+                content = delta.get("content") or delta.get("reasoning_content")
+                if content:
+                    if not isinstance(content, str):
+                        r.malformed += 1
+                        return
+                    if r.ttft is None:
+                        r.ttft = now - r.start
+                    r.chunk_times.append(now - r.start)
+                    r.text += content
+                    self.chunks += 1
+                if c0.get("finish_reason"):
+                    r.finish_reason = c0["finish_reason"]
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            known = True
+            try:
+                if usage.get("completion_tokens") is not None:
+                    r.completion_tokens = int(usage["completion_tokens"])
+                    r.tokens_from_usage = True
+                if usage.get("prompt_tokens") is not None:
+                    r.prompt_tokens = int(usage["prompt_tokens"])
+            except (TypeError, ValueError):
+                r.malformed += 1
+        ext = obj.get("sglext")
+        if isinstance(ext, dict):
+            known = True
+            spec = ext.get("spec_tokens_details")
+            if isinstance(spec, list):  # n > 1: one per choice
+                spec = spec[0] if spec else None
+            if isinstance(spec, dict) and isinstance(spec.get("spec_verify_ct"), int):
+                r.spec_verify_ct = spec["spec_verify_ct"]
+        if not known and "usage" not in obj:
+            r.malformed += 1
+
+
+class Client:
+    """`async with Client(url) as c: await c.chat(prompt, 256)`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model: str = "default",
+        timeout: float = DEFAULT_TIMEOUT,
+        spec_details_field: str | None = None,
+        extra_body: dict | None = None,
+    ):
+        self.url = base_url.rstrip("/") + CHAT_PATH
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.model = model
+        self.timeout = timeout
+        self.spec_details_field = spec_details_field
+        self.extra_body = extra_body or {}
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Client:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            headers=self.headers,
+            skip_auto_headers=("User-Agent",),
+        )
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    def payload(
+        self,
+        messages: list[dict],
+        max_tokens: int,
+        temperature: float,
+        ignore_eos: bool,
+        seed: int | None,
+    ) -> dict:
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": ignore_eos,
+        }
+        if seed is not None:
+            body["seed"] = seed
+        if self.spec_details_field:
+            body[self.spec_details_field] = True
+        body.update(self.extra_body)
+        return body
+
+    async def chat(
+        self,
+        messages: list[dict],
+        max_tokens: int,
+        *,
+        index: int = 0,
+        prompt_id: str = "",
+        temperature: float = 0.0,
+        ignore_eos: bool = True,
+        seed: int | None = None,
+    ) -> RequestResult:
+        r = RequestResult(index=index, prompt_id=prompt_id)
+        body = self.payload(messages, max_tokens, temperature, ignore_eos, seed)
+        parser = StreamParser(r)
+        r.start = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self.session.post(self.url, json=body) as resp:
+                    if resp.status != 200:
+                        r.error = f"{E_HTTP} {resp.status}"
+                        r.detail = _short(await resp.text(errors="replace"))
+                        return r
+                    async for data in resp.content.iter_any():
+                        parser.feed(data, time.perf_counter())
+                    parser.finish(time.perf_counter())
+        except TimeoutError:
+            r.error, r.detail = E_TIMEOUT, f"no complete answer within {self.timeout:g} s"
+        except aiohttp.ClientConnectorError as e:
+            r.error, r.detail = E_REFUSED, _short(e)
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientPayloadError,
+            aiohttp.ClientOSError,
+            ConnectionError,
+        ) as e:
+            r.error, r.detail = E_LOST, _short(f"{type(e).__name__}: {e}")
+        except aiohttp.ClientError as e:
+            r.error, r.detail = E_CLIENT, _short(f"{type(e).__name__}: {e}")
+        else:
+            r.e2e = time.perf_counter() - r.start
+            if parser.error is not None:
+                r.error, r.detail = E_IN_STREAM, parser.error
+            elif not parser.done:
+                r.error, r.detail = E_INCOMPLETE, "the stream closed without [DONE]"
+            else:
+                r.ok = True
+                if r.completion_tokens is None:
+                    r.completion_tokens = parser.chunks
+        return r

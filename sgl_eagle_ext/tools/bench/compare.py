@@ -1,0 +1,222 @@
+"""A/B analysis: side-by-side table, ratios, crossover concurrency, recommendation."""
+
+from __future__ import annotations
+
+import math
+
+
+def ratio(b: float | None, a: float | None) -> float | None:
+    """b / a; inf when only b is positive; None when undefined."""
+    if a is None or b is None:
+        return None
+    if a == 0:
+        return math.inf if b > 0 else None
+    return b / a
+
+
+def crossover(levels: list[int], ratios: list[float | None]) -> dict:
+    """Where B (speculation) stops paying: the lowest level from which B/A < 1 at every
+    higher level. `verdict`: always | never | until | mixed | no data.
+
+    `estimate` interpolates the crossing in log(concurrency) between the last
+    paying level and the crossover level.
+    """
+    pts = [(c, r) for c, r in zip(levels, ratios) if r is not None]
+    if not pts:
+        return {"verdict": "no data", "level": None, "estimate": None, "last_paying": None}
+    wins = [r >= 1.0 for _, r in pts]
+    if all(wins):
+        return {"verdict": "always", "level": None, "estimate": None, "last_paying": pts[-1][0]}
+    if not any(wins):
+        return {"verdict": "never", "level": pts[0][0], "estimate": None, "last_paying": None}
+    k = len(pts)
+    while k > 0 and not wins[k - 1]:
+        k -= 1
+    # pts[k:] all lose; pts[k-1] wins
+    if k == len(pts):  # B wins at the highest level but lost somewhere below
+        losing = [c for (c, _), w in zip(pts, wins) if not w]
+        return {
+            "verdict": "mixed",
+            "level": None,
+            "estimate": None,
+            "last_paying": pts[-1][0],
+            "losing_levels": losing,
+        }
+    (c0, r0), (c1, r1) = pts[k - 1], pts[k]
+    est = None
+    if r0 != r1 and c0 > 0 and c1 > 0 and math.isfinite(r0):
+        t = (r0 - 1.0) / (r0 - r1)
+        est = math.exp(math.log(c0) + t * (math.log(c1) - math.log(c0)))
+    earlier_losses = [c for (c, _), w in zip(pts[:k], wins[:k]) if not w]
+    return {
+        "verdict": "mixed" if earlier_losses else "until",
+        "level": c1,
+        "estimate": est,
+        "last_paying": c0,
+        **({"losing_levels": earlier_losses} if earlier_losses else {}),
+    }
+
+
+def _x(r: float | None) -> str:
+    if r is None:
+        return "-"
+    return "inf" if math.isinf(r) else f"x{r:.2f}"
+
+
+def _n(v, fmt="{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def side_by_side(
+    levels: list[int], a: dict[int, dict], b: dict[int, dict], name_a: str, name_b: str
+) -> tuple[list[str], dict]:
+    """Table lines and the per-level comparison fields."""
+    rows, per_level = [], []
+    head = (
+        f"{'conc':>5} | {'A tok/s':>9} {'B tok/s':>9} {'B/A':>6} | {'A TPOT':>7} "
+        f"{'B TPOT':>7} {'B/A':>6} | {'A E2E99':>8} {'B E2E99':>8} | {'A good':>8} "
+        f"{'B good':>8} {'B/A':>6} | {'B acc':>5} | err A/B"
+    )
+    rows += [
+        f"A = {name_a}   B = {name_b}   (tok/s: output tokens/s; TPOT p50 ms; "
+        f"E2E p99 s; good: goodput tok/s within the SLO; acc: accept length)",
+        head,
+        "-" * len(head),
+    ]
+    for c in levels:
+        fa, fb = a.get(c), b.get(c)
+        if fa is None or fb is None:
+            continue
+        thr = ratio(fb.get("output_tok_s"), fa.get("output_tok_s"))
+        ta, tb = fa["tpot_ms"].get("p50"), fb["tpot_ms"].get("p50")
+        tpot = ratio(tb, ta)
+        ga, gb = fa.get("goodput_tok_s"), fb.get("goodput_tok_s")
+        good = ratio(gb, ga)
+        ea, eb = fa["e2e_ms"].get("p99"), fb["e2e_ms"].get("p99")
+        erra = sum(fa["errors"].values()) if fa.get("errors") else 0
+        errb = sum(fb["errors"].values()) if fb.get("errors") else 0
+        per_level.append(
+            {
+                "concurrency": c,
+                "a_output_tok_s": fa.get("output_tok_s"),
+                "b_output_tok_s": fb.get("output_tok_s"),
+                "throughput_ratio": thr,
+                "a_tpot_p50_ms": ta,
+                "b_tpot_p50_ms": tb,
+                "tpot_ratio": tpot,
+                "a_goodput_tok_s": ga,
+                "b_goodput_tok_s": gb,
+                "goodput_ratio": good,
+                "a_e2e_p99_ms": ea,
+                "b_e2e_p99_ms": eb,
+                "b_accept_length": fb.get("accept_length"),
+                "a_errors": erra,
+                "b_errors": errb,
+            }
+        )
+        rows.append(
+            f"{c:>5} | {_n(fa.get('output_tok_s')):>9} {_n(fb.get('output_tok_s')):>9} "
+            f"{_x(thr):>6} | {_n(ta):>7} {_n(tb):>7} {_x(tpot):>6} | "
+            f"{_n(ea and ea / 1e3, '{:.2f}'):>8} {_n(eb and eb / 1e3, '{:.2f}'):>8} | "
+            f"{_n(ga):>8} {_n(gb):>8} {_x(good):>6} | "
+            f"{_n(fb.get('accept_length'), '{:.2f}'):>5} | {erra}/{errb}"
+        )
+    return rows, {"levels": per_level}
+
+
+def crossover_line(kind: str, x: dict, max_level: int | None) -> str:
+    v = x["verdict"]
+    if v == "no data":
+        return f"crossover by {kind}: no data"
+    if v == "always":
+        return (
+            f"crossover by {kind}: none up to c={max_level}: speculation pays at every tested level"
+        )
+    if v == "never":
+        return f"crossover by {kind}: speculation never pays (already loses at c={x['level']})"
+    est = f" (interpolated ~{x['estimate']:.1f})" if x.get("estimate") else ""
+    if v == "until":
+        return (
+            f"crossover by {kind}: c={x['level']}{est}: pays up to c={x['last_paying']}, "
+            f"loses from c={x['level']} up"
+        )
+    if x.get("level") is None:
+        return (
+            f"crossover by {kind}: unclear: pays at the highest level c={x['last_paying']} "
+            f"but loses at c={', '.join(map(str, x.get('losing_levels', [])))} "
+            f"(noisy: more prompts per level or --runs)"
+        )
+    return (
+        f"crossover by {kind}: c={x['level']}{est}, but the ratio crosses 1 more than once "
+        f"(also loses at c={', '.join(map(str, x.get('losing_levels', [])))}): noisy"
+    )
+
+
+def recommend(
+    name_a: str,
+    name_b: str,
+    thr: dict,
+    good: dict,
+    per_level: list[dict],
+    lossless_verdict: str | None,
+    slo_text: str,
+) -> str:
+    by_c = {p["concurrency"]: p for p in per_level}
+    lines = []
+    if lossless_verdict == "DIFFERS":
+        lines.append(
+            f"Do not serve {name_b} before finding out why its greedy output differs "
+            f"from {name_a} (lossless check above)."
+        )
+    ratios = [
+        (p["concurrency"], p["throughput_ratio"])
+        for p in per_level
+        if p["throughput_ratio"] is not None
+    ]
+    if not ratios:
+        return "No level finished on both arms: no recommendation."
+    best = max(ratios, key=lambda t: t[1])
+    worst = min(ratios, key=lambda t: t[1])
+    v = thr["verdict"]
+    if v == "never":
+        lines.append(
+            f"Serve {name_a}: speculation ({name_b}) does not pay at any tested "
+            f"concurrency (best x{best[1]:.2f} at c={best[0]})."
+        )
+    elif v == "always":
+        lines.append(
+            f"Serve {name_b} for this workload: it pays at every tested concurrency "
+            f"(x{worst[1]:.2f} at worst, c={worst[0]}; x{best[1]:.2f} at best, "
+            f"c={best[0]}). Sweep higher concurrency to find where it stops paying."
+        )
+    elif v in ("until", "mixed") and thr.get("level") is not None:
+        top = by_c[thr["last_paying"]]["throughput_ratio"]
+        lines.append(
+            f"Serve {name_b} while the server runs at most ~{thr['last_paying']} "
+            f"concurrent requests (x{best[1]:.2f} at c={best[0]}, x{top:.2f} at "
+            f"c={thr['last_paying']}); from ~{thr['level']} concurrent requests serve "
+            f"{name_a} ({name_b} gives x{worst[1]:.2f} at c={worst[0]}). If the load "
+            f"crosses that point, switch presets by load or cap --max-running-requests."
+        )
+    else:
+        lines.append(
+            f"No clear winner: the throughput ratio goes from x{worst[1]:.2f} "
+            f"(c={worst[0]}) to x{best[1]:.2f} (c={best[0]}) without a single "
+            f"crossover. Repeat with more prompts per level."
+        )
+    gv = good["verdict"]
+    if slo_text and gv not in ("no data",):
+        if gv == "always":
+            lines.append(
+                f"For latency-bound serving ({slo_text}) {name_b} also wins at every level."
+            )
+        elif gv == "never":
+            lines.append(
+                f"For latency-bound serving ({slo_text}) {name_b} never gives more goodput."
+            )
+        elif good.get("level") is not None:
+            lines.append(
+                f"For latency-bound serving ({slo_text}) {name_b} stops paying from "
+                f"c={good['level']}."
+            )
+    return " ".join(lines)

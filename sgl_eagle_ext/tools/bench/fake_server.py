@@ -1,0 +1,352 @@
+"""A local stand-in for an SGLang server that streams chat tokens as fast as it can.
+
+It speaks the parts of SGLang's HTTP API that load generators use: the
+OpenAI chat endpoint (streaming and not, `stream_options.include_usage`,
+`ignore_eos`, per-request spec details in `sglext`), /v1/models, /model_info,
+/server_info, /health, /metrics (generation and verify counters), /flush_cache.
+Uses: measuring a client's ceiling (benchmarks/client_ceiling.py) and fault
+tests (HTTP errors, malformed chunks, cut or hung streams) without a model.
+
+    python -m sgl_eagle_ext.bench.fake_server --port 31999 [--tokens-per-write 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from aiohttp import web
+
+VERSION = "0.5.23"  # the release whose API this imitates
+
+
+@dataclass
+class Faults:
+    fail_every: int = 0  # every Nth chat request: HTTP 500
+    malformed_every: int = 0  # a garbage line after every Nth token
+    drop_every: int = 0  # every Nth request: the connection is cut halfway
+    hang_every: int = 0  # every Nth request: stops sending halfway, never ends
+    error_every: int = 0  # every Nth request: an {"error": ...} chunk halfway, then [DONE]
+    short_every: int = 0  # every Nth request: stops at half length (finish "stop", like EOS)
+
+
+class FakeSGLang:
+    def __init__(
+        self,
+        model: str = "fake-model",
+        tokenizer_path: str | None = None,
+        accept_length: float = 0.0,
+        delay_ms: float = 0.0,
+        tokens_per_write: int = 1,
+        faults: Faults | None = None,
+        prompt_tokens: int = 16,
+        token_text: str = " x",
+    ):
+        self.model = model
+        self.tokenizer_path = tokenizer_path or model
+        self.accept_length = accept_length
+        self.delay = delay_ms / 1e3
+        self.per_write = max(1, tokens_per_write)
+        self.faults = faults or Faults()
+        self.prompt_tokens = prompt_tokens
+        self.token_json = json.dumps({"content": token_text})
+        self.token_text = token_text
+        self.requests = 0
+        self.generation_tokens = 0
+        self.verify_calls = 0
+        self.active = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.post("/v1/chat/completions", self.chat),
+                web.get("/v1/models", self.models),
+                web.get("/model_info", self.model_info),
+                web.get("/get_model_info", self.model_info),
+                web.get("/server_info", self.server_info),
+                web.get("/get_server_info", self.server_info),
+                web.get("/health", self.health),
+                web.get("/health_generate", self.health),
+                web.get("/metrics", self.metrics),
+                web.route("*", "/flush_cache", self.flush),
+            ]
+        )
+        return app
+
+    async def models(self, _req):
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.model, "object": "model", "owned_by": "fake", "root": self.model}
+                ],
+            }
+        )
+
+    async def model_info(self, _req):
+        return web.json_response(
+            {"model_path": self.model, "tokenizer_path": self.tokenizer_path, "is_generation": True}
+        )
+
+    async def server_info(self, _req):
+        spec = (
+            {
+                "speculative_algorithm": "EAGLE3",
+                "speculative_num_steps": 3,
+                "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": 4,
+            }
+            if self.accept_length
+            else {"speculative_algorithm": None}
+        )
+        avg = self.generation_tokens / self.verify_calls if self.verify_calls else None
+        return web.json_response(
+            {
+                "version": VERSION,
+                "model_path": self.model,
+                "tokenizer_path": self.tokenizer_path,
+                **spec,
+                "internal_states": [{"avg_spec_accept_length": avg}],
+            }
+        )
+
+    async def health(self, _req):
+        return web.Response(text="")
+
+    async def flush(self, _req):
+        return web.Response(text="Cache flushed.")
+
+    async def metrics(self, _req):
+        lab = f'{{model_name="{self.model}"}}'
+        lines = [
+            "# TYPE sglang:generation_tokens_total counter",
+            f"sglang:generation_tokens_total{lab} {float(self.generation_tokens)}",
+            "# TYPE sglang:num_requests_total counter",
+            f"sglang:num_requests_total{lab} {float(self.requests)}",
+        ]
+        if self.accept_length:
+            lines += [
+                "# TYPE sglang:spec_verify_calls_total counter",
+                f"sglang:spec_verify_calls_total{lab} {float(self.verify_calls)}",
+            ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    def _every(self, n: int) -> bool:
+        return n > 0 and self.requests % n == 0
+
+    def _finish(self, tokens: int) -> int | None:
+        self.generation_tokens += tokens
+        if not self.accept_length:
+            return None
+        verify = max(1, math.ceil(tokens / self.accept_length))
+        self.verify_calls += verify
+        return verify
+
+    async def chat(self, req: web.Request):
+        try:
+            body = await req.json()
+        except ValueError:
+            return web.json_response({"error": {"message": "bad JSON"}}, status=400)
+        self.requests += 1
+        if self._every(self.faults.fail_every):
+            return web.json_response({"error": {"message": "injected failure"}}, status=500)
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        finish = "length"
+        if self._every(self.faults.short_every):
+            n, finish = max(1, n // 2), "stop"
+        if not body.get("stream"):
+            verify = self._finish(n)
+            meta = {"spec_verify_ct": verify} if verify else {}
+            return web.json_response(
+                {
+                    "id": uuid.uuid4().hex,
+                    "object": "chat.completion",
+                    "model": self.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": self.token_text * n},
+                            "finish_reason": "length",
+                            "meta_info": meta,
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": self.prompt_tokens,
+                        "completion_tokens": n,
+                        "total_tokens": self.prompt_tokens + n,
+                    },
+                }
+            )
+        return await self._stream(req, body, n, finish)
+
+    async def _stream(self, req: web.Request, body: dict, n: int, finish: str):
+        rid = uuid.uuid4().hex
+        head = (
+            f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":'
+            f'{int(time.time())},"model":"{self.model}","choices":[{{"index":0,"delta":'
+        )
+        token = (head + self.token_json + ',"logprobs":null,"finish_reason":null}]}\n\n').encode()
+        first = (
+            head + '{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+        ).encode()
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(req)
+        self.active += 1
+        f = self.faults
+        cut = (
+            n // 2
+            if (
+                self._every(f.drop_every) or self._every(f.hang_every) or self._every(f.error_every)
+            )
+            else -1
+        )
+        hang, drop, err = (
+            self._every(f.hang_every),
+            self._every(f.drop_every),
+            self._every(f.error_every),
+        )
+        try:
+            await resp.write(first)
+            sent, batch = 0, []
+            while sent < n:
+                if sent == cut:
+                    if batch:
+                        await resp.write(b"".join(batch))
+                        batch = []
+                    if hang:
+                        await asyncio.sleep(3600)
+                    if drop:
+                        req.transport.close()
+                        return resp
+                    if err:
+                        await resp.write(
+                            b'data: {"error": {"message": "injected error", "code": 500}}\n\n'
+                        )
+                        break
+                batch.append(token)
+                sent += 1
+                if f.malformed_every and sent % f.malformed_every == 0:
+                    batch.append(b"data: {not json\n\nthis is not sse\n\n")
+                if len(batch) >= self.per_write or sent == n:
+                    await resp.write(b"".join(batch))
+                    batch = []
+                    if self.delay:
+                        await asyncio.sleep(self.delay)
+            verify = self._finish(sent)
+            tail = [head + '{},"logprobs":null,"finish_reason":"' + finish + '"}]}\n\n']
+            if verify and body.get("return_spec_tokens_details"):
+                tail.append(
+                    f'data: {{"id":"{rid}","object":"chat.completion.chunk","choices":[],'
+                    f'"usage":null,"sglext":{{"spec_tokens_details":{{"spec_verify_ct":'
+                    f'{verify},"spec_accept_length":{sent / verify}}}}}}}\n\n'
+                )
+            if (body.get("stream_options") or {}).get("include_usage"):
+                tail.append(
+                    f'data: {{"id":"{rid}","object":"chat.completion.chunk","choices":[],'
+                    f'"usage":{{"prompt_tokens":{self.prompt_tokens},"completion_tokens":'
+                    f'{sent},"total_tokens":{self.prompt_tokens + sent}}}}}\n\n'
+                )
+            tail.append("data: [DONE]\n\n")
+            await resp.write("".join(tail).encode())
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.active -= 1
+        return resp
+
+
+class Background:
+    """A FakeSGLang on 127.0.0.1 in a thread of this process (tests)."""
+
+    def __init__(self, fake: FakeSGLang, port: int = 0):
+        self.fake = fake
+        self.port = port
+        self.loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        runner = web.AppRunner(
+            self.fake.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
+        )
+        self.loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", self.port)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self.runner = runner
+        self._started.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(runner.cleanup())
+
+    def __enter__(self) -> Background:
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m sgl_eagle_ext.bench.fake_server", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=31999)
+    p.add_argument(
+        "--model",
+        default="fake-model",
+        help="model id (a path works as tokenizer for bench_serving)",
+    )
+    p.add_argument(
+        "--tokens-per-write",
+        type=int,
+        default=1,
+        help="SSE events (one token each) per socket write (default 1)",
+    )
+    p.add_argument("--delay-ms", type=float, default=0.0, help="pause after each write")
+    p.add_argument(
+        "--accept-length",
+        type=float,
+        default=0.0,
+        help="pretend to speculate: verify counters and sglext at this accept length",
+    )
+    for name in ("fail", "malformed", "drop", "hang", "error", "short"):
+        p.add_argument(f"--{name}-every", type=int, default=0)
+    a = p.parse_args(argv)
+    faults = Faults(
+        a.fail_every, a.malformed_every, a.drop_every, a.hang_every, a.error_every, a.short_every
+    )
+    fake = FakeSGLang(
+        a.model,
+        accept_length=a.accept_length,
+        delay_ms=a.delay_ms,
+        tokens_per_write=a.tokens_per_write,
+        faults=faults,
+    )
+    print(f"fake SGLang on http://{a.host}:{a.port}", flush=True)
+    web.run_app(fake.app(), host=a.host, port=a.port, access_log=None, print=None, backlog=1024)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Lossless check: the same prompts at temperature 0 must give the same text on both servers.
+
+Speculative decoding with greedy verification must not change greedy output.
+Prompts are sent one at a time (batch composition cannot differ between the
+two servers), EOS is respected so both stop where the model stops. A
+difference is shown where it starts; on GPUs a late divergence after a long
+common prefix usually means floating-point noise between kernels (verify runs
+several tokens per forward), an early one a real bug.
+"""
+
+from __future__ import annotations
+
+from sgl_eagle_ext.tools.bench import client as cl
+from sgl_eagle_ext.tools.bench.progress import Console
+from sgl_eagle_ext.tools.bench.prompts import Prompt
+from sgl_eagle_ext.tools.bench.sweep import Load, run_requests
+
+SNIPPET = 60
+DEFAULT_PROMPTS = 8
+DEFAULT_MAX_TOKENS = 64
+
+
+async def generate(
+    client: cl.Client, prompts: list[Prompt], max_tokens: int, console: Console, desc: str
+) -> tuple[list[cl.RequestResult], bool]:
+    load = Load(max_tokens=max_tokens, temperature=0.0, ignore_eos=False)
+    results, _, interrupted = await run_requests(client, prompts, 1, load, console, desc)
+    return results, interrupted
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def compare(prompts: list[Prompt], a: list[cl.RequestResult], b: list[cl.RequestResult]) -> dict:
+    """Fields of a lossless record (pure; unit-tested)."""
+    diffs, failed, identical = [], [], 0
+    by_a = {r.index: r for r in a}
+    by_b = {r.index: r for r in b}
+    for i, p in enumerate(prompts):
+        ra, rb = by_a.get(i), by_b.get(i)
+        if ra is None or rb is None or not ra.ok or not rb.ok:
+            why = [
+                f"{arm}: {r.error or 'not run'}"
+                for arm, r in (("A", ra), ("B", rb))
+                if r is None or not r.ok
+            ]
+            failed.append({"index": i, "id": p.id, "why": "; ".join(why)})
+            continue
+        if ra.text == rb.text:
+            identical += 1
+            continue
+        k = common_prefix(ra.text, rb.text)
+        lo = max(0, k - SNIPPET // 3)
+        diffs.append(
+            {
+                "index": i,
+                "id": p.id,
+                "common_prefix_chars": k,
+                "a_chars": len(ra.text),
+                "b_chars": len(rb.text),
+                "a": ra.text[lo : k + SNIPPET],
+                "b": rb.text[lo : k + SNIPPET],
+                "a_tokens": ra.completion_tokens,
+                "b_tokens": rb.completion_tokens,
+            }
+        )
+    compared = identical + len(diffs)
+    if failed and not compared:
+        verdict = "INCOMPLETE"
+    elif diffs:
+        verdict = "DIFFERS"
+    elif failed:
+        verdict = "INCOMPLETE"
+    else:
+        verdict = "IDENTICAL"
+    return {
+        "verdict": verdict,
+        "prompts": len(prompts),
+        "compared": compared,
+        "identical": identical,
+        "differences": diffs,
+        "failed": failed,
+    }
+
+
+def verdict_lines(f: dict, label_a: str = "A", label_b: str = "B") -> list[str]:
+    head = {
+        "IDENTICAL": f"lossless: IDENTICAL: {f['identical']}/{f['prompts']} outputs of "
+        f"{label_b} match {label_a} exactly at temperature 0",
+        "DIFFERS": f"lossless: DIFFERS: {len(f['differences'])}/{f['compared']} compared "
+        f"outputs of {label_b} differ from {label_a} at temperature 0",
+        "INCOMPLETE": f"lossless: INCOMPLETE: {len(f['failed'])}/{f['prompts']} prompt(s) "
+        f"could not be compared ({f['identical']} identical, "
+        f"{len(f['differences'])} different)",
+    }[f["verdict"]]
+    lines = [head]
+    for d in f["differences"]:
+        lines.append(f"  {d['id']}: same for {d['common_prefix_chars']} chars, then")
+        lines.append(f"    {label_a}: {d['a']!r}")
+        lines.append(f"    {label_b}: {d['b']!r}")
+    for x in f["failed"]:
+        lines.append(f"  {x['id']}: not compared ({x['why']})")
+    return lines

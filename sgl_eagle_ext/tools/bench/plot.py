@@ -1,0 +1,140 @@
+"""bench plot RESULTS.jsonl: output tok/s and p50/p99 latencies against concurrency.
+
+One figure per run (the latest run with sweep records unless --run-id): every
+arm of that run (both presets of an A/B) on the same axes. Levels that were
+interrupted or during which the server died are left out and listed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools.bench import records
+from sgl_eagle_ext.tools.bench.progress import Console
+
+PARTIAL = {"interrupted", "server died"}
+PANELS = (
+    ("tpot_ms", "TPOT (ms)", 1.0),
+    ("ttft_ms", "TTFT (ms)", 1.0),
+    ("e2e_ms", "end-to-end latency (s)", 1e-3),
+)
+
+
+def pick_run(recs: list[dict], run_id: str | None, source: str) -> tuple[str, list[dict]]:
+    sweeps = [r for r in recs if r.get("kind") == "sweep"]
+    if not sweeps:
+        raise UserError(
+            f"{source}: no sweep records to plot.",
+            fix="run `bench sweep` or `bench ab` with --results pointing here",
+        )
+    if run_id is None:
+        run_id = sweeps[-1].get("run_id")
+    chosen = [r for r in sweeps if r.get("run_id") == run_id]
+    if not chosen:
+        ids = sorted({str(r.get("run_id")) for r in sweeps})
+        raise UserError(
+            f"{source}: no sweep records with run id {run_id}.",
+            fix=f"use one of: {', '.join(ids[-10:])}",
+        )
+    return run_id, chosen
+
+
+def arm_name(r: dict) -> str:
+    return r.get("arm") or r.get("url") or "server"
+
+
+def series(chosen: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
+    arms: dict[str, dict[int, dict]] = defaultdict(dict)
+    skipped = []
+    for r in chosen:
+        if r.get("status") in PARTIAL:
+            skipped.append(f"{arm_name(r)} c={r.get('concurrency')} ({r.get('status')})")
+            continue
+        arms[arm_name(r)][int(r["concurrency"])] = r  # a rerun level: the last one wins
+    return {a: [lv[c] for c in sorted(lv)] for a, lv in arms.items()}, skipped
+
+
+def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    ax_tok = axes[0][0]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (arm, recs) in enumerate(arms.items()):
+        color = colors[k % len(colors)]
+        xs = [r["concurrency"] for r in recs]
+        ax_tok.plot(xs, [r.get("output_tok_s") for r in recs], "o-", color=color, label=arm)
+        for ax, (key, _, scale) in zip((axes[0][1], axes[1][0], axes[1][1]), PANELS):
+            for pct, style in (("p50", "o-"), ("p99", "s--")):
+                ys = [(r.get(key) or {}).get(pct) for r in recs]
+                ys = [None if y is None else y * scale for y in ys]
+                ax.plot(xs, ys, style, color=color, label=f"{arm} {pct}")
+    names = list(arms)
+    if len(names) == 2:  # annotate B/A throughput ratios
+        a = {r["concurrency"]: r.get("output_tok_s") for r in arms[names[0]]}
+        for r in arms[names[1]]:
+            base = a.get(r["concurrency"])
+            if base and r.get("output_tok_s") is not None:
+                ax_tok.annotate(
+                    f"x{r['output_tok_s'] / base:.2f}",
+                    (r["concurrency"], r["output_tok_s"]),
+                    textcoords="offset points",
+                    xytext=(0, 8),
+                    ha="center",
+                    fontsize=8,
+                )
+    ax_tok.set_title(
+        "output throughput" + (f" ({names[1]} / {names[0]} annotated)" if len(names) == 2 else "")
+    )
+    ax_tok.set_ylabel("output tokens/s")
+    for ax, (_, title, _) in zip((axes[0][1], axes[1][0], axes[1][1]), PANELS):
+        ax.set_title(f"{title}: p50 solid, p99 dashed")
+        ax.set_ylabel(title)
+    levels = sorted({r["concurrency"] for recs in arms.values() for r in recs})
+    ax_tok.margins(y=0.15)
+    for ax in axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(c) for c in levels])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("concurrency")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    first = next(iter(arms.values()))[0]
+    prov = first.get("provenance", {})
+    server = prov.get("server", {})
+    fig.suptitle(
+        f"run {run_id}: {' vs '.join(names)}  |  model {server.get('model_path')}  |  "
+        f"SGLang {server.get('sglang_version')}  |  prompts "
+        f"{Path(str(prov.get('prompts', {}).get('set'))).name}, "
+        f"{first.get('max_tokens')} tokens/request",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(args, console: Console) -> int:
+    src = Path(args.results)
+    recs, problems = records.read_jsonl(src)
+    for p in problems:
+        console.warn(p)
+    run_id, chosen = pick_run(recs, args.run_id, str(src))
+    arms, skipped = series(chosen)
+    if not arms:
+        raise UserError(
+            f"{src}: run {run_id} has no complete level to plot.", fix="pick another --run-id"
+        )
+    out = Path(args.output) if args.output else src.with_name(f"{src.stem}-{run_id}.png")
+    render(run_id, arms, out)
+    if skipped:
+        console.warn(f"left out (partial levels): {', '.join(skipped)}")
+    console.out(f"wrote {out} ({', '.join(f'{a}: {len(v)} level(s)' for a, v in arms.items())})")
+    return 0

@@ -1,0 +1,167 @@
+"""What the benchmark asks a running server outside the measured requests.
+
+Reachability, the served model id, /server_info (resolved args, version), the
+release row that says which counters and stream fields exist, the Prometheus
+counters whose deltas give the accept length of one load level, and cache flushes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from sgl_eagle_ext.common import http, releases
+from sgl_eagle_ext.common.errors import UserError
+
+PROBE_TIMEOUT = 10.0
+
+
+@dataclass
+class Counters:
+    generation_tokens: float
+    spec_verify_calls: float | None  # None: the release or the server has no such counter
+
+
+def parse_prometheus(text: str, names: set[str]) -> dict[str, float]:
+    """Sum each wanted metric over all its label sets."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        head, _, value = line.rpartition(" ")
+        name = head.split("{", 1)[0].strip()
+        if name in names:
+            try:
+                out[name] = out.get(name, 0.0) + float(value)
+            except ValueError:
+                continue
+    return out
+
+
+class Server:
+    def __init__(self, base_url: str, api_key: str | None = None):
+        url = base_url.rstrip("/")
+        if "://" not in url:
+            url = "http://" + url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UserError(
+                f"--url {base_url}: not an http(s) URL.", fix="e.g. --url http://127.0.0.1:30000"
+            )
+        self.base_url = url
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.api_key = api_key
+        self.info: dict = {}
+        self.model_id = "default"
+        self.release: releases.Release = releases.PRIMARY
+        self.release_how = ""
+
+    def get(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
+        return http.request(self.base_url + path, api_key=self.api_key, timeout=timeout)
+
+    def get_text(self, path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+        """A text (non-JSON) page such as /metrics; None unless HTTP 200."""
+        reply = self.get(path, timeout)
+        return reply.text if reply.status == 200 else None
+
+    def post(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
+        return http.request(self.base_url + path, {}, api_key=self.api_key, timeout=timeout)
+
+    def connect(self) -> Server:
+        """Check the server answers; learn its model, args and release. Raises UserError."""
+        reply = self.get("/v1/models")
+        if reply.status == 0:
+            raise UserError(
+                f"nothing answers at {self.base_url} ({reply.error}).",
+                fix="start a server first (python -m sgl_eagle_ext.launch --preset "
+                "NAME ...) and wait for READY, or check --url",
+            )
+        if reply.status in (401, 403):
+            raise UserError(
+                f"{self.base_url} refused the request (HTTP {reply.status}).",
+                fix="pass --api-key (or set EAGLE_EXT_API_KEY)",
+            )
+        if reply.status != 200:
+            raise UserError(
+                f"{self.base_url}/v1/models answered HTTP {reply.status}: {reply.error[:200]}",
+                fix="is this an SGLang server? check --url",
+            )
+        data = (reply.body or {}).get("data") if isinstance(reply.body, dict) else None
+        if data and isinstance(data[0], dict) and data[0].get("id"):
+            self.model_id = str(data[0]["id"])
+        self.info = self.server_info() or {}
+        version = self.info.get("version")
+        if version:
+            self.release, self.release_how = releases.resolve(version, force=True)
+        else:
+            self.release, self.release_how = releases.PRIMARY, "server did not say; assumed"
+        return self
+
+    def server_info(self) -> dict | None:
+        for path in ("/server_info", "/get_server_info"):
+            reply = self.get(path)
+            if reply.status == 200 and isinstance(reply.body, dict):
+                return reply.body
+        return None
+
+    @property
+    def version(self) -> str | None:
+        return self.info.get("version")
+
+    def alive(self) -> bool:
+        return self.get("/health", timeout=5).status == 200
+
+    def flush_cache(self) -> bool:
+        return self.post("/flush_cache").status == 200
+
+    def counters(self) -> Counters | None:
+        """The release's token and verify counters from /metrics (None: no metrics)."""
+        rel = self.release
+        names = {rel.metric_generation_tokens}
+        if rel.metric_spec_verify_calls:
+            names.add(rel.metric_spec_verify_calls)
+        text = self.get_text("/metrics")
+        if text is None:
+            return None
+        values = parse_prometheus(text, names)
+        if rel.metric_generation_tokens not in values:
+            return None
+        verify = values.get(rel.metric_spec_verify_calls) if rel.metric_spec_verify_calls else None
+        return Counters(values[rel.metric_generation_tokens], verify)
+
+    def counters_after(
+        self, before: Counters | None, expected_tokens: int, settle: float = 3.0
+    ) -> Counters | None:
+        """Counters once they include `expected_tokens` more generated tokens.
+
+        SGLang bumps its counters when a request finishes, which can land just
+        after the client saw the end of the stream: poll briefly.
+        """
+        deadline = time.monotonic() + settle
+        while True:
+            now = self.counters()
+            if (
+                now is None
+                or before is None
+                or now.generation_tokens - before.generation_tokens >= expected_tokens
+                or time.monotonic() > deadline
+            ):
+                return now
+            time.sleep(0.1)
+
+
+def accept_from_counters(before: Counters | None, after: Counters | None) -> dict:
+    """Accept length over the window between two counter snapshots."""
+    if before is None or after is None:
+        return {"generation_tokens": None, "verify_calls": None, "accept_length": None}
+    tokens = after.generation_tokens - before.generation_tokens
+    verify = None
+    if before.spec_verify_calls is not None and after.spec_verify_calls is not None:
+        verify = after.spec_verify_calls - before.spec_verify_calls
+    return {
+        "generation_tokens": tokens,
+        "verify_calls": verify,
+        "accept_length": tokens / verify if verify else None,
+    }

@@ -1,0 +1,255 @@
+"""Result records: one JSON line per result (and one CSV row), appended atomically.
+
+Each append is a single write() of a complete line to a file opened with
+O_APPEND, under an exclusive lock, then fsync'ed: a crash or Ctrl-C never leaves
+half a line, and concurrent writers never interleave. Should a file end without
+a newline anyway (written by something else), the next append starts a new line
+so its own record stays intact; readers skip and report such debris.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import math
+import os
+import secrets
+from datetime import datetime
+from pathlib import Path
+
+from sgl_eagle_ext.common.errors import UserError
+
+SCHEMA = 1
+DEFAULT_RESULTS = Path("bench-results/results.jsonl")
+
+# The flat CSV view: one fixed column set for every record kind (blank when n/a).
+CSV_COLUMNS = (
+    "date",
+    "run_id",
+    "kind",
+    "arm",
+    "status",
+    "url",
+    "preset",
+    "sglang_version",
+    "project_version",
+    "model",
+    "draft_model",
+    "gpus",
+    "prompt_set",
+    "prompt_sha256",
+    "max_tokens",
+    "temperature",
+    "concurrency",
+    "requests",
+    "completed",
+    "errors",
+    "short",
+    "malformed_chunks",
+    "duration_s",
+    "output_tokens",
+    "output_tok_s",
+    "request_s",
+    "goodput_tok_s",
+    *(f"{m}_{p}_ms" for m in ("ttft", "tpot", "itl", "e2e") for p in ("p50", "p90", "p99")),
+    "tokens_per_chunk",
+    "accept_length",
+    "accept_length_source",
+    "tok_s_mean",
+    "tok_s_median",
+    "tok_s_min",
+    "tok_s_max",
+    "tok_s_stdev",
+    "tok_s_ci95_low",
+    "tok_s_ci95_high",
+    "overall_tok_s",
+    "runs",
+    "steady",
+    "compared",
+    "identical",
+    "verdict",
+)
+
+
+def new_run_id() -> str:
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # a torn line left by someone else: keep ours whole
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def clean(obj):
+    """JSON-safe copy: NaN and infinities become null (JSON has neither)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    line = json.dumps(clean(record), ensure_ascii=False, default=str, allow_nan=False) + "\n"
+    _append_bytes(path, line.encode("utf-8"))
+
+
+def _csv_line(values: list) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()
+
+
+def check_csv(path: Path) -> None:
+    """Refuse (before a run, not after it) a CSV whose header is not ours."""
+    if path.is_file() and path.stat().st_size:
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            header = next(csv.reader(f), [])
+        if tuple(header) != CSV_COLUMNS:
+            raise UserError(
+                f"{path}: its header is not this tool's CSV layout (written by "
+                f"another tool or an older version).",
+                fix="pass --results with another file name, or move the old files",
+            )
+
+
+def append_csv(path: Path, row: dict) -> None:
+    row = clean(row)
+    values = ["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS]
+    text = _csv_line(values)
+    if not path.is_file() or not path.stat().st_size:
+        text = _csv_line(list(CSV_COLUMNS)) + text
+    _append_bytes(path, text.encode("utf-8"))
+
+
+def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
+    """Records and, separately, one warning per line that is not a record."""
+    if not path.is_file():
+        raise UserError(
+            f"{path}: no such file.",
+            fix="give the JSONL file `bench` wrote (default bench-results/results.jsonl)",
+        )
+    records, problems = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, start=1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                problems.append(f"{path}:{i}: skipped: not a JSON record ({e.msg})")
+                continue
+            if not isinstance(obj, dict) or "kind" not in obj:
+                problems.append(f"{path}:{i}: skipped: not a bench record (no 'kind')")
+                continue
+            records.append(obj)
+    return records, problems
+
+
+def _pct(block: dict | None, p: str):
+    return None if not block else block.get(p)
+
+
+def csv_row(record: dict) -> dict:
+    """The flat view of a record for the CSV file."""
+    prov = record.get("provenance", {})
+    server = prov.get("server", {})
+    host = prov.get("host", {})
+    gpu = host.get("gpu", {})
+    row = {
+        "date": host.get("date"),
+        "run_id": record.get("run_id"),
+        "kind": record.get("kind"),
+        "arm": record.get("arm"),
+        "status": record.get("status"),
+        "url": server.get("url"),
+        "preset": server.get("preset"),
+        "sglang_version": server.get("sglang_version"),
+        "project_version": host.get("project", {}).get("version"),
+        "model": server.get("model_path"),
+        "draft_model": server.get("draft_model_path"),
+        "gpus": "; ".join(f"{g['name']} (driver {g['driver']})" for g in gpu.get("gpus", []))
+        or "none",
+        "prompt_set": prov.get("prompts", {}).get("set"),
+        "prompt_sha256": prov.get("prompts", {}).get("sha256"),
+    }
+    for key in (
+        "max_tokens",
+        "temperature",
+        "concurrency",
+        "requests",
+        "completed",
+        "short",
+        "malformed_chunks",
+        "duration_s",
+        "output_tokens",
+        "output_tok_s",
+        "request_s",
+        "goodput_tok_s",
+        "tokens_per_chunk",
+        "accept_length",
+        "accept_length_source",
+        "overall_tok_s",
+        "compared",
+        "identical",
+        "verdict",
+    ):
+        if key in record:
+            row[key] = record[key]
+    if isinstance(record.get("errors"), dict):
+        row["errors"] = sum(record["errors"].values())
+    for m in ("ttft", "tpot", "itl", "e2e"):
+        for p in ("p50", "p90", "p99"):
+            row[f"{m}_{p}_ms"] = _pct(record.get(f"{m}_ms"), p)
+    tok = record.get("tok_s")
+    if isinstance(tok, dict):
+        for k in ("mean", "median", "min", "max", "stdev", "ci95_low", "ci95_high"):
+            row[f"tok_s_{k}"] = tok.get(k)
+        row["runs"] = tok.get("n")
+    if "steady" in record:
+        row["steady"] = record["steady"]
+    return row
+
+
+class Recorder:
+    """Appends records of one invocation (shared run id and provenance)."""
+
+    def __init__(self, results: Path | None, run_id: str | None = None):
+        self.jsonl = results
+        self.csv = results.with_suffix(".csv") if results is not None else None
+        self.run_id = run_id or new_run_id()
+        self.written = 0
+        if self.csv is not None:
+            check_csv(self.csv)
+
+    def write(self, kind: str, fields: dict, provenance: dict) -> dict:
+        record = {
+            "schema": SCHEMA,
+            "kind": kind,
+            "run_id": self.run_id,
+            **fields,
+            "provenance": provenance,
+        }
+        if self.jsonl is not None:
+            append_jsonl(self.jsonl, record)
+            append_csv(self.csv, csv_row(record))
+            self.written += 1
+        return record

@@ -1,0 +1,235 @@
+"""python -m sgl_eagle_ext.router: SGLang's router in front of data-parallel replicas.
+
+Each replica is a whole server started by the launcher (one per 8-GPU host,
+usually); the router (the `sglang-router` package, SGLang's own Rust load
+balancer) spreads requests over them and speaks the same API, so clients and
+`bench` point at the router's URL instead of one server's.
+
+    python -m sgl_eagle_ext.router --worker-url http://10.0.0.1:30000 \\
+        --worker-url http://10.0.0.2:30000 --host 0.0.0.0 --port 30080
+    python -m sgl_eagle_ext.router ... -- --api-key KEY     # more sglang_router arguments
+
+What it adds to `python -m sglang_router.launch_router`: it starts the router
+only once every worker passes the launcher's readiness gate (GET
+/health_generate 200), it waits until the router itself reports ready, it keeps
+the router's metrics port on the router's host, it gives worker health checks
+more time than SGLang's own 20 s health generation may take under load, and it
+stops the router on Ctrl-C / SIGTERM. Exit codes as the launcher's: 0 ok, 1 the
+router failed, 2 bad input, 3 a worker or the router was not ready in time,
+128+N stopped by signal N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common.cli_args import last_value, split_extra
+from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.http import check_port_free, probe_host
+from sgl_eagle_ext.launcher import readiness
+from sgl_eagle_ext.launcher.server_process import ServerProcess, Stopped, supervised
+
+PROG = "sgl_eagle_ext.router"
+ROUTER_MODULE = "sglang_router.launch_router"
+# sglang_router checks worker health with GET /health (SGLang: a 1-token
+# generation that may take up to SGLANG_HEALTH_CHECK_TIMEOUT = 20 s); its own
+# default timeout is 5 s, which marks a busy worker dead.
+HEALTH_TIMEOUT_S = "30"
+POLICIES = ("cache_aware", "round_robin", "power_of_two", "random")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description="Start sglang-router in front of SGLang servers (data-parallel replicas), "
+        "once they are ready. Arguments after `--` go to sglang_router untouched.",
+    )
+    p.add_argument(
+        "--worker-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a replica's base URL, e.g. http://10.0.0.1:30000 (repeat per replica)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address the router listens on (default 127.0.0.1; 0.0.0.0 for all)",
+    )
+    p.add_argument("--port", type=int, default=30080, help="router port (default 30080)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=29000,
+        help="the router's Prometheus port, on --host (default 29000)",
+    )
+    p.add_argument(
+        "--policy",
+        default="cache_aware",
+        choices=POLICIES,
+        help="how requests are spread (default cache_aware: a request goes where its "
+        "prefix is cached, unless the load is uneven)",
+    )
+    p.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds to wait for every worker to be ready (default 3600; 0: forever)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the router to be ready once started (default 300)",
+    )
+    p.add_argument("--log-file", help="router log file (default logs/router-<time>.log)")
+    p.add_argument("--quiet", action="store_true", help="do not echo the router log")
+    return p
+
+
+def normalise(url: str) -> str:
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise UserError(
+            f"--worker-url {url}: not an http(s) URL.",
+            fix="write it as http://HOST:PORT (the replica's --host and --port)",
+        )
+    return url
+
+
+def wait_workers(
+    urls: list[str], timeout: float, poll: float = 2.0, report_every: float = 30.0
+) -> None:
+    """Block until every worker's /health_generate answers 200."""
+    t0 = last_report = time.monotonic()
+    pending = {u: "not asked yet" for u in urls}
+    while True:
+        for url in list(pending):
+            reply = http.request(f"{url}/health_generate", timeout=30)
+            if reply.status == 200:
+                print(f"{PROG}: worker ready: {url}", flush=True)
+                del pending[url]
+            else:
+                pending[url] = f"HTTP {reply.status}" if reply.status else "no answer"
+        if not pending:
+            return
+        now = time.monotonic()
+        if timeout and now - t0 > timeout:
+            raise readiness.StartupFailed(
+                f"worker(s) not ready after {now - t0:.0f} s: "
+                + ", ".join(f"{u} ({why})" for u, why in pending.items()),
+                readiness.EXIT_WATCHDOG,
+            )
+        if now - last_report >= report_every:
+            last_report = now
+            print(
+                f"{PROG}: waiting for worker(s): "
+                + ", ".join(f"{u} ({why})" for u, why in pending.items()),
+                flush=True,
+            )
+        time.sleep(poll)
+
+
+def wait_router(
+    router: ServerProcess, base_url: str, n_workers: int, timeout: float, poll: float = 1.0
+) -> float:
+    """Block until the router answers /readiness 200 with every worker healthy."""
+    t0 = time.monotonic()
+    while True:
+        code = router.returncode()
+        if code is not None:
+            raise readiness.StartupFailed(
+                f"the router exited with code {code} during startup", readiness.EXIT_SERVER_FAILED
+            )
+        elapsed = time.monotonic() - t0
+        if timeout and elapsed > timeout:
+            raise readiness.StartupFailed(
+                f"the router is not ready after {elapsed:.0f} s", readiness.EXIT_WATCHDOG
+            )
+        reply = http.request(f"{base_url}/readiness", timeout=10)
+        if reply.status == 200:  # sglang-router 0.3: {"status": "ready", "healthy_workers": N, ...}
+            body = reply.body if isinstance(reply.body, dict) else {}
+            healthy = body.get("healthy_workers")
+            if healthy is None:  # other releases: count the listed workers
+                workers = http.request(f"{base_url}/workers", timeout=10).body
+                healthy = len(workers.get("workers", [])) if isinstance(workers, dict) else 0
+            if healthy >= n_workers:
+                return elapsed
+        time.sleep(poll)
+
+
+def router_command(args, urls: list[str], extra: list[str]) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        ROUTER_MODULE,
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--worker-urls",
+        *urls,
+        "--policy",
+        args.policy,
+        "--prometheus-host",
+        args.host,
+        "--prometheus-port",
+        str(args.metrics_port),
+    ]
+    if last_value(extra, "--health-check-timeout-secs") is None:
+        cmd += ["--health-check-timeout-secs", HEALTH_TIMEOUT_S]
+    return cmd + extra
+
+
+@cli(PROG)
+def main(argv: list[str] | None = None) -> int:
+    ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
+    args = parser().parse_args(ours)
+    urls = [normalise(u) for u in args.worker_url]
+    if not urls:
+        raise UserError("no worker given.", fix="pass --worker-url http://HOST:PORT per replica")
+    if len(set(urls)) != len(urls):
+        raise UserError("the same --worker-url is given twice.", fix="list each replica once")
+    if importlib.util.find_spec("sglang_router") is None:
+        raise UserError(
+            "the sglang-router package is not installed in this Python.",
+            fix="pip install sglang-router (it ships the router's Rust binary)",
+        )
+    check_port_free(args.host, args.port)
+    check_port_free(args.host, args.metrics_port)
+
+    base_url = f"http://{probe_host(args.host)}:{args.port}"
+    log_path = Path(args.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log")
+    router = ServerProcess(router_command(args, urls, extra), None, log_path, echo=not args.quiet)
+    with supervised(router, PROG):  # leaving this block stops the router
+        try:
+            print(f"{PROG}: waiting for {len(urls)} worker(s) to pass /health_generate", flush=True)
+            wait_workers(urls, args.worker_timeout)
+            router.start()
+            took = wait_router(router, base_url, len(urls), args.startup_timeout)
+            print(
+                f"{PROG}: READY in {took:.1f} s: {base_url} -> {len(urls)} worker(s), policy "
+                f"{args.policy} (pid {router.pid}, log {log_path})",
+                flush=True,
+            )
+            while router.alive():
+                time.sleep(0.5)
+            print(f"{PROG}: the router exited with code {router.returncode()}", file=sys.stderr)
+            return readiness.EXIT_SERVER_FAILED
+        except readiness.StartupFailed as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            router.print_tail(PROG, "router")
+            return e.code
+        except Stopped as e:
+            print(f"\n{PROG}: {e}: stopping the router", file=sys.stderr, flush=True)
+            return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
