@@ -11,6 +11,8 @@ import pytest
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.tools import wheels
 
+pytestmark = pytest.mark.harness  # release wheels (network or cache)
+
 
 def defined_methods(source_root, module: str, cls: str) -> set[str] | None:
     path = source_root.parent.joinpath(*module.split(".")).with_suffix(".py")

@@ -187,6 +187,7 @@ def clean_instrumentation():
     instrument.uninstrument()
 
 
+@pytest.mark.harness
 def test_instrument_patches_every_anchor_and_reverts(clean_instrumentation):
     import wrapt
 
@@ -204,6 +205,7 @@ def test_instrument_patches_every_anchor_and_reverts(clean_instrumentation):
         assert vars(owner)[name] is original
 
 
+@pytest.mark.harness
 def test_variable_unset_patches_nothing(clean_instrumentation, monkeypatch):
     from sgl_eagle_ext.profiling import recorder as profiling
 
@@ -215,6 +217,7 @@ def test_variable_unset_patches_nothing(clean_instrumentation, monkeypatch):
         assert vars(owner)[name] is original
 
 
+@pytest.mark.harness
 def test_unknown_release_fails_closed(clean_instrumentation, caplog):
     originals = anchored_methods()
     caplog.set_level(logging.WARNING, logger=names.LOGGER)
@@ -226,6 +229,7 @@ def test_unknown_release_fails_closed(clean_instrumentation, caplog):
         assert vars(owner)[name] is original
 
 
+@pytest.mark.harness
 def test_missing_anchor_fails_closed(clean_instrumentation, caplog, monkeypatch):
     import dataclasses
 
