@@ -17,6 +17,7 @@ import pytest
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools import patches, wheels
+from sgl_eagle_ext.tools.patches import manifest
 from sgl_eagle_ext.tools.patches.cli import main as patches_main
 
 PATCHES = patches.load()
@@ -54,9 +55,19 @@ def test_manifest_describes_every_patch():
             assert named == set(p.files), f"{p.id}: manifest files != files in the diff"
 
 
-def test_release_table_and_manifest_agree():
-    for r in releases.RELEASES:
-        assert set(r.patches) == {p.id for p in patches.for_release(r.version)}, r.version
+def test_release_patches_are_read_from_the_manifest(tmp_path, monkeypatch):
+    """Release.patches is the manifest's list: edit the manifest and it follows."""
+    old = releases.BY_VERSION["0.5.10.post1"]
+    assert set(old.patches) == {"cuda-graph-aux-layers", "deepseek-aux-offset"}
+    assert releases.PRIMARY.patches == ()
+    copy = tmp_path / "patch_files"
+    shutil.copytree(manifest.PATCH_DIR, copy)
+    text = (copy / "manifest.toml").read_text()
+    first = text.split("\n[[patch]]\n")[1]
+    assert first.startswith('id = "cuda-graph-aux-layers"')
+    (copy / "manifest.toml").write_text(text.replace("\n[[patch]]\n" + first, "\n"))
+    monkeypatch.setattr(manifest, "MANIFEST", copy / "manifest.toml")
+    assert old.patches == ("deepseek-aux-offset",)
 
 
 @pytest.mark.harness

@@ -32,6 +32,8 @@ SYNC_ANCHORS = (
 )
 
 PROFILER: Profiler | None = None
+# The release's GenerationBatchResult field with the accept counts (Release.accept_counts_attr).
+_accept_attr = releases.PRIMARY.accept_counts_attr
 _patched: list[tuple[object, str, object, bool]] = []  # (owner, name, original, was_own)
 
 
@@ -103,10 +105,9 @@ def _batch_size(batch) -> int:
 
 def _accepted_from(result) -> list[int] | None:
     """Per-request tokens per cycle, bonus included (SGLang's accept length unit)."""
-    for attr in ("num_correct_drafts_per_req_cpu", "accept_length_per_req_cpu"):
-        drafts = getattr(result, attr, None)
-        if drafts is not None:
-            return [int(d) + 1 for d in drafts]
+    drafts = getattr(result, _accept_attr, None)  # accepted drafts, bonus excluded
+    if drafts is not None:
+        return [int(d) + 1 for d in drafts]
     return None
 
 
@@ -193,7 +194,7 @@ def instrument(
     config: Config, version: str | None = None, device_is_cuda: bool | None = None, metrics=None
 ) -> bool:
     """Patch the installed SGLang for profiling. Idempotent; False when refused."""
-    global PROFILER
+    global PROFILER, _accept_attr
     if _patched:
         return True
     try:
@@ -225,6 +226,7 @@ def instrument(
         import torch
 
         device_is_cuda = torch.cuda.is_available()
+    _accept_attr = release.accept_counts_attr
     PROFILER = Profiler(config, make_clock(device_is_cuda), metrics=metrics)
     seen = set()
     for role, owner, name, original in plan:
