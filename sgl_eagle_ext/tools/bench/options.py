@@ -1,0 +1,141 @@
+"""Argument groups shared by the bench subcommands, and their validation.
+
+Each subcommand module (commands/) builds its own parser from these groups:
+`server` (where and how to reach the server), `workload` (prompts, lengths,
+sampling, records) and `sweep` (load levels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from sgl_eagle_ext.common.contract import API_KEY_ENV
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools.bench import client as cl
+from sgl_eagle_ext.tools.bench import prompts, records
+from sgl_eagle_ext.tools.bench import sweep as sw
+
+
+def levels(text: str, flag: str = "--concurrency") -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(
+            f"{flag} {text}: not a comma-separated list of integers.",
+            fix=f"e.g. {flag} 1,2,5,10,30",
+        ) from None
+    if not values or values[0] < 1:
+        raise UserError(
+            f"{flag} {text}: levels must be integers >= 1.",
+            fix=f"e.g. {flag} 1,2,5,10,30",
+        )
+    return values
+
+
+def positive(name: str, value: float, zero_ok: bool = False) -> None:
+    if value < 0 or (value == 0 and not zero_ok):
+        raise UserError(
+            f"{name} {value:g}: must be {'>= 0' if zero_ok else '> 0'}.",
+            fix=f"pass a {'non-negative' if zero_ok else 'positive'} {name}",
+        )
+
+
+def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
+    """--url (unless the command takes other URLs) and --api-key."""
+    if url:
+        p.add_argument(
+            "--url",
+            default="http://127.0.0.1:30000",
+            help="server base URL (default http://127.0.0.1:30000)",
+        )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"bearer key of the server (default ${API_KEY_ENV})",
+    )
+
+
+def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
+    """Prompts, lengths, sampling, timeouts, records, verbosity."""
+    p.add_argument(
+        "--prompts",
+        default=prompts.MIXED,
+        help="coding, encyclopedic, mixed (default: both interleaved) or a JSONL "
+        'file ({"prompt": ...} or {"messages": [...]} per line)',
+    )
+    p.add_argument("--seed", type=int, default=0, help="prompt order (and sampling) seed")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=max_tokens,
+        help=f"tokens generated per request (default {max_tokens})",
+    )
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0)")
+    p.add_argument(
+        "--respect-eos",
+        action="store_true",
+        help="let the model stop at EOS (default: ignore EOS, fixed lengths)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=cl.DEFAULT_TIMEOUT,
+        help="seconds before one request counts as timed out (default 600)",
+    )
+    p.add_argument(
+        "--results",
+        default=str(records.DEFAULT_RESULTS),
+        help="JSONL file the records are appended to; the CSV goes next to it "
+        "(default bench-results/results.jsonl)",
+    )
+    p.add_argument("--no-records", action="store_true", help="write no records")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or chatter")
+
+
+def add_common(p: argparse.ArgumentParser, max_tokens: int, url: bool = True) -> None:
+    add_server(p, url)
+    add_workload(p, max_tokens)
+
+
+def add_sweep(p: argparse.ArgumentParser) -> None:
+    """Load levels and what each level sends."""
+    p.add_argument(
+        "--concurrency",
+        default=",".join(map(str, sw.DEFAULT_LEVELS)),
+        help="levels, comma-separated (default 1,2,5,10,30,70,100,250)",
+    )
+    p.add_argument(
+        "--num-prompts",
+        type=int,
+        default=0,
+        help="prompts per level (at least --prompts-per-concurrency x level)",
+    )
+    p.add_argument(
+        "--prompts-per-concurrency",
+        type=int,
+        default=sw.PER_CONCURRENCY,
+        help=f"minimum prompts per level as a multiple of its concurrency "
+        f"(default {sw.PER_CONCURRENCY}, SGLang's steady-state advice)",
+    )
+    p.add_argument("--warmup", type=int, default=2, help="warm-up requests before the sweep")
+    p.add_argument(
+        "--no-flush-cache", action="store_true", help="keep the prefix cache between levels"
+    )
+    p.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT goal per request (ms)")
+    p.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT goal per request (ms)")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Range checks of whichever shared options this command has."""
+    if hasattr(args, "max_tokens"):
+        positive("--max-tokens", args.max_tokens)
+        positive("--request-timeout", args.request_timeout)
+        positive("--temperature", args.temperature, zero_ok=True)
+    for name in ("runs", "num_prompts", "lossless_prompts"):
+        if hasattr(args, name):
+            positive("--" + name.replace("_", "-"), getattr(args, name), zero_ok=name != "runs")
+    if hasattr(args, "warmup"):
+        positive("--warmup", args.warmup, zero_ok=True)
+    if hasattr(args, "prompts_per_concurrency"):
+        positive("--prompts-per-concurrency", args.prompts_per_concurrency, zero_ok=True)
