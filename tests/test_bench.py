@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import Launcher, free_port
+from fakes.fake_sglang import Background, FakeSGLang, Faults
 
 from sgl_eagle_ext.common import http
 from sgl_eagle_ext.tools.bench import (
@@ -32,7 +33,6 @@ from sgl_eagle_ext.tools.bench import (
     stats,
 )
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench.fake_server import Background, FakeSGLang, Faults
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -710,6 +710,48 @@ def test_plot_draws_both_arms(tmp_path, capsys):
     assert out_png.read_bytes()[:8] == PNG_MAGIC and out_png.stat().st_size > 20_000
     assert "baseline: 4 level(s), eagle3-2step: 4 level(s)" in cap.out
     assert "baseline c=16 (interrupted)" in cap.err and "r.jsonl:10: skipped" in cap.err
+
+
+def test_plot_without_matplotlib_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert cli.main(["plot", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "bench plot needs matplotlib" in err and "sgl-eagle-ext[plot]" in err
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------ packaging
+def test_wheel_ships_no_test_double(tmp_path):
+    """The built wheel holds the bench package but no fake server; matplotlib is an extra."""
+    import shutil
+    import zipfile
+
+    root = Path(__file__).resolve().parents[1]
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    for name in ("sgl_eagle_ext", "launch", "patches"):  # the package links into launch/, patches/
+        shutil.copytree(
+            root / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    (wheel,) = (tmp_path / "dist").glob("sgl_eagle_ext-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "sgl_eagle_ext/tools/bench/client.py" in names
+    assert "sgl_eagle_ext/tools/bench/prompt_sets/coding.jsonl" in names
+    assert not [n for n in names if "fake" in n.lower() or n.startswith("tests/")]
+    requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist: matplotlib")]
+    assert requires and all("extra ==" in line for line in requires), requires
 
 
 # ------------------------------------------------------------------ real SGLang on CPU

@@ -56,6 +56,17 @@ def series(chosen: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
     return {a: [lv[c] for c in sorted(lv)] for a, lv in arms.items()}, skipped
 
 
+def require_matplotlib() -> None:
+    """matplotlib is an optional extra: say how to get it instead of a traceback."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "bench plot needs matplotlib, which is not installed.",
+            fix="pip install 'sgl-eagle-ext[plot]' (or pip install matplotlib)",
+        ) from None
+
+
 def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
     import matplotlib
 
@@ -122,6 +133,7 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
 
 
 def main(args, console: Console) -> int:
+    require_matplotlib()
     src = Path(args.results)
     recs, problems = records.read_jsonl(src)
     for p in problems:

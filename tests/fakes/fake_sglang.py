@@ -6,8 +6,9 @@ OpenAI chat endpoint (streaming and not, `stream_options.include_usage`,
 /server_info, /health, /metrics (generation and verify counters), /flush_cache.
 Uses: measuring a client's ceiling (benchmarks/client_ceiling.py) and fault
 tests (HTTP errors, malformed chunks, cut or hung streams) without a model.
+A test double: it lives beside the tests, outside the shipped package.
 
-    python -m sgl_eagle_ext.bench.fake_server --port 31999 [--tokens-per-write 8]
+    python tests/fakes/fake_sglang.py --port 31999 [--tokens-per-write 8]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import json
 import math
+import socket
 import threading
 import time
 import uuid
@@ -23,7 +25,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-VERSION = "0.5.23"  # the release whose API this imitates
+from sgl_eagle_ext.common.releases import PRIMARY
+
+VERSION = PRIMARY.version  # the release whose API this imitates
 
 
 @dataclass
@@ -281,9 +285,12 @@ class Background:
             self.fake.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
         )
         self.loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", self.port)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]
+        # Bind the socket here: port 0 picks a free port that we can read back.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.port = sock.getsockname()[1]
+        self.loop.run_until_complete(web.SockSite(runner, sock).start())
         self.runner = runner
         self._started.set()
         self.loop.run_forever()
@@ -309,7 +316,7 @@ class Background:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m sgl_eagle_ext.bench.fake_server", description=__doc__.split("\n\n")[0]
+        prog="python tests/fakes/fake_sglang.py", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=31999)
