@@ -418,6 +418,10 @@ def test_lossless_compare():
         ),
         (["ab", "--preset-b", "no-such-preset", "--cpu", "--model-path", "/tmp"], "no-such-preset"),
         (["single", "--", "--port", "1"], "only go to `bench ab`"),
+        (["sweep", "--header", "NoColon"], "--header (no colon): not NAME:VALUE"),
+        (["sweep", "--header", "Two Words: v"], "--header Two Words: not NAME:VALUE"),
+        (["sweep", "--extra-body", "{x"], "--extra-body: not valid JSON"),
+        (["sweep", "--extra-body", "[1]"], "--extra-body: must be a JSON object"),
     ],
 )
 def test_bad_input_is_one_message(capsys, args, words):
@@ -499,6 +503,83 @@ def test_sweep_counts_every_fault_and_keeps_going(fake, tmp_path, capsys):
         assert "other_traffic" not in r
     assert "failed request(s)" in out.err and "malformed stream chunk(s) skipped" in out.err
     assert len(read_csv(tmp_path / "r.csv")) == 2
+
+
+def sweep_args(url: str, res: Path, *extra: str) -> list[str]:
+    """A tiny sweep: levels 1,2, two prompts each, 6 tokens, no warm-up."""
+    return [
+        "sweep",
+        "--url",
+        url,
+        "--concurrency",
+        "1,2",
+        "--num-prompts",
+        "2",
+        "--prompts-per-concurrency",
+        "0",
+        "--max-tokens",
+        "6",
+        "--warmup",
+        "0",
+        "--results",
+        str(res),
+        *extra,
+    ]
+
+
+def test_interop_v1_url_headers_extra_body_and_openai_key(fake, tmp_path, capsys, monkeypatch):
+    bg = fake(accept_length=2.0)
+    res = tmp_path / "r.jsonl"
+    monkeypatch.delenv("EAGLE_EXT_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-shown")
+    monkeypatch.setattr(sys, "argv", ["bench", "sweep", "--header", "X-Team: secret-team"])
+    args = sweep_args(
+        bg.url + "/v1/", res, "--header", "X-Team: secret-team", "--extra-body", '{"top_p": 0.5}'
+    )
+    assert cli.main(args) == 0
+    cap = capsys.readouterr()
+    body, headers = bg.fake.last_body, bg.fake.last_headers
+    assert headers["Authorization"] == "Bearer sk-never-shown"
+    assert headers["X-Team"] == "secret-team" and body["top_p"] == 0.5
+    assert body["messages"] and body["stream_options"] == {"include_usage": True}
+    recs = read_records(res)
+    assert [(r["status"], r["completed"]) for r in recs] == [("ok", 2), ("ok", 2)]
+    assert recs[0]["url"] == bg.url and recs[0]["endpoint"] == "chat"
+    assert recs[0]["extra_body"] == {"top_p": 0.5}
+    assert "--header 'X-Team:***'" in recs[0]["provenance"]["host"]["command"]
+    everything = cap.out + cap.err + res.read_text() + (tmp_path / "r.csv").read_text()
+    assert "sk-never-shown" not in everything and "secret-team" not in everything
+
+
+@pytest.mark.parametrize("endpoint, path", [("completions", "prompt"), ("generate", "text")])
+def test_completions_and_generate_endpoints(fake, tmp_path, endpoint, path):
+    bg = fake(accept_length=2.0, token_text=" y")
+    res = tmp_path / "r.jsonl"
+    assert cli.main(sweep_args(bg.url, res, "--endpoint", endpoint)) == 0
+    body = bg.fake.last_body
+    assert isinstance(body[path], str) and "messages" not in body
+    if endpoint == "generate":
+        assert body["sampling_params"]["max_new_tokens"] == 6
+        assert body["sampling_params"]["ignore_eos"] is True
+    for r in read_records(res):
+        assert (r["status"], r["completed"], r["output_tokens"]) == ("ok", 2, 12)
+        assert r["endpoint"] == endpoint and r["tokens_estimated"] == 0
+        assert r["accept_length_requests"] == pytest.approx(2.0)
+        assert r["itl_ms"]["p50"] is not None and r["ttft_ms"]["p50"] is not None
+
+
+def test_generate_stream_text_cumulative_or_incremental():
+    for incremental, texts in ((False, ["a", "ab", "abc"]), (True, ["a", "b", "c"])):
+        r = cl.RequestResult(index=0, prompt_id="p")
+        p = cl.StreamParser(r, cl.GENERATE, incremental)
+        for k, t in enumerate(texts, start=1):
+            meta = {"completion_tokens": k, "prompt_tokens": 4, "spec_verify_ct": 1}
+            if k == 3:
+                meta["finish_reason"] = {"type": "length", "length": 3}
+            p.feed(f"data: {json.dumps({'text': t, 'meta_info': meta})}\n\n".encode(), k)
+        p.feed(b"data: [DONE]\n\n", 4.0)
+        assert (r.text, r.completion_tokens, r.finish_reason) == ("abc", 3, "length")
+        assert (r.chunk_times, r.spec_verify_ct, p.done) == ([1, 2, 3], 1, True)
 
 
 def test_timeouts_are_counted(fake, tmp_path):
@@ -898,6 +979,37 @@ def test_sweep_on_cpu_server(spec_server, tiny_models, tmp_path):
         assert r["prompts_per_level"] == 2 and "steady_state_note" in r
         check_provenance(r, tiny_models, speculative=True)
     assert len(read_csv(tmp_path / "r.csv")) == 2
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("endpoint", ["completions", "generate"])
+def test_other_endpoints_and_v1_url_on_cpu_server(spec_server, tmp_path, endpoint):
+    """/v1/completions and SGLang's /generate, with the URL as OpenAI clients write it."""
+    res = tmp_path / "r.jsonl"
+    out = run_bench(
+        "sweep",
+        "--url",
+        spec_server.base_url + "/v1",
+        "--endpoint",
+        endpoint,
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "2",
+        "--max-tokens",
+        "8",
+        "--warmup",
+        "0",
+        "--results",
+        str(res),
+    )
+    assert out.returncode == 0, out.stderr
+    (r,) = read_records(res)
+    assert (r["status"], r["completed"], r["output_tokens"]) == ("ok", 2, 16)
+    assert r["endpoint"] == endpoint and r["url"] == spec_server.base_url
+    assert r["tokens_estimated"] == 0 and r["prompt_tokens"] > 2
+    assert 1.0 <= r["accept_length_requests"] <= 4.0  # streamed per-request verify counts
+    assert r["accept_length"] == pytest.approx(r["accept_length_requests"])
 
 
 @pytest.mark.server

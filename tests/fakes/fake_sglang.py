@@ -65,12 +65,16 @@ class FakeSGLang:
         self.generation_tokens = 0
         self.verify_calls = 0
         self.active = 0
+        self.last_body: dict | None = None  # the last generation request, as sent
+        self.last_headers = {}
 
     def app(self) -> web.Application:
         app = web.Application()
         app.add_routes(
             [
                 web.post("/v1/chat/completions", self.chat),
+                web.post("/v1/completions", self.completions),
+                web.post("/generate", self.generate),
                 web.get("/v1/models", self.models),
                 web.get("/model_info", self.model_info),
                 web.get("/get_model_info", self.model_info),
@@ -153,12 +157,79 @@ class FakeSGLang:
         self.verify_calls += verify
         return verify
 
-    async def chat(self, req: web.Request):
+    async def _body(self, req: web.Request) -> dict | None:
         try:
             body = await req.json()
         except ValueError:
-            return web.json_response({"error": {"message": "bad JSON"}}, status=400)
+            return None
         self.requests += 1
+        self.last_body, self.last_headers = body, req.headers
+        return body
+
+    async def completions(self, req: web.Request):
+        """/v1/completions, streaming only: `choices[0].text` deltas, then usage."""
+        body = await self._body(req)
+        if body is None or not isinstance(body.get("prompt"), str) or not body.get("stream"):
+            return web.json_response({"error": {"message": "want a streamed prompt"}}, status=400)
+        if self._every(self.faults.fail_every):
+            return web.json_response({"error": {"message": "injected failure"}}, status=500)
+        n = int(body.get("max_tokens") or 16)
+
+        def chunk(sent: int, last: bool) -> dict:
+            c = {"index": 0, "text": self.token_text, "finish_reason": "length" if last else None}
+            return {"id": "c", "object": "text_completion", "choices": [c]}
+
+        usage = (body.get("stream_options") or {}).get("include_usage")
+        spec = bool(body.get("return_spec_tokens_details"))
+        return await self._stream_simple(req, body, n, chunk, usage, spec)
+
+    async def generate(self, req: web.Request):
+        """SGLang's /generate, streaming only: the whole text so far and meta_info per chunk."""
+        body = await self._body(req)
+        if body is None or not isinstance(body.get("text"), str) or not body.get("stream"):
+            return web.json_response({"error": {"message": "want a streamed text"}}, status=400)
+        if self._every(self.faults.fail_every):
+            return web.json_response({"error": {"message": "injected failure"}}, status=500)
+        n = int((body.get("sampling_params") or {}).get("max_new_tokens") or 16)
+
+        def chunk(sent: int, last: bool) -> dict:
+            meta = {
+                "id": "g",
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": sent,
+                "finish_reason": {"type": "length", "length": sent} if last else None,
+            }
+            if self.accept_length:
+                meta["spec_verify_ct"] = max(1, math.ceil(sent / self.accept_length))
+            return {"text": self.token_text * sent, "meta_info": meta, "index": 0}
+
+        return await self._stream_simple(req, body, n, chunk, usage=False)
+
+    async def _stream_simple(
+        self, req: web.Request, body: dict, n: int, chunk, usage: bool, spec: bool = False
+    ):
+        """One event per token from `chunk(tokens so far, last)`; no fault injection."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(req)
+        for sent in range(1, n + 1):
+            await resp.write(f"data: {json.dumps(chunk(sent, sent == n))}\n\n".encode())
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        verify = self._finish(n)
+        if spec and verify:
+            ext = {"spec_tokens_details": {"spec_verify_ct": verify}}
+            await resp.write(f"data: {json.dumps({'choices': [], 'sglext': ext})}\n\n".encode())
+        if usage:
+            u = {"prompt_tokens": self.prompt_tokens, "completion_tokens": n}
+            await resp.write(f"data: {json.dumps({'choices': [], 'usage': u})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def chat(self, req: web.Request):
+        body = await self._body(req)
+        if body is None:
+            return web.json_response({"error": {"message": "bad JSON"}}, status=400)
         if self._every(self.faults.fail_every):
             return web.json_response({"error": {"message": "injected failure"}}, status=500)
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)

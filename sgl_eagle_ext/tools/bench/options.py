@@ -8,6 +8,7 @@ sampling, records) and `sweep` (load levels).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 from sgl_eagle_ext.common.contract import API_KEY_ENV
@@ -41,19 +42,75 @@ def positive(name: str, value: float, zero_ok: bool = False) -> None:
         )
 
 
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+
+
 def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
-    """--url (unless the command takes other URLs) and --api-key."""
+    """--url (unless the command takes other URLs), --api-key, and how requests look:
+    --endpoint, --header, --extra-body."""
     if url:
         p.add_argument(
             "--url",
             default="http://127.0.0.1:30000",
-            help="server base URL (default http://127.0.0.1:30000)",
+            help="server base URL; a trailing /v1 is accepted (default http://127.0.0.1:30000)",
         )
     p.add_argument(
         "--api-key",
-        default=os.environ.get(API_KEY_ENV),
-        help=f"bearer key of the server (default ${API_KEY_ENV})",
+        # The key itself never appears in help, output or records.
+        default=os.environ.get(API_KEY_ENV) or os.environ.get(OPENAI_KEY_ENV),
+        help=f"bearer key of the server (default ${API_KEY_ENV}, else ${OPENAI_KEY_ENV})",
     )
+    p.add_argument(
+        "--endpoint",
+        choices=list(cl.ENDPOINTS),
+        default=cl.CHAT,
+        help="chat: /v1/chat/completions (default; the server applies the chat template); "
+        "completions: /v1/completions; generate: SGLang's /generate (both: the prompt's "
+        "messages as plain text)",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra HTTP header on every request (repeatable); values are never recorded",
+    )
+    p.add_argument(
+        "--extra-body",
+        metavar="JSON",
+        help="JSON object merged into every request body, e.g. '{\"top_p\": 0.9}'",
+    )
+
+
+def request_headers(args: argparse.Namespace) -> dict[str, str]:
+    """--header NAME:VALUE values as a dict (one clear error for a malformed one)."""
+    out = {}
+    for h in getattr(args, "header", None) or ():
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+            shown = name.strip() if sep else "(no colon)"
+            raise UserError(
+                f"--header {shown}: not NAME:VALUE.", fix="e.g. --header 'X-Team: bench'"
+            )
+        out[name.strip()] = value.strip()
+    return out
+
+
+def extra_body(args: argparse.Namespace) -> dict:
+    text = getattr(args, "extra_body", None)
+    if not text:
+        return {}
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise UserError(
+            f"--extra-body: not valid JSON ({e}).", fix="e.g. --extra-body '{\"top_p\": 0.9}'"
+        ) from None
+    if not isinstance(obj, dict):
+        raise UserError(
+            "--extra-body: must be a JSON object.", fix="e.g. --extra-body '{\"top_p\": 0.9}'"
+        )
+    return obj
 
 
 def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
@@ -128,6 +185,8 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
 
 def validate(args: argparse.Namespace) -> None:
     """Range checks of whichever shared options this command has."""
+    request_headers(args)
+    extra_body(args)
     if hasattr(args, "max_tokens"):
         positive("--max-tokens", args.max_tokens)
         positive("--request-timeout", args.request_timeout)

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import probe, prompts, provenance, records
+from sgl_eagle_ext.tools.bench import options, probe, prompts, provenance, records
 from sgl_eagle_ext.tools.bench import sweep as sw
 
 PROG = "sgl_eagle_ext.bench"
@@ -25,12 +25,16 @@ def load(args: argparse.Namespace) -> sw.Load:
     return sw.Load(args.max_tokens, args.temperature, not args.respect_eos, args.seed)
 
 
-def load_fields(ld: sw.Load) -> dict:
+def load_fields(ld: sw.Load, args: argparse.Namespace) -> dict:
+    """What every request of a record asked for (secret-named --extra-body keys hidden)."""
+    body = options.extra_body(args)
     return {
         "max_tokens": ld.max_tokens,
         "temperature": ld.temperature,
         "ignore_eos": ld.ignore_eos,
         "seed": ld.seed,
+        "endpoint": args.endpoint,
+        **({"extra_body": provenance.redact_info(body)} if body else {}),
     }
 
 
@@ -39,7 +43,7 @@ def prompt_facts(ps: prompts.PromptSet, seed: int) -> dict:
 
 
 def connect(url: str, args: argparse.Namespace) -> probe.Server:
-    return probe.Server(url, args.api_key).connect()
+    return probe.Server(url, args.api_key, options.request_headers(args)).connect()
 
 
 def client(server: probe.Server, args: argparse.Namespace) -> cl.Client:
@@ -49,6 +53,10 @@ def client(server: probe.Server, args: argparse.Namespace) -> cl.Client:
         model=server.model_id,
         timeout=args.request_timeout,
         spec_details_field=server.release.chat_spec_details_field,
+        extra_body=options.extra_body(args),
+        endpoint=args.endpoint,
+        headers=options.request_headers(args),
+        incremental=bool(server.info.get("incremental_streaming_output")),
     )
 
 

@@ -99,7 +99,7 @@ async def _arm(
         "arm": plan.preset,
         "arm_label": plan.label,
         "url": server.base_url,
-        **session.load_fields(load),
+        **session.load_fields(load, args),
     }
     async with session.client(server, args) as client:
         await sw.warm_up(client, ps, args.warmup, load, console)

@@ -87,7 +87,7 @@ async def _run(args, console: Console) -> int:
             "arm": args.label or None,
             "status": status,
             "url": server.base_url,
-            **session.load_fields(load),
+            **session.load_fields(load, args),
             "warmup": warm,
             "runs_detail": done,
             "runs_requested": args.runs,

@@ -43,7 +43,7 @@ async def _run(args, console: Console) -> int:
         f"levels {','.join(map(str, levels))}; {load.max_tokens} tokens per request; "
         f"prompts {ps.name}"
     )
-    common = {"arm": args.label or None, "url": server.base_url, **session.load_fields(load)}
+    common = {"arm": args.label or None, "url": server.base_url, **session.load_fields(load, args)}
     async with session.client(server, args) as client:
         await sw.warm_up(client, ps, args.warmup, load, console)
         outcome = await sw.run_sweep(
