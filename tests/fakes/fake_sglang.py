@@ -47,6 +47,7 @@ class FakeSGLang:
         tokenizer_path: str | None = None,
         accept_length: float = 0.0,
         delay_ms: float = 0.0,
+        delay_per_stream_ms: float = 0.0,
         tokens_per_write: int = 1,
         faults: Faults | None = None,
         prompt_tokens: int = 16,
@@ -56,6 +57,9 @@ class FakeSGLang:
         self.tokenizer_path = tokenizer_path or model
         self.accept_length = accept_length
         self.delay = delay_ms / 1e3
+        # A server that slows down with load: each write waits this much more per
+        # stream in flight (speculation that wins alone and loses under load).
+        self.per_stream = delay_per_stream_ms / 1e3
         self.per_write = max(1, tokens_per_write)
         self.faults = faults or Faults()
         self.prompt_tokens = prompt_tokens
@@ -314,8 +318,8 @@ class FakeSGLang:
                 if len(batch) >= self.per_write or sent == n:
                     await resp.write(b"".join(batch))
                     batch = []
-                    if self.delay:
-                        await asyncio.sleep(self.delay)
+                    if self.delay or self.per_stream:
+                        await asyncio.sleep(self.delay + self.per_stream * self.active)
             verify = self._finish(sent)
             tail = [head + '{},"logprobs":null,"finish_reason":"' + finish + '"}]}\n\n']
             if verify and body.get("return_spec_tokens_details"):

@@ -1,8 +1,9 @@
-"""python -m sgl_eagle_ext.bench {single,sweep,ab,lossless,plot}
+"""python -m sgl_eagle_ext.bench {single,sweep,ab,compare,lossless,plot}
 
     bench single --url U --max-tokens 2048 --runs 5 --warmup 2
     bench sweep --url U --concurrency 1,2,5,10,30,70,100,250 --num-prompts 200
     bench ab --preset-a baseline --preset-b eagle3-2step --model-path M --draft-model-path D
+    bench compare --arm baseline --arm eagle3-2step --arm eagle3-adaptive --model-path M ...
     bench lossless --url-a U1 --url-b U2
     bench plot bench-results/results.jsonl
 
@@ -24,11 +25,11 @@ from sgl_eagle_ext.common.cli_args import split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.tools.bench import options, session
 from sgl_eagle_ext.tools.bench import sweep as sw
-from sgl_eagle_ext.tools.bench.commands import ab, lossless, plot, single, sweep
-from sgl_eagle_ext.tools.bench.progress import Console
+from sgl_eagle_ext.tools.bench.commands import compare, lossless, plot, single, sweep
+from sgl_eagle_ext.tools.bench.progress import DEFAULT_EVERY, Console
 
 PROG = session.PROG
-COMMANDS = (single, sweep, ab, lossless, plot)
+COMMANDS = (single, sweep, compare, lossless, plot)  # compare registers ab and compare
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             fix="drop them",
         )
     options.validate(args)
-    console = Console(getattr(args, "quiet", False))
+    console = Console(getattr(args, "quiet", False), getattr(args, "progress_every", DEFAULT_EVERY))
     try:
         return args.run(args, extra, console)
     except (sw.Interrupted, KeyboardInterrupt) as e:

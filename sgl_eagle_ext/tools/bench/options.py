@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import prompts, records
+from sgl_eagle_ext.tools.bench import progress, prompts, records
 from sgl_eagle_ext.tools.bench import sweep as sw
 
 
@@ -32,6 +33,45 @@ def levels(text: str, flag: str = "--concurrency") -> list[int]:
             fix=f"e.g. {flag} 1,2,5,10,30",
         )
     return values
+
+
+def rates(text: str, flag: str = "--request-rates") -> list[float]:
+    try:
+        values = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(
+            f"{flag} {text}: not a comma-separated list of numbers.", fix=f"e.g. {flag} 1,2,4,8"
+        ) from None
+    if not values or values[0] <= 0 or not math.isfinite(values[-1]):
+        raise UserError(
+            f"{flag} {text}: request rates must be positive, finite numbers (req/s).",
+            fix=f"e.g. {flag} 0.5,1,2,4",
+        )
+    return values
+
+
+def load_levels(args: argparse.Namespace) -> tuple[list[float], sw.OpenLoop | None]:
+    """The sweep's levels: concurrencies (closed loop) or request rates (open loop)."""
+    rate_flag = "--request-rates" if args.request_rates else "--request-rate"
+    text = args.request_rates or (None if args.request_rate is None else str(args.request_rate))
+    if text is None:
+        for name in ("duration", "burstiness"):
+            if getattr(args, name) is not None:
+                raise UserError(
+                    f"--{name} only applies to open-loop load.",
+                    fix="add --request-rate R (or --request-rates 1,2,4), or drop it",
+                )
+        return levels(args.concurrency or DEFAULT_CONCURRENCY), None
+    if args.concurrency is not None:
+        raise UserError(
+            f"--concurrency and {rate_flag} both given: a sweep's levels are one or the other.",
+            fix="closed loop: --concurrency 1,2,4; open loop: --request-rates 1,2,4",
+        )
+    burst = 1.0 if args.burstiness is None else args.burstiness
+    positive("--burstiness", burst)
+    if args.duration is not None:
+        positive("--duration", args.duration)
+    return rates(text, rate_flag), sw.OpenLoop(burst, args.duration)
 
 
 def positive(name: str, value: float, zero_ok: bool = False) -> None:
@@ -148,6 +188,14 @@ def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
     )
     p.add_argument("--no-records", action="store_true", help="write no records")
     p.add_argument("--quiet", action="store_true", help="no progress bars or chatter")
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=progress.DEFAULT_EVERY,
+        metavar="SECONDS",
+        help="off a terminal: a progress line with an ETA this often "
+        f"(default {progress.DEFAULT_EVERY:g})",
+    )
 
 
 def add_common(p: argparse.ArgumentParser, max_tokens: int, url: bool = True) -> None:
@@ -155,12 +203,36 @@ def add_common(p: argparse.ArgumentParser, max_tokens: int, url: bool = True) ->
     add_workload(p, max_tokens)
 
 
+DEFAULT_CONCURRENCY = ",".join(map(str, sw.DEFAULT_LEVELS))
+
+
 def add_sweep(p: argparse.ArgumentParser) -> None:
     """Load levels and what each level sends."""
     p.add_argument(
         "--concurrency",
-        default=",".join(map(str, sw.DEFAULT_LEVELS)),
-        help="levels, comma-separated (default 1,2,5,10,30,70,100,250)",
+        help=f"closed loop: levels, comma-separated (default {DEFAULT_CONCURRENCY})",
+    )
+    p.add_argument(
+        "--request-rate",
+        type=float,
+        help="open loop: one level, requests arriving at R req/s (Poisson unless --burstiness)",
+    )
+    p.add_argument(
+        "--request-rates",
+        metavar="R1,R2,...",
+        help="open loop: sweep these request rates (req/s), as --concurrency sweeps levels",
+    )
+    p.add_argument(
+        "--burstiness",
+        type=float,
+        help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson; "
+        "<1 burstier, >1 more regular), mean gap 1/R as in sglang.bench_serving",
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        help="open loop: seconds of arrivals per level (default: a request count, "
+        "--num-prompts or --prompts-per-concurrency x rate)",
     )
     p.add_argument(
         "--num-prompts",
@@ -196,5 +268,7 @@ def validate(args: argparse.Namespace) -> None:
             positive("--" + name.replace("_", "-"), getattr(args, name), zero_ok=name != "runs")
     if hasattr(args, "warmup"):
         positive("--warmup", args.warmup, zero_ok=True)
+    if hasattr(args, "progress_every"):
+        positive("--progress-every", args.progress_every, zero_ok=True)
     if hasattr(args, "prompts_per_concurrency"):
         positive("--prompts-per-concurrency", args.prompts_per_concurrency, zero_ok=True)

@@ -31,7 +31,7 @@ def run(args, extra: list[str], console: Console) -> int:
 
 
 async def _run(args, console: Console) -> int:
-    levels = options.levels(args.concurrency)
+    levels, open_loop = options.load_levels(args)
     ps = prompts.load(args.prompts)
     rec = session.recorder(args)
     server = session.connect(args.url, args)
@@ -40,7 +40,7 @@ async def _run(args, console: Console) -> int:
     slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
     console.info(f"sweep against {session.describe(server)}")
     console.info(
-        f"levels {','.join(map(str, levels))}; {load.max_tokens} tokens per request; "
+        f"levels: {sw.describe_levels(levels, open_loop)}; {load.max_tokens} tokens per request; "
         f"prompts {ps.name}"
     )
     common = {"arm": args.label or None, "url": server.base_url, **session.load_fields(load, args)}
@@ -55,10 +55,13 @@ async def _run(args, console: Console) -> int:
             per_concurrency=args.prompts_per_concurrency,
             load=load,
             console=console,
-            write=lambda c, f: rec.write("sweep", {**common, "concurrency": c, **f}, prov),
+            write=lambda c, f: rec.write(
+                "sweep", {**common, **sw.level_key(c, open_loop), **f}, prov
+            ),
             arm="",
             flush=not args.no_flush_cache,
             slo=slo,
+            open_loop=open_loop,
         )
     if rec.written:
         console.info(f"{rec.written} record(s) appended to {rec.jsonl} (and {rec.csv})")
@@ -67,6 +70,7 @@ async def _run(args, console: Console) -> int:
         return session.EXIT_FAILED
     empty = [lv.concurrency for lv in outcome.levels if not lv.fields["completed"]]
     if empty:
-        console.warn(f"no request succeeded at concurrency {', '.join(map(str, empty))}")
+        where = "request rate" if open_loop else "concurrency"
+        console.warn(f"no request succeeded at {where} {', '.join(f'{v:g}' for v in empty)}")
         return session.EXIT_FAILED
     return 0
