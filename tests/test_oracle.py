@@ -346,3 +346,38 @@ def test_aux_layers_agree_with_sglang(harness, tmp_path):
 
 def test_aux_layers_agree_with_pristine_wheels(wheel_oracle, tmp_path):
     assert aux_disagreements(wheel_oracle, wheel_oracle["version"], tmp_path) == []
+
+
+# ---------------------------------------------------------------- the issue's cases, by name
+
+
+def test_yarn_draft_without_original_is_refused_against_llama31_70b(tmp_path):
+    """Defect 1: transformers 5 fills original_max_position_embeddings, so SGLang
+    counts the yarn factor as 1 and refuses the 32768-token draft."""
+    target = _dir(tmp_path, "t", LLAMA3_70B)
+    yarn = {"rope_type": "yarn", "factor": 4.0}
+    draft = _dir(tmp_path, "d", {**DRAFT, "max_position_embeddings": 32768, "rope_scaling": yarn})
+    found, _ = context.check(target, draft, None, None, {}, False, None)
+    shorter = _by_id(found)["context.draft-shorter"]
+    assert shorter.severity == "error" and shorter.data["draft_limit"] == 32768
+
+
+@pytest.mark.parametrize(
+    "version, arch, n, ids, refused",
+    [
+        ("0.5.16", "GptOssForCausalLM", 36, [1, 17, 35], True),
+        ("0.5.19", "GptOssForCausalLM", 36, [1, 17, 35], False),  # defect 2
+        ("0.5.19", "GptOssForCausalLM", 36, [-1, 17, 34], False),
+        ("0.5.21", "LlamaForCausalLM", 32, [-1, 16, 29], True),
+        ("0.5.23", "LlamaForCausalLM", 32, [-1, 16, 29], False),  # defect 3
+        ("0.5.23", "DeepseekV3ForCausalLM", 61, [-1, 30, 58], True),
+    ],
+)
+def test_boundary_captures_per_release(tmp_path, version, arch, n, ids, refused):
+    target = _dir(tmp_path, "t", {"architectures": [arch], "num_hidden_layers": n})
+    draft = _dir(
+        tmp_path, "d", {**DRAFT, "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
+    )
+    found = aux_layers.check(target, draft, _release(version), set(), False, None)
+    errors = {f.id for f in found if f.severity == "error"}
+    assert bool(errors & {"aux.embedding", "aux.out-of-range"}) == refused, errors

@@ -148,6 +148,12 @@ class Release:
     # EAGLE-3 aux layers: how explicit eagle_aux_hidden_state_layer_ids become the
     # layers whose input is captured, per target family (preflight/aux_layers.py).
     aux_offset: Mapping[str, str] = field(default_factory=lambda: _AUX_OFFSET_NEW)
+    # Target architectures whose decoder loop can also capture boundary 0 (the
+    # embedding output; id -1 under "+1") and boundary N (the last block's output),
+    # besides the inputs of layers 1..N-1 (tests/test_oracle.py reads each release's
+    # loop; Llama's 0 on 0.5.23 was run on the CPU harness, 0.5.10.post1 raises TypeError).
+    aux_capture_embedding: frozenset[str] = frozenset()
+    aux_capture_final: frozenset[str] = frozenset()
     # CUDA-graph setup resets the capture layers to the defaults, so decode/verify
     # graphs capture other layers than prefill (upstream #22836, fixed in 0.5.13).
     graph_resets_aux_layers: bool = False
@@ -192,6 +198,9 @@ _AUX_OFFSET_OLD = MappingProxyType(
 )
 _AUX_OFFSET_V13 = MappingProxyType({**_AUX_OFFSET_OLD, "deepseek": AUX_FIRST_IS_1})
 _AUX_OFFSET_NEW = MappingProxyType({**_AUX_OFFSET_V13, "gpt-oss": AUX_UNLESS_MAX_IS_N})  # 0.5.19+
+
+_GPT_OSS = frozenset({"GptOssForCausalLM"})  # 0.5.19+: the boundary-capture loop
+_LAYER_BOUNDARY = _GPT_OSS | {"LlamaForCausalLM"}  # 0.5.23: Llama moved there too
 
 _GRAPH_FLAGS_V16 = MappingProxyType(
     {"cuda-graph-max-bs": "cuda-graph-max-bs-decode", "cuda-graph-bs": "cuda-graph-bs-decode"}
@@ -262,6 +271,8 @@ RELEASES: tuple[Release, ...] = (
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         env_overrides=_ENV_OVERRIDES_0519,
+        aux_capture_embedding=_GPT_OSS,
+        aux_capture_final=_GPT_OSS,
     ),
     Release(
         "0.5.21",
@@ -273,6 +284,8 @@ RELEASES: tuple[Release, ...] = (
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         env_overrides=_ENV_OVERRIDES_0519,
+        aux_capture_embedding=_GPT_OSS,
+        aux_capture_final=_GPT_OSS,
         notes="--cuda-graph-max-bs is gone (argparse: ambiguous option)",
     ),
     Release(
@@ -286,6 +299,8 @@ RELEASES: tuple[Release, ...] = (
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         cpu_requirements="sglang-0.5.23-cpu.txt",
         torchvision="0.29.1",
+        aux_capture_embedding=_LAYER_BOUNDARY,
+        aux_capture_final=_GPT_OSS,
         env_overrides=_ENV_OVERRIDES_0519
         + (
             EnvOverride(
