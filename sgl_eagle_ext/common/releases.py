@@ -89,6 +89,10 @@ class EnvOverride:
     when: str  # human words, printed in the warning
     flags: tuple[str, ...] = ()  # any of these flags triggers it; () = always
     setdefault: bool = False  # True: only fills an unset variable
+    # Launch conditions that must all hold as well (launcher/nccl.py CONDITIONS):
+    # "dcp>1", "nnodes>1", "parallel>1" (max of tp, ep, dp), "graphs-on",
+    # "tp-lm-head-a2a" (the TP LM-head all-to-all, explicit or SGLang's default).
+    needs: tuple[str, ...] = ()
 
 
 _ENV_OVERRIDES_COMMON = (
@@ -107,13 +111,38 @@ _ENV_OVERRIDES_COMMON = (
         flags=("--enable-deterministic-inference",),
     ),
 )
-_ENV_OVERRIDES_0519 = _ENV_OVERRIDES_COMMON + tuple(
+# 0.5.16+ (engine.py): with decode context parallelism, 0 unless set, and forced
+# to 0 over a user value under --enable-symm-mem.
+_ENV_OVERRIDES_0516 = _ENV_OVERRIDES_COMMON + (
     EnvOverride(
-        v,
-        "set by --enable-deterministic-inference at TP>1",
-        flags=("--enable-deterministic-inference",),
+        "NCCL_GRAPH_MIXING_SUPPORT",
+        "forced to 0 by --enable-symm-mem with dcp > 1",
+        flags=("--enable-symm-mem",),
+        needs=("dcp>1",),
+    ),
+    EnvOverride(
+        "NCCL_GRAPH_MIXING_SUPPORT", "defaults to 0 when dcp > 1", setdefault=True, needs=("dcp>1",)
+    ),
+)
+_ENV_OVERRIDES_0519 = (
+    _ENV_OVERRIDES_0516
+    + tuple(
+        EnvOverride(
+            v,
+            "set by --enable-deterministic-inference at TP>1",
+            flags=("--enable-deterministic-inference",),
+        )
+        for v in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
     )
-    for v in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+    + tuple(  # engine.py: only on an MNNVL fabric, which is known on the node only
+        EnvOverride(
+            v,
+            "defaults to 1 with nnodes > 1 on an MNNVL fabric",
+            setdefault=True,
+            needs=("nnodes>1",),
+        )
+        for v in ("NCCL_CUMEM_ENABLE", "NCCL_MNNVL_ENABLE")
+    )
 )
 
 
@@ -257,6 +286,7 @@ RELEASES: tuple[Release, ...] = (
         renames=_GRAPH_FLAGS_V16,
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        env_overrides=_ENV_OVERRIDES_0516,
         aux_offset=_AUX_OFFSET_V13,
         chat_spec_details_field=None,
         notes="--cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode",
@@ -283,7 +313,15 @@ RELEASES: tuple[Release, ...] = (
         renames=_GRAPH_FLAGS_V16,
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
-        env_overrides=_ENV_OVERRIDES_0519,
+        env_overrides=_ENV_OVERRIDES_0519
+        + (
+            EnvOverride(
+                "NCCL_GRAPH_REGISTER",
+                "defaults to 0 with the TP LM-head all-to-all",
+                setdefault=True,
+                needs=("tp-lm-head-a2a",),
+            ),
+        ),
         aux_capture_embedding=_GPT_OSS,
         aux_capture_final=_GPT_OSS,
         notes="--cuda-graph-max-bs is gone (argparse: ambiguous option)",
@@ -305,8 +343,9 @@ RELEASES: tuple[Release, ...] = (
         + (
             EnvOverride(
                 "NCCL_GRAPH_REGISTER",
-                "defaults to 0 when TP>1 and CUDA graphs are on",
+                "defaults to 0 when max(tp, ep, dp) > 1 and any CUDA-graph phase is on",
                 setdefault=True,
+                needs=("parallel>1", "graphs-on"),
             ),
         ),
     ),
