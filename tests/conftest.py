@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -15,6 +16,18 @@ import psutil
 import pytest
 
 READY_TIMEOUT = 900  # seconds; the CPU harness is slow (Triton interpreter)
+HARNESS_HINT = (
+    "needs the CPU harness (SGLang on CPU, sglang-router, hadolint): "
+    "python3 -m sgl_eagle_ext.cpu.install --all, then run pytest with .venv/bin/python"
+)
+
+
+def pytest_runtest_setup(item):
+    """Tests of the harness tiers fail, with one line saying how to get the harness,
+    when this interpreter has no SGLang (never a skip, never a long traceback)."""
+    tiers = {"server", "harness"} & {m.name for m in item.iter_markers()}
+    if tiers and importlib.util.find_spec("sglang") is None:
+        pytest.fail(f"{'/'.join(sorted(tiers))} test: {HARNESS_HINT}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
