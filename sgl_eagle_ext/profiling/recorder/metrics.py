@@ -42,10 +42,17 @@ class PrometheusMetrics:
                 self.accepted.inc(sum(c.accepted))
 
 
+_made: list[PrometheusMetrics] = []  # one per process: the registry refuses a second
+
+
 def from_environment():
+    """The process's counters; the same object on every call (SGLang may load
+    the plugin twice in one process, and a second Counter of a name raises)."""
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return None
-    try:
-        return PrometheusMetrics()
-    except ImportError:
-        return None
+    if not _made:
+        try:
+            _made.append(PrometheusMetrics())
+        except ImportError:
+            return None
+    return _made[0]
