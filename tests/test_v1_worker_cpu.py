@@ -103,6 +103,13 @@ def v1_baseline(tiny_models, v1_python, tmp_path_factory) -> list[list[int]]:
         launcher.cleanup()
 
 
+def logged_cycles(launcher: Launcher, start: int) -> bool:
+    """Every profiled cycle since line `start` has its Decode batch line too."""
+    lines = launcher.log_text().splitlines()[start:]
+    profiled = sum("EAGLE3_PROFILE v=" in ln and " cycles=0 " not in ln for ln in lines)
+    return profiled > 0 and profiled == sum("Decode batch" in ln for ln in lines)
+
+
 def check_profile(lines: list[str], outs: list[dict]) -> list[float]:
     """EAGLE3_PROFILE records (one per cycle) against SGLang's Decode batch lines."""
     profile_lines = [ln for ln in lines if "EAGLE3_PROFILE v=" in ln]
@@ -156,6 +163,9 @@ def test_v1_worker_lossless_accepts_as_designed(
         spec_line = launcher.wait_for("spec check:")
         assert "barely accepted" not in spec_line, spec_line
     outs = greedy(launcher)
+    if profiled:
+        # v1 logs a cycle's Decode batch line after the reply is sent: wait for it
+        launcher.wait_until(lambda: logged_cycles(launcher, start), timeout=60)
     lines = launcher.log_text().splitlines()[start:]
     stop_cleanly(launcher)
 
