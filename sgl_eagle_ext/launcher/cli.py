@@ -226,6 +226,18 @@ def resolve_adaptive(preset: presets.Preset, release: releases.Release, args, ex
         field = f" field {first.field}:" if first.field else ""
         raise UserError(f"adaptive config {path}:{field} {first.message}", fix=first.fix)
     preset.server[ADAPTIVE_CONFIG] = str(path.resolve())
+    union = sorted({s for steps in buckets.values() for s in steps})
+    start = preset.server.get("speculative-num-steps")
+    if "speculative-num-steps" not in extra_flags and start not in union:
+        # SGLang refuses a starting step outside the table; take its own unset rule
+        chosen = union[len(union) // 2]
+        print(
+            f"{PROG}: note: adaptive config {path} has no {start}-step candidate; "
+            f"starting at {chosen} steps (SGLang's choice for this table)",
+            file=sys.stderr,
+        )
+        preset.server["speculative-num-steps"] = chosen
+        preset.server["speculative-num-draft-tokens"] = chosen + 1
 
 
 def build_plan(args, extra: list[str]):

@@ -57,7 +57,12 @@ def load(path: str | Path, release: Release) -> tuple[dict[int, list[int]] | Non
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         return None, [
-            _bad(path, None, f"cannot be read: {e.strerror}.", f"pass an existing file to {CONFIG_FLAG}")
+            _bad(
+                path,
+                None,
+                f"cannot be read: {e.strerror}.",
+                f"pass an existing file to {CONFIG_FLAG}",
+            )
         ]
     try:
         cfg = json.loads(text)
