@@ -164,28 +164,37 @@ def load(path: str | Path, release: Release) -> tuple[dict[int, list[int]] | Non
 
 
 def _knob(path, field: str, value) -> list[Finding]:
-    kind, low, high = KNOBS[field.rsplit(".", 1)[-1]]
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and kind is int:
-        ok = isinstance(value, int)
-    if ok and low is not None:
-        ok = value > low if field.endswith("ema_alpha") else value >= low
-    if ok and high is not None:
-        ok = value <= high
-    if ok:
-        return []
+    """A knob SGLang cannot compute with (not a number, an update interval of 0) fails
+    while serving: an error. A number outside its sensible range: a warning."""
+    name = field.rsplit(".", 1)[-1]
+    kind, low, high = KNOBS[name]
     rng = {
         "ema_alpha": "a number in (0, 1]",
         "update_interval": "an integer >= 1",
         "warmup_batches": "an integer >= 0",
         "ceiling_coeff": "a number >= 0",
-    }.get(field.rsplit(".", 1)[-1], "a number")
+    }.get(name, "a number")
+    fix = f"set it to {rng} (or remove it: SGLang's default applies)"
+    if not isinstance(value, (int, float)) or (name == "update_interval" and value == 0):
+        return [
+            _bad(path, field, f"{json.dumps(value)} is not {rng}: SGLang fails while serving.", fix)
+        ]
+    ok = not isinstance(value, bool) and (kind is float or isinstance(value, int))
+    if ok and low is not None:
+        ok = value > low if name == "ema_alpha" else value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if ok:
+        return []
     return [
-        _bad(
-            path,
-            field,
-            f"{json.dumps(value)} is not {rng}: SGLang would fail while serving.",
-            f"set it to {rng} (or remove it: SGLang's default applies)",
+        Finding(
+            "adaptive.config-knob",
+            WARNING,
+            f"{json.dumps(value)} is not {rng}: SGLang runs with it, but the step choice "
+            "will not behave as intended.",
+            fix,
+            file=str(path),
+            field=field,
         )
     ]
 
