@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(ours)
     if args.list_presets:
         for name, file in sorted(presets.shipped().items()):
-            print(f"{name:14} {presets.load(name=name).description}  ({file})")
+            print(f"{name:16} {presets.load(name=name).description}  ({file})")
         return 0
 
     preset, release, how, server_args, env = build_plan(args, extra)
