@@ -329,4 +329,8 @@ def test_tune_writes_a_table_sglang_accepts(tmp_path):
     assert j["position_acceptance"][0] == pytest.approx(132 / 220)
     # draft 2 only measured by the 3-step chain: 8 of the 9 that reached it
     assert j["position_acceptance"][1] == pytest.approx(32 / 36)
-    assert all(g["draft_tokens"] <= g["steps"] * g["topk"] + 1 for g in j["grid"])
+    assert all(g["draft_tokens"] == g["steps"] + 1 for g in j["grid"])  # chains only here
+    from sgl_eagle_ext.tools.tune import grid
+
+    assert grid.valid(2, 4, 16) and not grid.valid(2, 4, 22)  # eagle3-2step: 21 at most
+    assert grid.valid(3, 1, 4) and not grid.valid(3, 1, 5)

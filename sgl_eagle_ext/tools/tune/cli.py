@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = [measure.read(p) for p in args.logs]
     cells: dict = {}
     for run in runs:
+        if run.spec.get("speculative_eagle_topk", 1) not in (1, None):
+            continue  # a tree: its steps are not a chain's (the grid still ranks it)
         for key, cell in run.cells.items():
             merged = cells.setdefault(key, measure.Cell())
             merged.cycles += cell.cycles

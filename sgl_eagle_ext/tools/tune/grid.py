@@ -3,8 +3,10 @@
 Measured rows come from fixed-preset logs (their server_args give the setting; the
 one-stream windows give tok/s); chain rows (topk 1, steps + 1 draft tokens) that were
 not run are predicted from the pooled per-position acceptance and the cycle fit at
-batch size 1. A setting is valid only with draft tokens <= steps x topk + 1 (SGLang
-verifies at most that tree).
+batch size 1. A setting is valid only with 2 <= draft tokens <= topk + (steps - 1) x
+topk^2 + 1: SGLang's tree keeps the best draft tokens - 1 of the topk candidates of the
+first step and topk^2 of each later one (speculative/spec_utils.py); for a chain that is
+steps + 1.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ from __future__ import annotations
 from sgl_eagle_ext.tools.tune import model
 
 
+def max_draft_tokens(steps: int, topk: int) -> int:
+    return topk + (steps - 1) * topk * topk + 1
+
+
 def valid(steps: int, topk: int, draft_tokens: int) -> bool:
-    return 1 <= draft_tokens <= steps * topk + 1
+    return steps >= 1 and 2 <= draft_tokens <= max_draft_tokens(steps, topk)
 
 
 def rank(runs, cells, baseline_ms: float | None, max_steps: int) -> list[dict]:
@@ -66,7 +72,7 @@ def render(ranked: list[dict]) -> list[str]:
     ]
     for r in ranked:
         vs = f"{r['vs_baseline']:7.2f}x" if r["vs_baseline"] else "       -"
-        bad = "" if r["valid"] else "  INVALID: draft tokens > steps x topk + 1"
+        bad = "" if r["valid"] else "  INVALID: more draft tokens than the tree has"
         lines.append(
             f"{r['steps']:5d} {r['topk']:4d} {r['draft_tokens']:5d} {r['accept_len']:7.2f} "
             f"{r['cycle_ms']:9.2f} {r['tok_s']:8.1f} {vs}  {r['source']}{bad}"

@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling.recorder.window import TAG
 from sgl_eagle_ext.profiling.report import DECODE_BATCH, record_from_line
@@ -120,9 +122,10 @@ def read(path: Path) -> Run:
 
 
 def baseline_ms(runs: list[Run]) -> dict[int, float]:
-    """Per-stream ms per token at each batch size, from baselines' Decode batch lines."""
+    """Per-stream ms per token at each batch size, from baselines' Decode batch lines
+    (their median: a line after an idle gap or a prefill reports a stray rate)."""
     tps: dict[int, list[float]] = {}
     for run in runs:
         for bs, values in run.decode_tps.items():
-            tps.setdefault(bs, []).extend(values)
-    return {bs: 1000 * bs / (sum(v) / len(v)) for bs, v in tps.items() if v and sum(v) > 0}
+            tps.setdefault(bs, []).extend(v for v in values if v > 0)
+    return {bs: 1000 * bs / float(np.median(v)) for bs, v in tps.items() if v}

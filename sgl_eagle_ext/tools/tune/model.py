@@ -10,7 +10,8 @@ draft and the traffic, not of the batch). A chain of s steps then yields
 tokens per request per cycle (bonus included; positions beyond the measured ones
 reuse the last measured alpha). Cycle time: measured where (bs, s) was run,
 else a straight line in s fitted to the steps measured at that batch size (one
-point: its draft time per step as the slope). Then
+point: its draft time per step as the slope); 0 steps not run: the baseline's
+time per token plus the measured draft-extend pass (SGLang keeps it). Then
 
     predicted gain  = E[accept length | s] * baseline ms/token / cycle ms(s)
     break-even tau* = cycle ms(s) / baseline ms/token
@@ -76,7 +77,8 @@ def cycle_model(bs_cells: dict[int, Cell]):
     drafting = [(s, c) for s, c in bs_cells.items() if s > 0 and c.cycles]
     if len({s for s, _ in points}) >= 2:
         slope, icept = np.polyfit([s for s, _ in points], [m for _, m in points], 1)
-        slope = max(float(slope), 0.0)
+        if slope < 0:  # noise larger than the draft cost: no trend to extrapolate
+            slope, icept = 0.0, float(np.mean([m for _, m in points]))
     elif drafting:
         s, c = drafting[0]
         slope = c.mean("draft") / s
@@ -111,9 +113,14 @@ def predict(
             base = one_stream_ms
         if base is None and 0 in bs_cells:  # no baseline at this size: the 0-step cycle
             base, proxy = bs_cells[0].mean("cycle"), True
+        # 0 steps not run here: a baseline decode plus the draft-extend pass SGLang keeps
+        drafting = [c for s, c in bs_cells.items() if s > 0 and c.cycles]
+        extend = np.mean([c.mean("draft_extend") for c in drafting]) if drafting else 0.0
         preds = []
         for steps in range(max_steps + 1):
             cycle = model(steps)
+            if steps == 0 and 0 not in bs_cells and base and not proxy:
+                cycle = base + float(extend)
             if cycle is None or cycle <= 0:
                 continue
             acc = expected_accept_len(alphas, steps)
