@@ -255,7 +255,9 @@ SWITCH_LOG = """\
 [2026-12-01 10:19:27] AdaptiveSpeculativeParams initialized: steps=3, candidate_steps=[0, 1, 2, 3, 5]
 [2026-12-01 10:20:06] Adaptive spec params updated: steps 3 -> 0 (ema_accept_len=0.07)
 [2026-12-01 10:20:06] Switch adaptive runtime state: steps 3 -> 0, draft_tokens 4 -> 1
-[2026-12-01 10:20:43] Switch adaptive runtime state: steps 0 -> 1, draft_tokens 1 -> 2
+[2026-12-01 10:20:10] Adaptive spec params updated: steps 0 -> 1 (ema_accept_len=0.07)
+[2026-12-01 10:20:10] Switch adaptive runtime state: steps 0 -> 1, draft_tokens 1 -> 2
+[2026-12-01 10:20:43] Switch adaptive runtime state: steps 1 -> 3, draft_tokens 2 -> 4
 [2026-12-01 10:20:44] EAGLE3_PROFILE v=1 rank=0 cycles=2 bs=2:2 draft_tokens=1:2 steps=0:2 cycle_ms=850.47/850.47/867.65 draft_ms=0.00/0.00/0.00 verify_fwd_ms=739.01/739.01/760.96 accept_ms=6.71/6.71/7.85 draft_extend_ms=91.50/91.50/102.80 other_ms=13.26/13.26/18.64 share=draft:0.0,verify_fwd:86.9,accept:0.8,draft_extend:10.8,other:1.6 accept_len=1.00 accept_hist=1:4 tok_s=2.35 prefill=0/0.00 syncs=0 dropped=0 clock=host
 [2026-12-01 10:20:44] EAGLE3_PROFILE v=1 rank=0 cycles=1 bs=2:1 draft_tokens=2:1 steps=1:1 cycle_ms=868.48/868.48/868.48 draft_ms=9.72/9.72/9.72 verify_fwd_ms=777.53/777.53/777.53 accept_ms=4.95/4.95/4.95 draft_extend_ms=64.31/64.31/64.31 other_ms=11.97/11.97/11.97 share=draft:1.1,verify_fwd:89.5,accept:0.6,draft_extend:7.4,other:1.4 accept_len=1.00 accept_hist=1:2 tok_s=2.30 prefill=0/0.00 syncs=0 dropped=0 clock=host
 [2026-12-01 10:21:00] speculative_adaptive disabled: speculative_eagle_topk=4 (only topk=1 is supported). Falling back to static speculative params.
@@ -268,7 +270,8 @@ def test_report_shows_switches_and_steps(tmp_path):
     read = adaptive_log.read(SWITCH_LOG.splitlines())
     assert [(s.old, s.new, s.reason) for s in read.switches] == [
         (3, 0, "accept length"),
-        (0, 1, "batch size"),
+        (0, 1, "probe"),
+        (1, 3, "batch size"),
     ]
     assert read.switches[0].ema_accept_len == 0.07 and read.switches[0].time.endswith("10:20:06")
     assert read.disabled == ["speculative_eagle_topk=4 (only topk=1 is supported)"]
@@ -281,7 +284,7 @@ def test_report_shows_switches_and_steps(tmp_path):
         (0, True, 2),
         (1, False, 1),
     ]
-    assert len(out["adaptive"]["switches"]) == 2
+    assert len(out["adaptive"]["switches"]) == 3
     p = subprocess.run([*cmd, "800"], capture_output=True, text=True, timeout=60)
     assert "steps 3 -> 0 (accept-length EMA 0.07" in p.stdout
     assert "turned adaptive speculation OFF" in p.stdout and "0 (no draft)" in p.stdout

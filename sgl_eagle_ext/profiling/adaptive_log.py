@@ -11,8 +11,10 @@ logs on rank 0:
   speculative_adaptive disabled: <reason>. Falling back to static speculative params.
       adaptive was turned off at startup (static speculation served).
 
-A switch right after a decision with the same steps is that decision ("accept
-length"); any other switch is a batch-size move ("batch size").
+A switch right after a decision with the same steps is that decision: "probe" when
+it leaves 0 steps (after each interval at 0, SGLang tries the smallest positive
+candidate, whatever the EMA), else "accept length". Any other switch is a batch-size
+move ("batch size").
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ class Switch:
     time: str | None
     old: int
     new: int
-    reason: str  # "accept length" or "batch size"
+    reason: str  # "accept length", "probe" or "batch size"
     ema_accept_len: float | None = None  # accepted drafts per request (EMA), for decisions
 
     def describe(self) -> str:
-        why = (
-            f"accept-length EMA {self.ema_accept_len:.2f} accepted drafts/request"
-            if self.reason == "accept length"
-            else "the batch size moved to a bucket with other steps"
-        )
+        why = {
+            "accept length": f"accept-length EMA {self.ema_accept_len or 0:.2f} accepted "
+            "drafts/request",
+            "probe": "SGLang probes drafting again after an interval at 0 steps",
+        }.get(self.reason, "the batch size moved to a bucket with other steps")
         at = self.time or f"line {self.line}"
         return f"{at}: steps {self.old} -> {self.new} ({why})"
 
@@ -78,7 +80,8 @@ def read(lines) -> AdaptiveLog:
         elif m := SWITCH.search(line):
             old, new = int(m["a"]), int(m["b"])
             if decision is not None and decision[:2] == (old, new):
-                switches.append(Switch(n, ts, old, new, "accept length", decision[2]))
+                reason = "probe" if old == 0 else "accept length"
+                switches.append(Switch(n, ts, old, new, reason, decision[2]))
             else:
                 switches.append(Switch(n, ts, old, new, "batch size"))
             decision = None
