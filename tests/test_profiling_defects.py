@@ -39,6 +39,7 @@ def test_multi_layer_eagle_fails_closed_with_one_line(clean, caplog):
     assert not instrument.is_instrumented()
 
 
+@pytest.mark.harness
 def test_install_twice_is_one_install_and_one_metrics_registration(clean, monkeypatch, tmp_path):
     from sgl_eagle_ext.profiling import recorder
     from sgl_eagle_ext.profiling.recorder import metrics
@@ -53,6 +54,7 @@ def test_install_twice_is_one_install_and_one_metrics_registration(clean, monkey
     assert made == [1]
 
 
+@pytest.mark.harness
 def test_metrics_made_once_per_process(monkeypatch, tmp_path):
     """Without the cache the second registration raises DuplicateTimeseries."""
     from sgl_eagle_ext.profiling.recorder import metrics
@@ -134,6 +136,7 @@ def test_device_sync_warnings_are_counted_and_swallowed(monkeypatch):
     assert [str(m) for m in passed] == ["something else"]
 
 
+@pytest.mark.harness
 def test_explicit_sync_check_on_cpu_wraps_synchronize(clean):
     cfg = config.from_env({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_SYNC_CHECK": "1"})
     assert instrument.instrument(cfg, device_is_cuda=False)

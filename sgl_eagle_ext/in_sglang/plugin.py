@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from sgl_eagle_ext.profiling import names
+
 
 def _scheduler_frame(max_depth: int = 12):
     """SGLang's run_scheduler_process frame above us, or None."""
@@ -28,7 +30,7 @@ def _called_from_scheduler(max_depth: int = 12) -> bool:
 
 
 def register() -> None:
-    if os.environ.get("EAGLE3_PROFILE") != "1":
+    if not names.enabled(os.environ):
         return
     frame = _scheduler_frame()
     if frame is None:

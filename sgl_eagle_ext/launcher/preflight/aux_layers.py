@@ -35,6 +35,12 @@ MLA_DRAFT = "Eagle3DeepseekV2ForCausalLM"
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 # Patch ids (patches/manifest.toml) that change the rules computed here.
 PATCH_OFFSET, PATCH_GRAPHS = "deepseek-aux-offset", "cuda-graph-aux-layers"
+# The first releases that fixed what the messages below warn about (release table).
+FC_FOLLOWS_IDS = releases.first_release(lambda r: r.draft_fc_follows_ids).version
+DEEPSEEK_FIXED = releases.first_release(
+    lambda r: r.aux_offset["deepseek"] != releases.AUX_PLUS_ONE
+).version
+GRAPHS_FIXED = releases.first_release(lambda r: not r.graph_resets_aux_layers).version
 
 
 # What id -1 does when the release cannot capture the embedding output.
@@ -309,7 +315,7 @@ def check(
                 f"set num_aux_hidden_states / the id list to {fc_in_checkpoint} entries"
                 if release.draft_fc_follows_ids
                 else "this release always builds 3 inputs: use a "
-                "3-layer draft or SGLang >= 0.5.13.post1",
+                f"3-layer draft or SGLang >= {FC_FOLLOWS_IDS}",
                 key,
                 text=False,
             )
@@ -353,11 +359,11 @@ def check(
                 "aux.deepseek-offset",
                 WARNING,
                 f"SGLang {release.version} adds 1 to every id for {arch}: captures [{inputs}], "
-                f"while 0.5.13.post1+ use ids whose first is not 1 as is ({ids}). A draft trained "
+                f"while {DEEPSEEK_FIXED}+ use ids whose first is not 1 as is ({ids}). A draft trained "
                 f"with the input-of-layer convention (first id 2, e.g. [2, 30, 58] for Kimi-K2.5) "
                 f"is fed one layer late (about -0.1 accept length){unknown}.",
                 f"python -m sgl_eagle_ext.patches apply (patch {PATCH_OFFSET}), or SGLang >= "
-                f"0.5.13.post1; if the draft was trained for these +1 layers, --skip "
+                f"{DEEPSEEK_FIXED}; if the draft was trained for these +1 layers, --skip "
                 f"aux.deepseek-offset",
                 key,
                 text=False,
@@ -375,7 +381,7 @@ def check(
                 f"{defaults(n)}: decode and verify feed the draft those, while prefill feeds "
                 f"[{inputs}]{unknown}. Acceptance drops well below the draft's.",
                 f"python -m sgl_eagle_ext.patches apply (patch {PATCH_GRAPHS}), or SGLang >= "
-                f"0.5.13.post1, or --disable-cuda-graph (slow)",
+                f"{GRAPHS_FIXED}, or --disable-cuda-graph (slow)",
                 key,
                 text=False,
             )

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common import releases
+
 KEYS = (
     "max_sequence_length",
     "seq_length",
@@ -37,10 +39,9 @@ KEYS = (
 FALLBACK = 2048
 # Rope types whose original_max_position_embeddings transformers 5 always sets.
 FILLS_ORIGINAL = ("llama3", "yarn", "longrope")
-RULE_FILES = (
-    "srt/utils/hf_transformers/common.py",  # 0.5.13+
-    "srt/utils/hf_transformers_utils.py",
-)  # 0.5.10
+# Where the rule lives in each release's `sglang` package (Release.context_rule_file),
+# newest layout first: `pkg` may be any release's source.
+RULE_FILES = tuple(dict.fromkeys(r.context_rule_file for r in reversed(releases.RELEASES)))
 
 
 def rope_view(cfg: dict) -> dict | None:

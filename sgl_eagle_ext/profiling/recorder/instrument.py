@@ -19,13 +19,14 @@ import wrapt
 
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.profiling import phases
+from sgl_eagle_ext.profiling.names import LOGGER, TAG
 from sgl_eagle_ext.profiling.recorder import syncs
 from sgl_eagle_ext.profiling.recorder.clock import make_clock
 from sgl_eagle_ext.profiling.recorder.config import Config
 from sgl_eagle_ext.profiling.recorder.profiler import RESULT_ATTR, Profiler
 
-logger = logging.getLogger("sgl_eagle_ext.profile")
-TAG = "EAGLE3_PROFILE"
+logger = logging.getLogger(LOGGER)
 SYNC_ANCHORS = (
     "torch.cuda:synchronize",
     "torch.cuda:Event.synchronize",
@@ -35,8 +36,11 @@ SYNC_ANCHORS = (
 # Server flags that make SGLang run an EAGLE worker no anchor wraps: profiling
 # would say "on" and record nothing, so it fails closed instead.
 UNWRAPPED_WORKERS = {"enable_multi_layer_eagle": "MultiLayerEagleWorkerV2"}
+IDLE_ROLE = "idle"  # WorkerAnchors.idle: the scheduler's housekeeping while it has no batch
 
 PROFILER: Profiler | None = None
+# The release's GenerationBatchResult field with the accept counts (Release.accept_counts_attr).
+_accept_attr = releases.PRIMARY.accept_counts_attr
 _patched: list[tuple[object, str, object, bool]] = []  # (owner, name, original, was_own)
 # This process's decision (True: instrumented, False: refused), made once: the
 # scheduler entry and SGLang's plugin entry point (0.5.13+) both ask.
@@ -115,10 +119,9 @@ def _batch_size(batch) -> int:
 
 def _accepted_from(result) -> list[int] | None:
     """Per-request tokens per cycle, bonus included (SGLang's accept length unit)."""
-    for attr in ("num_correct_drafts_per_req_cpu", "accept_length_per_req_cpu"):
-        drafts = getattr(result, attr, None)
-        if drafts is not None:
-            return [int(d) + 1 for d in drafts]
+    drafts = getattr(result, _accept_attr, None)  # accepted drafts, bonus excluded
+    if drafts is not None:
+        return [int(d) + 1 for d in drafts]
     return None
 
 
@@ -150,17 +153,20 @@ def _step(wrapped, instance, args, kwargs):
     return result
 
 
-def _phase(start: str | None, end: str, only_if=None):
+def _phase(start: str | None, end: str | None, only_if: str | None = None):
+    """The wrapper of a role that only takes marks (phases.marks_of)."""
+
     def wrapper(wrapped, instance, args, kwargs):
         prof = PROFILER
-        if prof is None or (only_if is not None and not only_if(kwargs)):
+        if prof is None or (only_if is not None and not kwargs.get(only_if)):
             return wrapped(*args, **kwargs)
         if start:
             prof.mark(start)
         try:
             return wrapped(*args, **kwargs)
         finally:
-            prof.mark(end)
+            if end:
+                prof.mark(end)
 
     return wrapper
 
@@ -194,14 +200,12 @@ def _idle(wrapped, instance, args, kwargs):
             PROFILER.flush_idle()
 
 
+# role (a WorkerAnchors field) -> its wrapper; the marks come from the phase table.
 WRAPPERS = {
-    "step": _step,
-    "draft": _phase("draft_start", "draft_end"),
-    "verify": _phase(None, "verify_end"),  # accept = verify_end - fwd_end
-    "target_forward": _phase("fwd_start", "fwd_end", only_if=lambda kw: bool(kw.get("is_verify"))),
-    "draft_extend": _phase("extend_start", "extend_end"),
-    "accept_join": _accept_join,
-    "idle": _idle,
+    phases.STEP_ROLE: _step,
+    **{role: _phase(*phases.marks_of(role)) for role in phases.MARKED_ROLES},
+    phases.ACCEPT_JOIN_ROLE: _accept_join,
+    IDLE_ROLE: _idle,
 }
 
 
@@ -232,7 +236,7 @@ def instrument(
 
 
 def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
-    global PROFILER
+    global PROFILER, _accept_attr
     if _patched:
         return True
     for flag, worker in UNWRAPPED_WORKERS.items():
@@ -277,6 +281,7 @@ def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
         plan += [("sync", *resolve_anchor(a)) for a in SYNC_ANCHORS]
     if callable(metrics):
         metrics = metrics()
+    _accept_attr = release.accept_counts_attr
     PROFILER = Profiler(config, make_clock(device_is_cuda), metrics=metrics)
     PROFILER.sync_counted = sync_counted
     if sync_counted == syncs.DEVICE:
