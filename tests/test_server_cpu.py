@@ -132,7 +132,7 @@ def test_demo_shows_answers_benchmark_and_profile(start_launcher):
     assert "SGLang's average accept length" in out
     speed = re.search(r"single stream: ([\d.]+) tok/s", out)
     assert speed and float(speed.group(1)) > 0, out
-    assert len(re.findall(r"^  run \d: 32 tokens in", out, re.M)) == 3, out
+    assert len(re.findall(r"^  run \d: 32 tokens in", out, re.M)) == 2, out
     # the report's own table, from the demo server's profile windows
     profile = out[out.index("=== 3/3 profile") :]
     assert re.search(r"^  verify_fwd\s+[\d.]+", profile, re.M), profile

@@ -199,6 +199,8 @@ def build_plan(args, extra: list[str]):
         built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
         if not (args.model_path or args.draft_model_path):  # the pair the manifest describes
             args.demo_manifest = Path(built["target"]).parent / "manifest.json"
+            # the drafts' low rope theta is part of their design (tiny_models)
+            args.skip = [*args.skip, "rope.theta-differs"]
         args.model_path = args.model_path or str(built["target"])
         args.draft_model_path = args.draft_model_path or str(built[f"draft-{args.demo_draft}"])
 
