@@ -183,7 +183,8 @@ def test_server_that_fails_during_startup(tiny_models, start_launcher):
 def test_preflight_stops_a_short_draft_and_fix_launches_it(
     tiny_models, short_draft, start_launcher
 ):
-    """The seeds' context-length mismatch on the tiny pair, through the launcher."""
+    """The context-length mismatch of the first users' Kimi-K2.5 draft (shorter than the
+    target) on the tiny pair, through the launcher."""
     import hashlib
 
     short = short_draft
