@@ -55,6 +55,21 @@ def short_draft(tiny_models, tmp_path) -> Path:
     return short
 
 
+def readable(text: str, min_share: float = 0.8) -> bool:
+    """Printable ASCII, no replacement characters, and mostly words of the corpus
+    the tiny target was trained on (the random target wrote '@ torickD~ccsist')."""
+    import re
+    import string
+
+    from sgl_eagle_ext.cpu.tiny_corpus import CORPUS
+
+    if any(c not in string.printable for c in text):
+        return False
+    corpus_words = {w.lower() for t in CORPUS for w in re.findall(r"[A-Za-z]+", t)}
+    words = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
+    return bool(words) and sum(w in corpus_words for w in words) >= min_share * len(words)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

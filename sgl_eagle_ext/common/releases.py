@@ -91,6 +91,10 @@ class EnvOverride:
     when: str  # human words, printed in the warning
     flags: tuple[str, ...] = ()  # any of these flags triggers it; () = always
     setdefault: bool = False  # True: only fills an unset variable
+    # Launch conditions that must all hold as well (launcher/nccl.py CONDITIONS):
+    # "dcp>1", "nnodes>1", "parallel>1" (max of tp, ep, dp), "graphs-on",
+    # "tp-lm-head-a2a" (the TP LM-head all-to-all, explicit or SGLang's default).
+    needs: tuple[str, ...] = ()
 
 
 _ENV_OVERRIDES_COMMON = (
@@ -109,13 +113,38 @@ _ENV_OVERRIDES_COMMON = (
         flags=("--enable-deterministic-inference",),
     ),
 )
-_ENV_OVERRIDES_0519 = _ENV_OVERRIDES_COMMON + tuple(
+# 0.5.16+ (engine.py): with decode context parallelism, 0 unless set, and forced
+# to 0 over a user value under --enable-symm-mem.
+_ENV_OVERRIDES_0516 = _ENV_OVERRIDES_COMMON + (
     EnvOverride(
-        v,
-        "set by --enable-deterministic-inference at TP>1",
-        flags=("--enable-deterministic-inference",),
+        "NCCL_GRAPH_MIXING_SUPPORT",
+        "forced to 0 by --enable-symm-mem with dcp > 1",
+        flags=("--enable-symm-mem",),
+        needs=("dcp>1",),
+    ),
+    EnvOverride(
+        "NCCL_GRAPH_MIXING_SUPPORT", "defaults to 0 when dcp > 1", setdefault=True, needs=("dcp>1",)
+    ),
+)
+_ENV_OVERRIDES_0519 = (
+    _ENV_OVERRIDES_0516
+    + tuple(
+        EnvOverride(
+            v,
+            "set by --enable-deterministic-inference at TP>1",
+            flags=("--enable-deterministic-inference",),
+        )
+        for v in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
     )
-    for v in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+    + tuple(  # engine.py: only on an MNNVL fabric, which is known on the node only
+        EnvOverride(
+            v,
+            "defaults to 1 with nnodes > 1 on an MNNVL fabric",
+            setdefault=True,
+            needs=("nnodes>1",),
+        )
+        for v in ("NCCL_CUMEM_ENABLE", "NCCL_MNNVL_ENABLE")
+    )
 )
 
 
@@ -159,6 +188,12 @@ class Release:
     # EAGLE-3 aux layers: how explicit eagle_aux_hidden_state_layer_ids become the
     # layers whose input is captured, per target family (preflight/aux_layers.py).
     aux_offset: Mapping[str, str] = field(default_factory=lambda: _AUX_OFFSET_NEW)
+    # Target architectures whose decoder loop can also capture boundary 0 (the
+    # embedding output; id -1 under "+1") and boundary N (the last block's output),
+    # besides the inputs of layers 1..N-1 (tests/test_oracle.py reads each release's
+    # loop; Llama's 0 on 0.5.23 was run on the CPU harness, 0.5.10.post1 raises TypeError).
+    aux_capture_embedding: frozenset[str] = frozenset()
+    aux_capture_final: frozenset[str] = frozenset()
     # CUDA-graph setup resets the capture layers to the defaults, so decode/verify
     # graphs capture other layers than prefill (upstream #22836, fixed in 0.5.13).
     graph_resets_aux_layers: bool = False
@@ -208,6 +243,9 @@ _AUX_OFFSET_OLD = MappingProxyType(
 )
 _AUX_OFFSET_V13 = MappingProxyType({**_AUX_OFFSET_OLD, "deepseek": AUX_FIRST_IS_1})
 _AUX_OFFSET_NEW = MappingProxyType({**_AUX_OFFSET_V13, "gpt-oss": AUX_UNLESS_MAX_IS_N})  # 0.5.19+
+
+_GPT_OSS = frozenset({"GptOssForCausalLM"})  # 0.5.19+: the boundary-capture loop
+_LAYER_BOUNDARY = _GPT_OSS | {"LlamaForCausalLM"}  # 0.5.23: Llama moved there too
 
 _GRAPH_FLAGS_V16 = MappingProxyType(
     {"cuda-graph-max-bs": "cuda-graph-max-bs-decode", "cuda-graph-bs": "cuda-graph-bs-decode"}
@@ -266,6 +304,7 @@ RELEASES: tuple[Release, ...] = (
         renames=_GRAPH_FLAGS_V16,
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        env_overrides=_ENV_OVERRIDES_0516,
         aux_offset=_AUX_OFFSET_V13,
         chat_spec_details_field=None,
     ),
@@ -278,6 +317,8 @@ RELEASES: tuple[Release, ...] = (
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         env_overrides=_ENV_OVERRIDES_0519,
+        aux_capture_embedding=_GPT_OSS,
+        aux_capture_final=_GPT_OSS,
     ),
     # --cuda-graph-max-bs is gone (argparse: ambiguous option).
     Release(
@@ -288,7 +329,17 @@ RELEASES: tuple[Release, ...] = (
         renames=_GRAPH_FLAGS_V16,
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
-        env_overrides=_ENV_OVERRIDES_0519,
+        env_overrides=_ENV_OVERRIDES_0519
+        + (
+            EnvOverride(
+                "NCCL_GRAPH_REGISTER",
+                "defaults to 0 with the TP LM-head all-to-all",
+                setdefault=True,
+                needs=("tp-lm-head-a2a",),
+            ),
+        ),
+        aux_capture_embedding=_GPT_OSS,
+        aux_capture_final=_GPT_OSS,
     ),
     Release(
         "0.5.23",
@@ -300,12 +351,15 @@ RELEASES: tuple[Release, ...] = (
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         cpu_requirements="sglang-0.5.23-cpu.txt",
         torchvision="0.29.1",
+        aux_capture_embedding=_LAYER_BOUNDARY,
+        aux_capture_final=_GPT_OSS,
         env_overrides=_ENV_OVERRIDES_0519
         + (
             EnvOverride(
                 "NCCL_GRAPH_REGISTER",
-                "defaults to 0 when TP>1 and CUDA graphs are on",
+                "defaults to 0 when max(tp, ep, dp) > 1 and any CUDA-graph phase is on",
                 setdefault=True,
+                needs=("parallel>1", "graphs-on"),
             ),
         ),
     ),

@@ -43,11 +43,10 @@ DEEPSEEK_FIXED = releases.first_release(
 GRAPHS_FIXED = releases.first_release(lambda r: not r.graph_resets_aux_layers).version
 
 
-# What id -1 does under each offset rule.
+# What id -1 does when the release cannot capture the embedding output.
 _EMBEDDING = {
     releases.AUX_PLUS_ONE: "it becomes index 0, the embedding output, whose capture adds None "
-    "as the residual: a TypeError at the first forward (seen up to "
-    "0.5.21; later Llama code is untested)",
+    "as the residual: a TypeError at the first forward",
     releases.AUX_FIRST_IS_1: "used as is, it matches no layer: the state is silently missing, "
     "then a shape error or 'captured 2 of 3 aux hidden states'",
     releases.AUX_UNLESS_MAX_IS_N: "it becomes index 0, the embedding output, which the "
@@ -217,8 +216,14 @@ def check(
     ids = aux.ids
     key = f"eagle_config.{IDS_KEY}"
 
+    eff = effective(ids, n, rule)
+    # The capture boundaries this release's loop reaches for this architecture.
+    low = 0 if arch in release.aux_capture_embedding else 1
+    top = n if arch in release.aux_capture_final else n - 1
+    reachable = lambda e: low <= e <= top  # noqa: E731
     if ids is not None:
-        if any(i == -1 for i in ids):
+        embedding = [e for raw, e in zip(ids, eff, strict=True) if raw == -1]
+        if embedding and not all(map(reachable, embedding)):
             found.append(
                 draft.finding(
                     "aux.embedding",
@@ -267,19 +272,17 @@ def check(
                 )
             )
 
-    eff = effective(ids, n, rule)
-    top = n if rule == releases.AUX_UNLESS_MAX_IS_N and ids and max(ids) == n else n - 1
     # (raw id, capture index); a raw -1 is reported once, as aux.embedding, above.
     pairs = list(zip(ids, eff, strict=True)) if ids is not None else [(None, e) for e in eff]
-    outside = [e for raw, e in pairs if raw != -1 and not 1 <= e <= top]
+    outside = [e for raw, e in pairs if raw != -1 and not reachable(e)]
     if outside:
         found.append(
             draft.finding(
                 "aux.out-of-range",
                 ERROR,
                 f"ids {ids} give capture indices {eff} on SGLang {release.version}; {outside} lie "
-                f"outside 1..{top} for a {n}-layer target, so they are never captured (0 is the "
-                f"embedding output).",
+                f"outside {low}..{top} for a {n}-layer {arch} target, so they are never captured "
+                f"(0 is the embedding output, {n} the last layer's).",
                 f"use ids in the target's range ({target.config_file}: "
                 f"{target.text_prefix}num_hidden_layers = {n})",
                 key,
@@ -287,7 +290,7 @@ def check(
             )
         )
 
-    captured = len({e for raw, e in pairs if raw == -1 or 1 <= e <= top})
+    captured = len({e for raw, e in pairs if raw == -1 or reachable(e)})
     built = fc_inputs_built(draft, aux, release)
     if aux.use_aux and captured != built:
         found.append(
