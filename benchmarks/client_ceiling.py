@@ -1,7 +1,7 @@
 """Ceiling of the load generator: can `bench sweep` drive 250 streams without being the bottleneck?
 
 Starts a local endpoint that streams chat tokens as fast as it can
-(sgl_eagle_ext.bench.fake_server, pinned to its own cores), then runs, each
+(tests/fakes/fake_sglang.py, pinned to its own cores), then runs, each
 pinned to ONE core:
 
   * our client:   python -m sgl_eagle_ext.bench sweep --concurrency 250 ...
@@ -34,6 +34,8 @@ from pathlib import Path
 import psutil
 
 PY = sys.executable
+# The test double (not shipped in the wheel) beside the tests.
+FAKE_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake_sglang.py"
 
 
 def free_port() -> int:
@@ -59,8 +61,10 @@ def wait_up(url: str, timeout: float = 30) -> None:
 
 def default_tokenizer() -> str | None:
     """bench_serving needs a tokenizer for its random dataset: the tiny target's."""
-    root = Path(os.environ.get("EAGLE_EXT_MODELS_DIR", "~/.cache/sgl-eagle-ext/tiny-models"))
-    target = root.expanduser() / "target"
+    from sgl_eagle_ext.cpu import tiny_models
+
+    root = Path(os.environ.get("EAGLE_EXT_MODELS_DIR", tiny_models.DEFAULT_DIR)).expanduser()
+    target = root / f"v{tiny_models.BUILD_VERSION}" / "target"  # tiny_models.build's layout
     return str(target) if (target / "tokenizer.json").is_file() else None
 
 
@@ -231,8 +235,7 @@ def main() -> None:
     server = subprocess.Popen(
         [
             PY,
-            "-m",
-            "sgl_eagle_ext.bench.fake_server",
+            str(FAKE_SERVER),
             "--port",
             str(port),
             "--model",

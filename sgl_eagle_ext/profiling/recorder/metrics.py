@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from sgl_eagle_ext.profiling.recorder.cycles import PHASES
+from sgl_eagle_ext.profiling.phases import PHASES
 
 
 class PrometheusMetrics:
@@ -42,10 +42,18 @@ class PrometheusMetrics:
                 self.accepted.inc(sum(c.accepted))
 
 
+_made: PrometheusMetrics | None = None
+
+
 def from_environment():
+    """The process's counters (made once: a second registration would raise
+    DuplicateTimeseries in prometheus_client's registry)."""
+    global _made
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return None
-    try:
-        return PrometheusMetrics()
-    except ImportError:
-        return None
+    if _made is None:
+        try:
+            _made = PrometheusMetrics()
+        except ImportError:
+            return None
+    return _made
