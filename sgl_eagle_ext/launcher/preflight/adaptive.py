@@ -235,8 +235,12 @@ def turned_off(server_args: list[str], release: Release) -> list[Finding]:
             ERROR,
             f"{setting}: SGLang {release.version} turns {FLAG} off ({why}) and serves "
             "static speculation, with one warning line in its log.",
-            f"drop {setting.split()[0]}, or drop {FLAG} (a fixed preset) knowingly "
-            "(--skip adaptive.off)",
+            (
+                "pass --speculative-eagle-topk 1"
+                if setting.startswith("--speculative-eagle-topk")
+                else f"drop {setting.split()[0]}"
+            )
+            + f", or drop {FLAG} (a fixed preset) knowingly (--skip adaptive.off)",
             field=setting.split()[0],
         )
         for setting, why in found
