@@ -1,6 +1,6 @@
 """Adaptive speculation against the baseline and the best fixed EAGLE-3 preset, side by side.
 
-    .venv/bin/python benchmarks/adaptive_vs_fixed.py [--levels 1,2,4] [--max-tokens 32]
+    .venv/bin/python benchmarks/adaptive_vs_fixed.py [--levels 1,2,4] [--rounds 2] [--fixed eagle3-3step]
 
 On the CPU harness (real SGLang 0.5.23, tiny model pair), in one run, each arm is a
 server started through the launcher (`--cpu`, EAGLE3_PROFILE=1) and swept with
@@ -49,19 +49,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(preset: str, draft: str | None, models: Path, out: Path, extra_env=None):
-    log = out / f"{preset}-{draft or 'none'}.log"
+def start(preset: str, draft: str | None, models: Path, out: Path, round_no: int = 0):
+    log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}.log"
     cmd = [sys.executable, "-m", "sgl_eagle_ext.launch", "--preset", preset, "--cpu"]
     cmd += ["--no-spec-check", "--quiet", "--model-path", str(models / "target")]
     if draft:
         cmd += ["--draft-model-path", str(models / f"draft-{draft}")]
     cmd += ["--log-file", str(log), "--", "--port", str(free_port())]
-    env = {
-        **os.environ,
-        "EAGLE3_PROFILE": "1",
-        "EAGLE3_PROFILE_INTERVAL_S": "2",
-        **(extra_env or {}),
-    }
+    env = {**os.environ, "EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "2"}
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
     )
@@ -116,6 +111,14 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=24)
     p.add_argument("--prompts-per-level", type=int, default=2, help="prompts x concurrency")
     p.add_argument("--repeat", type=int, default=1, help="sweeps per arm (averaged)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the whole arm list this many times, interleaved (averages out the drift "
+        "of a shared machine's load between arms)",
+    )
+    p.add_argument("--fixed", default=",".join(FIXED), help="fixed presets to run (mostly draft)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results" / "adaptive_vs_fixed")
     p.add_argument("--models-dir", type=Path, default=None)
     args = p.parse_args()
@@ -125,25 +128,32 @@ def main() -> int:
     tiny_models.build(models)
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    arms = [("baseline", None)] + [(f, "mostly") for f in FIXED]
+    fixed = [f for f in args.fixed.split(",") if f]
+    arms = [("baseline", None)] + [(f, "mostly") for f in fixed]
     arms += [("eagle3-adaptive", "never"), ("eagle3-adaptive", "mostly")]
-    table: dict[str, dict[int, float]] = {}
-    logs: dict[str, Path] = {}
+    runs_of: dict[str, list[dict[int, float]]] = {}
+    logs: dict[str, list[Path]] = {}
     t0 = time.monotonic()
-    for preset, draft in arms:
-        name = preset if draft is None else f"{preset}/{draft}"
-        proc, url, log = start(preset, draft, models, args.out)
-        try:
-            levels = args.fixed_levels if preset in FIXED else args.levels
-            runs = [sweep(url, name, args, results, levels) for _ in range(args.repeat)]
-        finally:
-            stop(proc)
-        table[name] = {c: sum(r[c] for r in runs) / len(runs) for c in runs[0]}
-        logs[name] = log
-        print(
-            f"{name:26} " + "  ".join(f"c={c}: {v:6.2f}" for c, v in sorted(table[name].items())),
-            flush=True,
-        )
+    for round_no in range(args.rounds):
+        for preset, draft in arms:
+            name = preset if draft is None else f"{preset}/{draft}"
+            proc, url, log = start(preset, draft, models, args.out, round_no)
+            try:
+                levels = args.fixed_levels if preset in fixed else args.levels
+                for _ in range(args.repeat):
+                    runs_of.setdefault(name, []).append(sweep(url, name, args, results, levels))
+            finally:
+                stop(proc)
+            logs.setdefault(name, []).append(log)
+            last = runs_of[name][-1]
+            print(
+                f"round {round_no + 1} {name:26} "
+                + "  ".join(f"c={c}: {v:6.2f}" for c, v in sorted(last.items())),
+                flush=True,
+            )
+    table = {
+        name: {c: sum(r[c] for r in rs) / len(rs) for c in rs[0]} for name, rs in runs_of.items()
+    }
 
     levels = sorted(table["baseline"])
     print(f"\n== output tok/s per arm and concurrency ({time.monotonic() - t0:.0f} s, CPU harness)")
@@ -152,7 +162,7 @@ def main() -> int:
         print(
             f"{name:26}" + "".join(f"{row[c]:10.2f}" if c in row else f"{'-':>10}" for c in levels)
         )
-    best = max(FIXED, key=lambda f: table[f"{f}/mostly"].get(1, 0))
+    best = max(fixed, key=lambda f: table[f"{f}/mostly"].get(1, 0))
     print("\n== ratios")
     for c in levels:
         r = table["eagle3-adaptive/never"][c] / table["baseline"][c]
@@ -162,9 +172,11 @@ def main() -> int:
     r = table[f"{best}/mostly"][1] / table["baseline"][1]
     print(f"{best}(mostly) / baseline  c=1: {r:5.2f}x")
     for name in ("eagle3-adaptive/never", "eagle3-adaptive/mostly"):
-        mix = steps_mix(logs[name])
+        mix = sum((steps_mix(log) for log in logs[name]), Counter())
         total = sum(mix.values()) or 1
-        sw = adaptive_log.read(logs[name].read_text(errors="replace").splitlines())
+        sw = adaptive_log.AdaptiveLog([], [])
+        for log in logs[name]:
+            sw.switches += adaptive_log.read(log.read_text(errors="replace").splitlines()).switches
         print(
             f"\n{name}: decode cycles by draft steps "
             + ", ".join(f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in sorted(mix.items()))
