@@ -54,6 +54,7 @@ class RequestResult:
     tokens_from_usage: bool = False  # False: counted content chunks (no usage chunk came)
     finish_reason: str | None = None
     spec_verify_ct: int | None = None  # verify cycles (sglext.spec_tokens_details)
+    spec_details: dict | None = None  # the whole sglext.spec_tokens_details (histograms)
     malformed: int = 0  # stream lines that were not valid SSE/JSON chunks
 
     @property
@@ -171,6 +172,7 @@ class StreamParser:
                 spec = spec[0] if spec else None
             if isinstance(spec, dict) and isinstance(spec.get("spec_verify_ct"), int):
                 r.spec_verify_ct = spec["spec_verify_ct"]
+                r.spec_details = spec
         if not known and "usage" not in obj:
             r.malformed += 1
 
