@@ -27,11 +27,15 @@ from sgl_eagle_ext.tools.bench import ab as ab_mod
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import compare, lossless, probe, prompts, provenance, records, single
 from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench.commands import goodput as goodput_cmd
+from sgl_eagle_ext.tools.bench.commands import report as report_cmd
+from sgl_eagle_ext.tools.bench.commands import speculation as speculation_cmd
 from sgl_eagle_ext.tools.bench.progress import Console
 
 PROG = "sgl_eagle_ext.bench"
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+WORKLOAD_COMMANDS = (goodput_cmd, report_cmd, speculation_cmd)
 
 
 def _levels(text: str) -> list[int]:
@@ -136,7 +140,11 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"python -m {PROG}", description="Benchmarks that settle whether speculation pays."
     )
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{single,sweep,ab,lossless,plot}")
+    sub = p.add_subparsers(
+        dest="cmd",
+        required=True,
+        metavar="{single,sweep,ab,lossless,plot,goodput,report,speculation}",
+    )
 
     s = sub.add_parser("single", help="single-stream fixed-length runs with spread and 95%% CI")
     _common(s, 512)
@@ -220,6 +228,8 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("results", help="JSONL file written by sweep or ab")
     pl.add_argument("-o", "--output", help="PNG path (default: next to the JSONL)")
     pl.add_argument("--run-id", help="plot this run (default: the latest run with sweep records)")
+    for command in WORKLOAD_COMMANDS:
+        command.register(sub)
     return p
 
 
@@ -683,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
             from sgl_eagle_ext.tools.bench import plot
 
             return plot.main(args, console)
+        if hasattr(args, "run"):
+            return args.run(args, extra, console)
         if args.cmd == "ab":
             return _ab(args, extra, console)
         runner = {"single": _single, "sweep": _sweep, "lossless": _lossless}[args.cmd]

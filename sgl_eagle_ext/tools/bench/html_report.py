@@ -173,7 +173,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
     for name, p in prov.items():
         parts.append(
             f"<details><summary>provenance: {escape(name)}</summary><pre>"
-            f"{escape(json.dumps(p, indent=1, default=str))}</pre></details>"
+            f"{escape(json.dumps(p, indent=1, default=str), quote=False)}</pre></details>"
         )
     return "\n".join(parts)
 
