@@ -612,3 +612,111 @@ def test_report_bad_input(tmp_path, capsys):
     f.write_text(json.dumps(sweep_record("a", 1, 10, 10)) + "\n")
     assert main(["report", str(f), "--run-id", "nope"]) == 2
     assert "no records of run nope" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ real CPU server
+TARGET_DRAFT = "draft-mostly"  # accepted nearly always: a 3-step chain yields 2..4 per cycle
+
+
+@pytest.fixture(scope="module")
+def spec_server(tiny_models, tmp_path_factory):
+    from conftest import Launcher
+
+    launcher = Launcher(
+        [
+            "--preset",
+            "eagle3-3step",
+            "--cpu",
+            "--no-spec-check",
+            "--model-path",
+            str(tiny_models["target"]),
+            "--draft-model-path",
+            str(tiny_models[TARGET_DRAFT]),
+        ],
+        tmp_path_factory.mktemp("workloads"),
+    )
+    try:
+        launcher.wait_for("READY in")
+        yield launcher
+    finally:
+        launcher.cleanup()
+
+
+async def _send(url, reqs, max_tokens):
+    async with cl.Client(url, spec_details_field="return_spec_tokens_details") as c:
+        return [
+            await c.chat(r.as_messages(), max_tokens, index=i, prompt_id=r.id)
+            for i, r in enumerate(reqs)
+        ]
+
+
+@pytest.mark.server
+def test_lengths_and_speculation_per_request_on_cpu_server(spec_server, tiny_models, tmp_path):
+    url = spec_server.base_url
+    local = tokens.LocalTokenizer(tiny_models["target"])
+    server_tok = tokens.ServerTokenizer(url, "default")
+    assert server_tok.works()
+    sample = tokens.shipped_paragraphs()[0]
+    assert server_tok.count(sample) == local.count(sample)  # SGLang's tokenizer is the model's
+    assert isinstance(
+        tokens.pick_counter(str(tiny_models["target"]), url, "m"), tokens.LocalTokenizer
+    )
+    assert isinstance(tokens.pick_counter(None, url, "default"), tokens.ServerTokenizer)
+
+    builder = tokens.PromptBuilder(tokens.shipped_paragraphs(), server_tok, seed=0)
+    w = datasets.build(
+        "long",
+        None,
+        3,
+        input_len=LengthSpec.parse("200:1500", "--input-len"),
+        output_len=LengthSpec.parse("8", "--output-len"),
+        default_output=8,
+        counter=server_tok,
+        seed=0,
+        builder=builder,
+    )
+    results = asyncio.run(_send(url, w.requests, 8))
+    assert all(r.ok and r.tokens_from_usage and r.completion_tokens == 8 for r in results)
+    check = tokens.check_against_usage(
+        [(q.input_len, r.prompt_tokens) for q, r in zip(w.requests, results)]
+    )
+    assert check["ok"], check  # the server's usage agrees with the fitted length
+    for q, r in zip(w.requests, results):
+        over = r.prompt_tokens - q.input_len  # fit within FIT_SLACK, plus the chat template
+        assert -tokens.FIT_SLACK <= over <= tokens.TEMPLATE_SLACK, (q.input_len, r.prompt_tokens)
+
+    path = tmp_path / "req.jsonl"
+    t0 = min(r.start for r in results)
+    request_log.RequestLog(path).write_level(
+        results,
+        t0,
+        max(r.start + r.e2e for r in results) - t0,
+        {"run_id": "x", "arm": "eagle3", "concurrency": 1},
+    )
+    rows, _ = request_log.read(path)
+    for row in rows:
+        assert row["verify_ct"] >= 2 and 2.0 <= row["accept_length"] <= 4.0, row
+        hist = row["correct_drafts_histogram"]
+        assert hist and sum(hist) == row["verify_ct"], row
+        assert len(hist) <= 4  # 3 steps: 0..3 correct drafts per cycle
+    h = spec_view.hist_from_requests(rows)
+    rates = spec_view.position_rates(h)
+    assert len(rates) <= 3 and rates[0]["rate"] >= rates[-1]["rate"] > 0
+    buckets = spec_view.by_input_bucket(rows)
+    assert sum(b["requests"] for b in buckets) == 3
+
+
+@pytest.mark.server
+def test_multi_turn_replay_on_cpu_server(spec_server, tmp_path):
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps(SHAREGPT))
+    convs = datasets.load_sharegpt(str(f))[:1]
+    lens = multiturn.plan_turns(convs, LengthSpec.parse("8", "x"), tokens.Counter(), 8, 0)
+    results, meta, _, interrupted = asyncio.run(
+        _replay(spec_server.base_url, convs, lens, concurrency=1)
+    )
+    assert not interrupted and [m["turn"] for m in meta] == [0, 1]
+    first, second = results
+    assert first.ok and second.ok
+    # turn 2 carries turn 1, the server's answer to it, and its own question
+    assert second.prompt_tokens > first.prompt_tokens + first.completion_tokens
