@@ -720,3 +720,137 @@ def test_multi_turn_replay_on_cpu_server(spec_server, tmp_path):
     assert first.ok and second.ok
     # turn 2 carries turn 1, the server's answer to it, and its own question
     assert second.prompt_tokens > first.prompt_tokens + first.completion_tokens
+
+
+# ------------------------------------------------------------------ sweep with workloads (fake)
+def run_main(*args) -> int:
+    from sgl_eagle_ext.tools.bench.cli import main
+
+    return main(list(args))
+
+
+def test_sweep_long_prompts_ranges_and_request_records(recording_fake, tmp_path, capsys):
+    req, res = tmp_path / "req.jsonl", tmp_path / "r.jsonl"
+    code = run_main(
+        "sweep",
+        "--url",
+        recording_fake.url,
+        "--concurrency",
+        "1,2",
+        "--num-prompts",
+        "3",
+        "--prompts-per-concurrency",
+        "1",
+        "--warmup",
+        "0",
+        "--dataset",
+        "long",
+        "--input-len",
+        "500:900",
+        "--output-len",
+        "4:12",
+        "--save-requests",
+        str(req),
+        "--results",
+        str(res),
+        "--slo-ttft-ms",
+        "60000",
+        "--quiet",
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "goodput tok/s" in out.splitlines()[0]
+    # the fake says every prompt has 16 tokens: the length check must not stay quiet
+    assert "the server counted prompts -9" in err and "off the --input-len" in err
+    rows, _ = request_log.read(req)
+    assert len(rows) == 6 and {r["concurrency"] for r in rows} == {1, 2}
+    for r in rows:
+        assert 500 <= r["input_len_target"] <= 900 and 4 <= r["output_len_target"] <= 12
+        assert r["completion_tokens"] == r["output_len_target"]  # each its own length
+        assert r["accept_length"] == pytest.approx(r["completion_tokens"] / r["verify_ct"])
+        assert r["run_id"] and len(r["itl_ms"]) == r["chunks"] - 1
+    # the same prompts, in the same order, at every level
+    by_level = {c: [r["input_len_target"] for r in rows if r["concurrency"] == c] for c in (1, 2)}
+    assert by_level[1] == by_level[2]
+    sent = [len(b["messages"][0]["content"]) for b in recording_fake.fake.bodies]
+    assert min(sent) > 1500  # ~4 characters per token: long prompts went out
+    recs = [json.loads(line) for line in res.read_text().splitlines()]
+    for rec in recs:
+        assert rec["workload"]["dataset"] == "long" and rec["workload"]["input_len"] == "500:900"
+        assert rec["input_tokens_check"]["ok"] is False and rec["short"] == 0
+        assert rec["provenance"]["workload"]["token_counter"].startswith("estimate")
+        assert rec["goodput_tok_s"] == pytest.approx(rec["output_tok_s"])
+    # goodput recomputed from the records equals the sweep's own
+    figures = dict(goodput.compute(rows, {"ttft": 60000}, (50,)))
+    for rec in recs:
+        f = figures[(rec["run_id"], "", rec["concurrency"])]
+        assert f["completed"] == rec["completed"] and f["slo_met"] == rec["completed"]
+
+
+def test_sweep_multi_turn_sharegpt(recording_fake, tmp_path, capsys):
+    f = tmp_path / "sg.jsonl"
+    f.write_text("\n".join(json.dumps(c) for c in SHAREGPT) + "\n")
+    req = tmp_path / "req.jsonl"
+    code = run_main(
+        "sweep",
+        "--url",
+        recording_fake.url,
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "2",
+        "--prompts-per-concurrency",
+        "1",
+        "--warmup",
+        "0",
+        "--dataset",
+        f"sharegpt:{f}",
+        "--multi-turn",
+        "--output-len",
+        "6",
+        "--save-requests",
+        str(req),
+        "--no-records",
+        "--quiet",
+    )
+    assert code == 0, capsys.readouterr().err
+    rows, _ = request_log.read(req)
+    turns = sorted((r["conversation"], r["turn"], r["context_messages"]) for r in rows)
+    assert turns == [("c1", 0, 2), ("c1", 1, 4), ("conv-2", 0, 1)]
+    assert all(r["completion_tokens"] == 6 for r in rows)
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--dataset", "csv:x"], "--dataset csv:x: unknown"),
+        (["--dataset", "long"], "needs --input-len"),
+        (["--multi-turn"], "needs --dataset sharegpt:FILE"),
+        (["--input-len", "9:3"], "LOW <= HIGH"),
+        (
+            ["--dataset", "long", "--input-len", "100", "--long-text", "/nonexistent.txt"],
+            "no such file",
+        ),
+    ],
+)
+def test_sweep_workload_bad_input(recording_fake, tmp_path, capsys, extra, words):
+    code = run_main("sweep", "--url", recording_fake.url, "--no-records", "--quiet", *extra)
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "Traceback" not in err, err
+    assert recording_fake.fake.bodies == []  # nothing was sent
+
+
+def test_sweep_bad_sharegpt_file_names_the_line(recording_fake, tmp_path, capsys):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"conversations": [{"from": "human", "value": "ok"}]}\n{"conversations": 5}\n')
+    code = run_main(
+        "sweep",
+        "--url",
+        recording_fake.url,
+        "--dataset",
+        f"sharegpt:{f}",
+        "--no-records",
+        "--quiet",
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and f"{f}:2: needs a 'conversations' list" in err, err

@@ -25,7 +25,16 @@ from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.tools.bench import ab as ab_mod
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import compare, lossless, probe, prompts, provenance, records, single
+from sgl_eagle_ext.tools.bench import (
+    compare,
+    lossless,
+    probe,
+    prompts,
+    provenance,
+    records,
+    single,
+    workload,
+)
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import goodput as goodput_cmd
 from sgl_eagle_ext.tools.bench.commands import report as report_cmd
@@ -171,6 +180,7 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(w, 256)
     _sweep_opts(w)
+    workload.add_options(w)
     w.add_argument("--label", default="", help="arm name stored in the records (for plot)")
     w.add_argument(
         "--run-id",
@@ -382,12 +392,24 @@ async def _sweep(args, console: Console) -> int:
     load = _load(args)
     prov = _provenance(server, ps, args.seed)
     slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
+    wl = workload.WorkloadSet(args, server, args.max_tokens) if workload.wanted(args) else None
+    if wl is not None:
+        ps = wl
+        prov["prompts"] = _prompt_facts(wl, args.seed)
+        prov["workload"] = wl.facts()
     console.info(f"sweep against {_describe(server)}")
     console.info(
         f"levels {','.join(map(str, levels))}; {load.max_tokens} tokens per request; "
         f"prompts {ps.name}"
+        if wl is None
+        else f"levels {','.join(map(str, levels))}; {wl.describe()}"
     )
     common = {"arm": args.label or None, "url": server.base_url, **_load_fields(args, load)}
+    if wl is not None:
+        common["workload"] = wl.facts()
+    hook = workload.LevelHook(
+        args.save_requests, wl, {"run_id": rec.run_id, "arm": args.label or None}, console
+    )
     async with _client(server, args) as client:
         await sw.warm_up(client, ps, args.warmup, load, console)
         outcome = await sw.run_sweep(
@@ -403,9 +425,12 @@ async def _sweep(args, console: Console) -> int:
             arm="",
             flush=not args.no_flush_cache,
             slo=slo,
+            on_level=hook,
         )
     if rec.written:
         console.info(f"{rec.written} record(s) appended to {rec.jsonl} (and {rec.csv})")
+    if hook.log.written:
+        console.info(f"{hook.log.written} per-request record(s) appended to {hook.log.path}")
     if outcome.stopped:
         console.warn(f"sweep stopped: {outcome.stopped}; the finished levels are recorded")
         return EXIT_FAILED

@@ -55,6 +55,7 @@ class RequestResult:
     finish_reason: str | None = None
     spec_verify_ct: int | None = None  # verify cycles (sglext.spec_tokens_details)
     spec_details: dict | None = None  # the whole sglext.spec_tokens_details (histograms)
+    max_tokens: int | None = None  # the tokens this request asked for
     malformed: int = 0  # stream lines that were not valid SSE/JSON chunks
 
     @property
@@ -250,7 +251,7 @@ class Client:
         ignore_eos: bool = True,
         seed: int | None = None,
     ) -> RequestResult:
-        r = RequestResult(index=index, prompt_id=prompt_id)
+        r = RequestResult(index=index, prompt_id=prompt_id, max_tokens=max_tokens)
         body = self.payload(messages, max_tokens, temperature, ignore_eos, seed)
         parser = StreamParser(r)
         r.start = time.perf_counter()

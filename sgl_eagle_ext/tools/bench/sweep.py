@@ -97,7 +97,11 @@ def level_metrics(
     ok = [r for r in results if r.ok]
     errors = Counter(r.error for r in results if not r.ok)
     examples = [f"{r.error}: {r.detail}" for r in results if not r.ok][:ERROR_EXAMPLES]
-    short = [r for r in ok if load.ignore_eos and (r.completion_tokens or 0) < load.max_tokens]
+    short = [
+        r
+        for r in ok
+        if load.ignore_eos and (r.completion_tokens or 0) < (r.max_tokens or load.max_tokens)
+    ]
     tokens = sum(r.completion_tokens or 0 for r in ok)
     chunks = sum(len(r.chunk_times) for r in ok)
     itls = [g for r in ok for g in r.itls]
@@ -110,7 +114,7 @@ def level_metrics(
         "error_examples": examples,
         "short": len(short),
         "short_examples": [
-            f"{r.prompt_id}: {r.completion_tokens}/{load.max_tokens} tokens "
+            f"{r.prompt_id}: {r.completion_tokens}/{r.max_tokens or load.max_tokens} tokens "
             f"(finish {r.finish_reason})"
             for r in short[:ERROR_EXAMPLES]
         ],
@@ -167,7 +171,7 @@ async def run_requests(
         for i, p in order:
             r = await client.chat(
                 p.as_messages(),
-                load.max_tokens,
+                getattr(p, "output_len", None) or load.max_tokens,  # a workload's own length
                 index=i,
                 prompt_id=p.id,
                 temperature=load.temperature,
@@ -209,7 +213,9 @@ async def warm_up(
     short = [
         r
         for r in results
-        if r.ok and load.ignore_eos and (r.completion_tokens or 0) < load.max_tokens
+        if r.ok
+        and load.ignore_eos
+        and (r.completion_tokens or 0) < (r.max_tokens or load.max_tokens)
     ]
     if short:
         console.warn(
@@ -241,9 +247,15 @@ async def run_level(
         await asyncio.to_thread(server.flush_cache)
     before = await asyncio.to_thread(server.counters)
     cpu0 = time.process_time()
-    results, duration, interrupted = await run_requests(
-        client, prompts, concurrency, load, console, f"c={concurrency}"
-    )
+    runner = getattr(prompt_set, "runner", lambda: None)()  # multi-turn runs its own level
+    if runner is not None:
+        results, duration, interrupted = await runner(
+            client, n, concurrency, load, console, f"c={concurrency}"
+        )
+    else:
+        results, duration, interrupted = await run_requests(
+            client, prompts, concurrency, load, console, f"c={concurrency}"
+        )
     cpu = time.process_time() - cpu0
     fields = level_metrics(results, duration, load, slo)
     # The load generator's own CPU use: near 100% of its core means it may be the limit.
@@ -325,6 +337,13 @@ def table_row(f: dict, concurrency: int) -> str:
     )
 
 
+def goodput_cell(f: dict) -> str:
+    """The goodput column, when the level has an SLO (a default one is set after c=1)."""
+    if "goodput_tok_s" not in f:
+        return ""
+    return f" {_num(f['goodput_tok_s']):>13}"
+
+
 def level_notes(f: dict, concurrency: int) -> list[str]:
     notes = []
     if f["errors"]:
@@ -388,6 +407,7 @@ async def run_sweep(
     flush: bool = True,
     slo: SLO | None = None,
     derive_slo: bool = False,
+    on_level=None,
 ) -> SweepOutcome:
     """Run every level in ascending order; `write(fields)` records each level as it ends.
 
@@ -397,7 +417,8 @@ async def run_sweep(
     done: list[Level] = []
     slo = slo or SLO()
     if levels:
-        console.out(TABLE_HEAD if not arm else f"[{arm}]\n{TABLE_HEAD}")
+        head = TABLE_HEAD + (f" {'goodput tok/s':>13}" if slo.set or derive_slo else "")
+        console.out(head if not arm else f"[{arm}]\n{head}")
     for c in sorted(levels):
         n = per_level_prompts(num_prompts, per_concurrency, c)
         level = await run_level(
@@ -415,8 +436,10 @@ async def run_sweep(
                 f"{PER_CONCURRENCY} x concurrency, so ramp-up and drain "
                 f"weigh on the figures"
             )
+        if on_level is not None:  # per-request records, input-length check
+            on_level(level)
         write(c, f)
-        console.out(table_row(f, c))
+        console.out(table_row(f, c) + goodput_cell(f))
         for note in level_notes(f, c):
             console.warn(note)
         if level.interrupted:
