@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fakes.fake_sglang import Background, FakeSGLang
 
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling.recorder import window
@@ -31,11 +32,6 @@ from sgl_eagle_ext.tools.bench import (
     tokens,
 )
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
-
-try:  # the fake endpoint lives with the tests (moving there from the package)
-    from fakes.fake_sglang import Background, FakeSGLang
-except ImportError:  # pragma: no cover
-    from sgl_eagle_ext.tools.bench.fake_server import Background, FakeSGLang
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

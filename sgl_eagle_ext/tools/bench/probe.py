@@ -39,17 +39,29 @@ def parse_prometheus(text: str, names: set[str]) -> dict[str, float]:
     return out
 
 
+def server_root(base_url: str) -> str:
+    """The server's root URL: scheme added, trailing `/` and OpenAI's `/v1` removed
+    (users paste `http://h:p/v1` from OpenAI clients; every path here starts at the root)."""
+    url = base_url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
 class Server:
-    def __init__(self, base_url: str, api_key: str | None = None):
-        url = base_url.rstrip("/")
-        if "://" not in url:
-            url = "http://" + url
+    def __init__(
+        self, base_url: str, api_key: str | None = None, headers: dict[str, str] | None = None
+    ):
+        url = server_root(base_url)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UserError(
                 f"--url {base_url}: not an http(s) URL.", fix="e.g. --url http://127.0.0.1:30000"
             )
         self.base_url = url
+        self.headers = dict(headers or {})
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.api_key = api_key
@@ -59,7 +71,9 @@ class Server:
         self.release_how = ""
 
     def get(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
-        return http.request(self.base_url + path, api_key=self.api_key, timeout=timeout)
+        return http.request(
+            self.base_url + path, api_key=self.api_key, timeout=timeout, headers=self.headers
+        )
 
     def get_text(self, path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
         """A text (non-JSON) page such as /metrics; None unless HTTP 200."""
@@ -67,7 +81,9 @@ class Server:
         return reply.text if reply.status == 200 else None
 
     def post(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
-        return http.request(self.base_url + path, {}, api_key=self.api_key, timeout=timeout)
+        return http.request(
+            self.base_url + path, {}, api_key=self.api_key, timeout=timeout, headers=self.headers
+        )
 
     def connect(self) -> Server:
         """Check the server answers; learn its model, args and release. Raises UserError."""
@@ -81,7 +97,7 @@ class Server:
         if reply.status in (401, 403):
             raise UserError(
                 f"{self.base_url} refused the request (HTTP {reply.status}).",
-                fix="pass --api-key (or set EAGLE_EXT_API_KEY)",
+                fix="pass --api-key (or set EAGLE_EXT_API_KEY or OPENAI_API_KEY)",
             )
         if reply.status != 200:
             raise UserError(

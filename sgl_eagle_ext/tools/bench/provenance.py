@@ -61,13 +61,31 @@ def redact_env(env: dict[str, str], keep_all: bool = False) -> dict[str, str]:
     return out
 
 
+def _header(value: str) -> str:
+    """`Name: value` -> `Name: ***`: header values often carry credentials."""
+    name, sep, _ = value.partition(":")
+    return f"{name}:{REDACTED}" if sep else REDACTED
+
+
 def redact_args(args: list[str]) -> list[str]:
-    """`--api-key X` / `--api-key=X` (any secret-named flag) -> `--api-key ***`."""
-    out, hide_next = [], False
+    """`--api-key X` / `--api-key=X` (any secret-named flag) -> `--api-key ***`;
+    `--header K:V` -> `--header K:***`."""
+    out, hide_next, header_next = [], False, False
     for tok in args:
         if hide_next:
             out.append(REDACTED)
             hide_next = False
+            continue
+        if header_next:
+            out.append(_header(tok))
+            header_next = False
+            continue
+        if tok == "--header":
+            out.append(tok)
+            header_next = True
+            continue
+        if tok.startswith("--header="):
+            out.append("--header=" + _header(tok.split("=", 1)[1]))
             continue
         if tok.startswith("--") and SECRET.search(tok[2:].split("=", 1)[0]):
             if "=" in tok:
@@ -181,7 +199,7 @@ def command_line(argv: list[str] | None = None) -> str:
     argv = sys.argv if argv is None else argv
     prog = (
         "python -m sgl_eagle_ext.bench"
-        if argv and argv[0].endswith(("bench/__main__.py", "bench"))
+        if argv and argv[0].endswith(("bench/__main__.py", "bench", "bench.py"))
         else (argv[0] if argv else "")
     )
     return f"{prog} {shlex.join(redact_args(list(argv[1:])))}".strip()

@@ -197,7 +197,10 @@ class LevelHook:
     """After each level: the per-request lines (--save-requests) and the check of the
     prompt tokens the server counted against the lengths asked for."""
 
-    def __init__(self, path: str | None, workload: WorkloadSet | None, common: dict, console):
+    def __init__(
+        self, path: str | None, workload: WorkloadSet | None, common: dict, console, key=None
+    ):
+        self.key = key or (lambda c: {"concurrency": c})  # the level's record key
         self.log = request_log.RequestLog(path)
         self.workload = workload
         self.common = common
@@ -237,6 +240,6 @@ class LevelHook:
             results,
             start,
             level.duration,
-            {**self.common, "concurrency": level.concurrency},
+            {**self.common, **self.key(level.concurrency)},
             per,
         )

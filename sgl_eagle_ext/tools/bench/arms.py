@@ -1,4 +1,4 @@
-"""A/B: start each preset in turn through the launcher, run the same sweep, compare.
+"""Arms of an A/B or compare run: presets started in turn through the launcher.
 
 Each arm is `python -m sgl_eagle_ext.launch --preset P ...` as a child process
 in its own session: wait for its `READY in` line, warm up, sweep every level,
@@ -23,7 +23,6 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import proctree
 from sgl_eagle_ext.common.cli_args import pop_flag
-from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.launcher import cli as launch
 from sgl_eagle_ext.launcher import presets
 from sgl_eagle_ext.tools.bench import provenance
@@ -44,7 +43,7 @@ def free_port() -> int:
 
 @dataclass
 class ArmPlan:
-    label: str  # "A" or "B"
+    label: str  # "A", "B", ...
     preset: str
     launch_args: list[str]  # arguments of `python -m sgl_eagle_ext.launch`
     facts: dict = field(default_factory=dict)  # provenance: preset, args, env
@@ -189,11 +188,3 @@ class LauncherProcess:
     @property
     def stopped_cleanly(self) -> bool:
         return self.proc.returncode in (0, 128 + signal.SIGTERM)
-
-
-def check_presets(a: str, b: str) -> None:
-    if a == b:
-        raise UserError(
-            f"--preset-a and --preset-b are both '{a}'.",
-            fix="compare two different presets, e.g. --preset-a baseline --preset-b eagle3-2step",
-        )
