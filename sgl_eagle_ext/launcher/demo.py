@@ -17,13 +17,14 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import http
 from sgl_eagle_ext.common.cli_args import last_value
+from sgl_eagle_ext.profiling import names
 
 MAX_NEW_TOKENS = 16  # the manifest's expected accept lengths are for 16 new tokens
 BENCH_PROMPT = "Speculative decoding works by"
 BENCH_TOKENS = 32
 BENCH_RUNS = 3
 # Profile windows every few decode cycles: a short demo still logs several.
-PROFILE_ENV = {"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "2"}
+PROFILE_ENV = {names.ENV: "1", names.ENV_CYCLES: "2"}
 SETTING_FLAGS = (
     "--speculative-num-steps",
     "--speculative-eagle-topk",
