@@ -479,6 +479,13 @@ def test_pareto_points_one_curve_per_arm(tmp_path):
     assert pts["eagle3"][0]["user_tok_s"] == pytest.approx(1000 / 13)
     assert pts["baseline"][2]["total_tok_s"] == 800
     assert spec_view.render_pareto(pts, tmp_path / "p.png").startswith(PNG_MAGIC)
+    rates = []
+    for rate in (2.0, 0.5):
+        r = sweep_record("eagle3", None, 40 * rate, 12 + rate)
+        r["request_rate"] = rate
+        rates.append(r)
+    (curve,) = spec_view.pareto_points(rates).values()
+    assert [p["label"] for p in curve] == ["0.5/s", "2/s"]
 
 
 # ------------------------------------------------------------------ HTML report
@@ -530,6 +537,25 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
             "provenance": {},
         }
     )
+    for rate in (0.5, 2.0):  # an open-loop run: levels are request rates
+        r = sweep_record("eagle3", None, 40 * rate, 12 + rate, run="r2")
+        r["request_rate"] = rate
+        recs.append(r)
+    recs.append(
+        {
+            "schema": 1,
+            "kind": "compare",
+            "run_id": "r2",
+            "arms": ["baseline", "eagle3", "eagle3-adaptive"],
+            "reference": "baseline",
+            "crossover_throughput": {
+                "eagle3": {"verdict": "always", "level": None, "estimate": None},
+                "eagle3-adaptive": {"verdict": "until", "level": 2.0, "estimate": 1.4},
+            },
+            "lossless": {"eagle3": "IDENTICAL", "eagle3-adaptive": "IDENTICAL"},
+            "provenance": {},
+        }
+    )
     res.write_text("".join(json.dumps(r) + "\n" for r in recs) + "torn line\n")
     req = tmp_path / "req.jsonl"
     log = request_log.RequestLog(req)
@@ -562,7 +588,8 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
     # self-contained: nothing to fetch, no script
     assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", html)
     assert "<script" not in html.lower()
-    assert html.count("data:image/png;base64,") == 3  # sweep figure, Pareto, speculation
+    # per run: sweep figure and Pareto (r1, r2), and the speculation plot
+    assert html.count("data:image/png;base64,") == 5
     assert "use &lt;eagle3&gt; up to concurrency 11" in html  # escaped
     assert '"api_key": "***"' in html
 
@@ -578,7 +605,7 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
     )
     dom = browser("--dump-dom", probe_copy.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'data-imgs="ok,ok,ok"' in dom.stdout, dom.stdout[:500]
+    assert 'data-imgs="ok,ok,ok,ok,ok"' in dom.stdout, dom.stdout[:500]
     for words in (
         "Run r1",
         "Pareto",
@@ -589,6 +616,11 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
         "256-512",
         "1k-2k",
         "provenance: eagle3",
+        "Run r2",
+        "0.5 req/s",
+        "Compare: baseline vs eagle3 vs eagle3-adaptive (reference baseline)",
+        "until, about 1.4 (level 2)",
+        "until, about 11.3 (level 16)",
     ):
         assert words in dom.stdout, words
     shot = tmp_path / "report.png"

@@ -62,7 +62,7 @@ def _trio(block, scale=1.0, fmt="{:.0f}") -> str:
 
 SWEEP_HEAD = [
     "arm",
-    "concurrency",
+    "level",
     "status",
     "done",
     "errors",
@@ -83,7 +83,11 @@ def sweep_rows(sweeps: list[dict]) -> tuple[list[list], list[bool]]:
         rows.append(
             [
                 plot.arm_name(r),
-                r.get("concurrency"),
+                (
+                    f"{r['request_rate']:g} req/s"
+                    if r.get("request_rate") is not None
+                    else f"c={r.get('concurrency')}"
+                ),
                 r.get("status"),
                 r.get("completed"),
                 errs,
@@ -116,8 +120,8 @@ def _sweep_figure(run_id: str, sweeps: list[dict]) -> str:
 
 def _crossover(c: dict) -> str:
     if c.get("estimate") is not None:
-        return f"{c['verdict']}, about concurrency {c['estimate']:.0f} (level {c.get('level')})"
-    return f"{c.get('verdict', '-')}" + (f" (level {c['level']})" if c.get("level") else "")
+        return f"{c['verdict']}, about {c['estimate']:.3g} (level {c.get('level'):g})"
+    return f"{c.get('verdict', '-')}" + (f" (level {c['level']:g})" if c.get("level") else "")
 
 
 def run_section(run_id: str, recs: list[dict]) -> str:
@@ -134,6 +138,17 @@ def run_section(run_id: str, recs: list[dict]) -> str:
             f"{escape(_crossover(thr))}; lossless: "
             f"{escape(str(ab.get('lossless')))}</p><p>recommendation: "
             f"{escape(str(ab.get('recommendation')))}</p>"
+        )
+    for cmp in by_kind.get("compare", []):
+        rows = []
+        for name, x in (cmp.get("crossover_throughput") or {}).items():
+            good = (cmp.get("crossover_goodput") or {}).get(name) or {}
+            ll = (cmp.get("lossless") or {}).get(name)
+            rows.append([name, _crossover(x), _crossover(good) if good else "-", ll or "-"])
+        parts.append(
+            f"<h3>Compare: {escape(' vs '.join(map(str, cmp.get('arms') or [])))} "
+            f"(reference {escape(str(cmp.get('reference')))})</h3>"
+            + _table(["arm", "throughput crossover", "goodput crossover", "lossless"], rows)
         )
     sweeps = by_kind.get("sweep", [])
     if sweeps:

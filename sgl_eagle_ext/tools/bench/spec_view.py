@@ -185,12 +185,16 @@ def pareto_points(sweeps: list[dict]) -> dict[str, list[dict]]:
         if not tpot or r.get("output_tok_s") is None:
             continue
         arm = r.get("arm") or r.get("url") or "server"
-        arms[arm][r.get("concurrency")] = {
+        rate = r.get("request_rate")  # open loop: levels are request rates
+        level = float(rate if rate is not None else r.get("concurrency") or 0)
+        arms[arm][level] = {
             "concurrency": r.get("concurrency"),
+            "request_rate": rate,
+            "label": f"{rate:g}/s" if rate is not None else f"c={r.get('concurrency')}",
             "total_tok_s": r["output_tok_s"],
             "user_tok_s": 1000.0 / tpot,
         }
-    return {a: [lv[c] for c in sorted(lv, key=lambda c: (c is None, c))] for a, lv in arms.items()}
+    return {a: [lv[k] for k in sorted(lv)] for a, lv in arms.items()}
 
 
 def render_pareto(points: dict[str, list[dict]], out=None) -> bytes:
@@ -200,7 +204,7 @@ def render_pareto(points: dict[str, list[dict]], out=None) -> bytes:
         ax.plot([p["total_tok_s"] for p in pts], [p["user_tok_s"] for p in pts], "o-", label=arm)
         for p in pts:
             ax.annotate(
-                f"c={p['concurrency']}",
+                p["label"],
                 (p["total_tok_s"], p["user_tok_s"]),
                 textcoords="offset points",
                 xytext=(4, 4),

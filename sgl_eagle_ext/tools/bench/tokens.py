@@ -142,6 +142,14 @@ class PromptBuilder:
         self.seed = seed
         total = "\n\n".join(paragraphs)
         self.chars_per_token = len(total) / max(1, counter.count(total))
+        self._fitted: dict[tuple[int, int], Fitted] = {}  # levels reuse the same prompts
+
+    def build(self, index: int, target: int) -> Fitted:
+        """A prompt of `target` counted tokens (QUESTION included), unique per index."""
+        key = (index, target)
+        if key not in self._fitted:
+            self._fitted[key] = self._fit(index, target)
+        return self._fitted[key]
 
     def _stream(self, index: int, chars: int) -> str:
         rng = random.Random(f"{self.seed}/{index}")
@@ -156,8 +164,7 @@ class PromptBuilder:
                     break
         return "\n\n".join(out)
 
-    def build(self, index: int, target: int) -> Fitted:
-        """A prompt of `target` counted tokens (QUESTION included), unique per index."""
+    def _fit(self, index: int, target: int) -> Fitted:
         body_target = max(1, target - self.counter.count(QUESTION))
         source = self._stream(index, int(body_target * self.chars_per_token * 1.3) + 64)
         chars = int(body_target * self.chars_per_token)
