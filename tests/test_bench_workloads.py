@@ -65,6 +65,7 @@ def target_tokenizer(tiny_models):
     return tokens.LocalTokenizer(tiny_models["target"])
 
 
+@pytest.mark.harness
 @pytest.mark.parametrize("target", [1024, 8192, 65536])
 def test_long_prompts_hit_their_token_count(target_tokenizer, target):
     b = tokens.PromptBuilder(tokens.shipped_paragraphs(), target_tokenizer, seed=0)
@@ -78,6 +79,7 @@ def test_long_prompts_hit_their_token_count(target_tokenizer, target):
     assert g.text[:300] != f.text[:300]
 
 
+@pytest.mark.harness
 def test_user_text_file_for_long_prompts(tmp_path, target_tokenizer):
     f = tmp_path / "book.txt"
     f.write_text(("A paragraph of the user's own text about rivers and boats.\n\n") * 20)
@@ -193,6 +195,7 @@ def test_dataset_spec():
             datasets.parse_spec(bad)
 
 
+@pytest.mark.harness
 def test_workloads_from_every_dataset(tmp_path, target_tokenizer):
     b = tokens.PromptBuilder(tokens.shipped_paragraphs(), target_tokenizer, seed=0)
     common = dict(default_output=64, counter=target_tokenizer, seed=1, builder=b)
@@ -489,6 +492,7 @@ def test_pareto_points_one_curve_per_arm(tmp_path):
 
 
 # ------------------------------------------------------------------ HTML report
+# A system tool like hadolint: the harness tier needs it, and fails (not skips) without it.
 CHROMIUM_HOWTO = (
     "no headless browser: install Debian's chromium (apt-get install -y chromium) "
     "to check the HTML report"
@@ -516,6 +520,7 @@ def browser(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.harness
 def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
     from sgl_eagle_ext.tools.bench.cli import main
 
