@@ -336,14 +336,17 @@ def aux_disagreements(answer: dict, version: str, tmp: Path) -> list[str]:
     return bad
 
 
+@pytest.mark.harness  # the harness venvs / cached release wheels
 def test_context_agrees_with_sglang(harness, tmp_path):
     assert context_disagreements(harness, tmp_path) == []
 
 
+@pytest.mark.harness  # the harness venvs / cached release wheels
 def test_aux_layers_agree_with_sglang(harness, tmp_path):
     assert aux_disagreements(harness, harness["version"], tmp_path) == []
 
 
+@pytest.mark.harness  # the harness venvs / cached release wheels
 def test_aux_layers_agree_with_pristine_wheels(wheel_oracle, tmp_path):
     assert aux_disagreements(wheel_oracle, wheel_oracle["version"], tmp_path) == []
 

@@ -40,15 +40,23 @@ class WorkerAnchors:
     # iteration under the overlap scheduler); None: the step's own result
     # carries them (v1, synchronous).
     accept_join: str | None
+    # The scheduler's "no batch" housekeeping, called in a loop while idle: the
+    # profiler flushes its partial window there.
+    idle: str | None = None
 
     def anchors(self) -> dict[str, str]:
-        roles = ("step", "draft", "verify", "target_forward", "draft_extend", "accept_join")
+        roles = ("step", "draft", "verify", "target_forward", "draft_extend", "accept_join", "idle")
         return {r: getattr(self, r) for r in roles if getattr(self, r)}
 
 
 _TP = "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation"
 _V1 = "sglang.srt.speculative.eagle_worker:EAGLEWorker"
 _V2 = "sglang.srt.speculative.eagle_worker_v2"
+_IDLE_0510 = (
+    "sglang.srt.managers.scheduler_runtime_checker_mixin:"
+    "SchedulerRuntimeCheckerMixin.self_check_during_idle"
+)
+_IDLE = "sglang.srt.managers.scheduler:Scheduler.on_idle"  # 0.5.13+
 V1_WORKER = WorkerAnchors(
     "v1",
     step=f"{_V1}.forward_batch_generation",
@@ -57,10 +65,11 @@ V1_WORKER = WorkerAnchors(
     target_forward=_TP,
     draft_extend=f"{_V1}.forward_draft_extend_after_decode",
     accept_join=None,
+    idle=_IDLE_0510,
 )
 
 
-def _v2_worker(accept_join: str) -> WorkerAnchors:
+def _v2_worker(accept_join: str, idle: str) -> WorkerAnchors:
     return WorkerAnchors(
         "v2",
         step=f"{_V2}:EAGLEWorkerV2.forward_batch_generation",
@@ -69,17 +78,20 @@ def _v2_worker(accept_join: str) -> WorkerAnchors:
         target_forward=_TP,
         draft_extend=f"{_V2}:EagleDraftWorker._draft_extend_for_decode",
         accept_join=accept_join,
+        idle=idle,
     )
 
 
 # 0.5.10.post1 runs v2 only with SGLANG_ENABLE_SPEC_V2=1 (and topk 1).
 V2_WORKER_0510 = _v2_worker(
     "sglang.srt.managers.scheduler_output_processor_mixin:"
-    "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids"
+    "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids",
+    _IDLE_0510,
 )
 V2_WORKER = _v2_worker(
     "sglang.srt.managers.scheduler_components.batch_result_processor:"
-    "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
+    "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+    _IDLE,
 )
 
 

@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -25,13 +24,15 @@ from sgl_eagle_ext.common.cli_args import last_value, pop_flag, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.launcher import nccl, presets, readiness
-from sgl_eagle_ext.launcher.server_process import ServerProcess, Stopped, supervised
+from sgl_eagle_ext.launcher.server_process import ServerProcess, run_supervised, serve_until_exit
 
 PROG = "sgl_eagle_ext.launch"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 SPEC_CHECK_PROMPT = "The quick brown fox"
 LOW_ACCEPT = 1.2  # below this the draft is barely contributing
+# Releases whose CUDA graphs capture the default aux layers (patches/: cuda-graph-aux-layers).
+GRAPH_BUG_RELEASES = ", ".join(r.version for r in releases.RELEASES if r.graph_resets_aux_layers)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -199,6 +200,8 @@ def build_plan(args, extra: list[str]):
         built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
         if not (args.model_path or args.draft_model_path):  # the pair the manifest describes
             args.demo_manifest = Path(built["target"]).parent / "manifest.json"
+            # the drafts' low rope theta is part of their design (tiny_models)
+            args.skip = [*args.skip, "rope.theta-differs"]
         args.model_path = args.model_path or str(built["target"])
         args.draft_model_path = args.draft_model_path or str(built[f"draft-{args.demo_draft}"])
 
@@ -296,7 +299,7 @@ def spec_check(base_url: str, api_key: str | None) -> None:
         print(
             f"{PROG}: warning: spec check: accept length {acc:.2f}: the draft is barely "
             f"accepted (wrong aux hidden-state layers, a draft for another target, or the "
-            f"0.5.10 CUDA-graph capture-layer bug; run the preflight)",
+            f"CUDA-graph capture-layer bug of SGLang {GRAPH_BUG_RELEASES}; run the preflight)",
             flush=True,
         )
     else:
@@ -394,52 +397,44 @@ def main(argv: list[str] | None = None) -> int:
         f"{PROG}: preset {preset.name}, SGLang {release.version} ({how}); log {log_path}",
         flush=True,
     )
-    with supervised(server, PROG):  # leaving this block stops the whole tree
-        try:
-            server.start()
-            took = readiness.wait_ready(
-                server,
-                base_url,
-                port,
-                api_key=api_key,
-                stall_timeout=args.stall_timeout,
-                startup_timeout=args.startup_timeout,
-            )
-            reports.print(expected_nccl)
-            if args.nccl_debug:
-                print_nccl_debug(debug_dir)
+
+    def start_and_serve() -> int:
+        server.start()
+        took = readiness.wait_ready(
+            server,
+            base_url,
+            port,
+            api_key=api_key,
+            stall_timeout=args.stall_timeout,
+            startup_timeout=args.startup_timeout,
+        )
+        reports.print(expected_nccl)
+        if args.nccl_debug:
+            print_nccl_debug(debug_dir)
+        print(
+            f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
+            f"SGLang {release.version}, pid {server.pid}, log {log_path})",
+            flush=True,
+        )
+        if args.demo:
+            manifest = getattr(args, "demo_manifest", None)
+            expected = manifest and demo.expected_accept(manifest, args.demo_draft, server_args)
+            demo.run(base_url, api_key, log_path, args.demo_draft, expected)
+            return 0
+        from sgl_eagle_ext.launcher.preflight.scaleout import is_worker_node
+
+        if is_worker_node(server_args):  # multi-node: its port answers health checks only
             print(
-                f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
-                f"SGLang {release.version}, pid {server.pid}, log {log_path})",
+                f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
+                f"parallel ranks only; send requests to node 0",
                 flush=True,
             )
-            if args.demo:
-                manifest = getattr(args, "demo_manifest", None)
-                expected = manifest and demo.expected_accept(manifest, args.demo_draft, server_args)
-                demo.run(base_url, api_key, log_path, args.demo_draft, expected)
-                return 0
-            from sgl_eagle_ext.launcher.preflight.scaleout import is_worker_node
+        elif preset.speculative and not args.no_spec_check:
+            spec_check(base_url, api_key)
+        return serve_until_exit(server, PROG, "server")
 
-            if is_worker_node(server_args):  # multi-node: its port answers health checks only
-                print(
-                    f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
-                    f"parallel ranks only; send requests to node 0",
-                    flush=True,
-                )
-            elif preset.speculative and not args.no_spec_check:
-                spec_check(base_url, api_key)
-            while server.alive():
-                time.sleep(0.5)
-            print(f"{PROG}: the server exited with code {server.returncode()}", file=sys.stderr)
-            return readiness.EXIT_SERVER_FAILED
-        except readiness.StartupFailed as e:
-            print(f"{PROG}: error: {e}", file=sys.stderr)
-            server.print_tail(PROG, "server")
-            print(f"{PROG}: stopping the server process tree", file=sys.stderr, flush=True)
-            return e.code
-        except Stopped as e:
-            print(f"\n{PROG}: {e}: stopping the server process tree", file=sys.stderr, flush=True)
-            return e.code
+    # Leaving run_supervised stops the whole tree, however it is left.
+    return run_supervised(server, PROG, "server", start_and_serve)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,17 @@ slash-separated, times in ms):
     draft_extend_ms=... other_ms=...
     share=draft:4.0,verify_fwd:90.0,accept:2.0,draft_extend:3.0,other:1.0
     accept_len=2.05 accept_hist=1:10,2:20,3:10 tok_s=81.70
-    prefill=3/120.00 syncs=0 dropped=0 clock=cuda
+    prefill=3/120.00 syncs=0 syncs_counted=device-syncs dropped=0 clock=cuda
 
 (printed on one line). `accept_len` is tokens per request per verify cycle,
 bonus token included (SGLang's definition); `accept_hist` counts requests by
 accepted tokens; `tok_s` = accepted tokens / summed cycle time, the decode
 speed the window implies; `share` is each phase's percentage of summed cycle
-time, `other` the remainder (host work between phases).
+time, `other` the remainder (host work between phases). `syncs` is off unless
+EAGLE3_PROFILE_SYNC_CHECK=1; `syncs_counted` then says what was counted inside cycles
+(recorder/syncs.py): `device-syncs` (CUDA: every synchronizing CUDA call, implicit
+ones such as .cpu()/.tolist()/.item() included, via torch.cuda.set_sync_debug_mode) or
+`explicit-synchronize-calls` (no CUDA: only torch.cuda synchronize() calls).
 """
 
 from __future__ import annotations
@@ -106,5 +110,9 @@ def log_line(rec: dict) -> str:
         parts.append(f"accept_hist={_mix(Counter(rec['accept_hist']))}")
         parts.append(f"tok_s={rec['tok_s']:.2f}" if rec["tok_s"] is not None else "tok_s=na")
     parts.append(f"prefill={rec['prefill']['n']}/{rec['prefill']['ms_mean']:.2f}")
-    parts += [f"syncs={rec['syncs']}", f"dropped={rec['dropped']}", f"clock={rec['clock']}"]
+    counted = rec.get("sync_counted", "off")
+    parts.append(
+        "syncs=off" if counted == "off" else f"syncs={rec['syncs']} syncs_counted={counted}"
+    )
+    parts += [f"dropped={rec['dropped']}", f"clock={rec['clock']}"]
     return " ".join(parts)
