@@ -296,6 +296,7 @@ def build(
 
 
 def main(args, console) -> int:
+    plot.require_matplotlib("bench report")
     src = Path(args.results)
     recs, problems = records.read_jsonl(src)
     for p in problems:

@@ -226,7 +226,9 @@ def main(args, console) -> int:
     """bench speculation REQUESTS.jsonl [--profile-log LOG ...] [-o PNG]"""
     from sgl_eagle_ext.common.errors import UserError
     from sgl_eagle_ext.tools.bench import request_log
+    from sgl_eagle_ext.tools.bench.plot import require_matplotlib
 
+    require_matplotlib("bench speculation")
     src = Path(args.file)
     rows, problems = request_log.read(src)
     for p in problems:
