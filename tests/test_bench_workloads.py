@@ -954,3 +954,111 @@ def test_sweep_long_prompts_then_goodput_speculation_report_on_cpu_server(
     assert dom.returncode == 0
     for words in ("Sweep", "Pareto", "Speculation by workload", "eagle3", "0.5.23"):
         assert words in dom.stdout, words
+
+
+# ------------------------------------------------------------------ compare with workloads (fake arms)
+@pytest.fixture
+def fake_arm_servers(monkeypatch):
+    """bench ab/compare with each preset served by a fake endpoint instead of a launcher."""
+    from sgl_eagle_ext.tools.bench import arms
+
+    started: dict[str, Background] = {}
+    waited: list[str] = []
+
+    def plan_arm(label, preset, **kw):
+        return arms.ArmPlan(label, preset, ["--preset", preset], {"preset": preset})
+
+    class Launched:
+        def __init__(self, plan):
+            self.plan = plan
+            self.stopped_cleanly = True
+
+        def wait_ready(self, timeout):
+            waited.append(self.plan.preset)
+            return started[self.plan.preset].url
+
+        def stop(self):
+            return 0
+
+    monkeypatch.setattr(arms, "plan_arm", plan_arm)
+    monkeypatch.setattr(arms, "LauncherProcess", Launched)
+    for name, acc in (("baseline", 0.0), ("eagle3", 2.5)):
+        started[name] = Background(RecordingFake(accept_length=acc)).__enter__()
+    yield started, waited
+    for bg in started.values():
+        bg.stop()
+
+
+def test_compare_arms_share_the_workload_and_save_requests(fake_arm_servers, tmp_path, capsys):
+    started, waited = fake_arm_servers
+    req, res = tmp_path / "req.jsonl", tmp_path / "r.jsonl"
+    code = run_main(
+        "compare",
+        "--arm",
+        "baseline",
+        "--arm",
+        "eagle3",
+        "--concurrency",
+        "1,2",
+        "--num-prompts",
+        "3",
+        "--prompts-per-concurrency",
+        "0",
+        "--warmup",
+        "0",
+        "--lossless-prompts",
+        "0",
+        "--dataset",
+        "long",
+        "--input-len",
+        "300:600",
+        "--output-len",
+        "5",
+        "--save-requests",
+        str(req),
+        "--results",
+        str(res),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--quiet",
+    )
+    assert code == 0, capsys.readouterr()
+    assert waited == ["baseline", "eagle3"]
+    rows, _ = request_log.read(req)
+    assert {r["arm"] for r in rows} == {"baseline", "eagle3"} and len(rows) == 12
+    targets = {
+        a: [r["input_len_target"] for r in rows if r["arm"] == a] for a in ("baseline", "eagle3")
+    }
+    assert targets["baseline"] == targets["eagle3"]  # the same prompts on every arm
+    sent = {
+        a: sorted(b["messages"][0]["content"] for b in started[a].fake.bodies)
+        for a in ("baseline", "eagle3")
+    }
+    assert sent["baseline"] == sent["eagle3"]
+    assert all(r["accept_length"] for r in rows if r["arm"] == "eagle3")
+    assert not any(r["verify_ct"] for r in rows if r["arm"] == "baseline")
+    recs = [json.loads(line) for line in res.read_text().splitlines()]
+    assert all(r["provenance"]["workload"]["dataset"] == "long" for r in recs)
+    res_figures = dict(goodput.compute(rows, {}, (50,)))
+    assert set(res_figures) == {(recs[0]["run_id"], a, c) for a in targets for c in (1, 2)}
+
+
+def test_compare_bad_dataset_fails_before_any_arm_starts(fake_arm_servers, tmp_path, capsys):
+    _, waited = fake_arm_servers
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"conversations": [{"from": "human", "value": "ok"}]}, {"x": 1}]')
+    code = run_main(
+        "compare",
+        "--arm",
+        "baseline",
+        "--arm",
+        "eagle3",
+        "--dataset",
+        f"sharegpt:{bad}",
+        "--no-records",
+        "--log-dir",
+        str(tmp_path / "logs"),
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and f"{bad}:1: needs a 'conversations' list" in err, err
+    assert waited == []

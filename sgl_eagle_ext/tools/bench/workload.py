@@ -91,6 +91,20 @@ class WorkloadSet:
         self.default_output = default_output
         self.prompt_set = args.prompts
         self.long_text = args.long_text
+        self.paragraphs = (
+            tokens.file_paragraphs(self.long_text)
+            if self.long_text
+            else tokens.shipped_paragraphs()
+        )
+        self.attach(server)
+        self._turn_lens: list[list[int]] | None = None
+        probe = self._build(1)  # fails early on a bad dataset file
+        self.name, self.sha256 = probe.name, probe.sha256
+        self.prompts = probe.requests  # for len() in provenance
+
+    def attach(self, server) -> None:
+        """Count tokens as `server` does (None: estimate). `bench ab`/`compare` check the
+        dataset before any server starts, then attach the first arm's server."""
         self.server = server
         info = server.info if server is not None else {}
         self.counter = tokens.pick_counter(
@@ -99,17 +113,8 @@ class WorkloadSet:
             server.model_id if server is not None else "default",
             getattr(server, "api_key", None),
         )
-        paragraphs = (
-            tokens.file_paragraphs(self.long_text)
-            if self.long_text
-            else tokens.shipped_paragraphs()
-        )
-        self.builder = tokens.PromptBuilder(paragraphs, self.counter, self.seed)
+        self.builder = tokens.PromptBuilder(self.paragraphs, self.counter, self.seed)
         self._built: datasets.Workload | None = None
-        self._turn_lens: list[list[int]] | None = None
-        probe = self._build(1)  # fails early on a bad dataset file
-        self.name, self.sha256 = probe.name, probe.sha256
-        self.prompts = probe.requests  # for len() in provenance
 
     def _build(self, n: int) -> datasets.Workload:
         return datasets.build(
