@@ -1038,7 +1038,9 @@ def test_compare_arms_share_the_workload_and_save_requests(fake_arm_servers, tmp
     assert all(r["accept_length"] for r in rows if r["arm"] == "eagle3")
     assert not any(r["verify_ct"] for r in rows if r["arm"] == "baseline")
     recs = [json.loads(line) for line in res.read_text().splitlines()]
-    assert all(r["provenance"]["workload"]["dataset"] == "long" for r in recs)
+    sweeps = [r for r in recs if r["kind"] == "sweep"]
+    assert len(sweeps) == 4
+    assert all(r["provenance"]["workload"]["dataset"] == "long" for r in sweeps)
     res_figures = dict(goodput.compute(rows, {}, (50,)))
     assert set(res_figures) == {(recs[0]["run_id"], a, c) for a in targets for c in (1, 2)}
 
