@@ -410,7 +410,11 @@ def test_lossless_compare():
         (["single", "--max-tokens", "0"], "--max-tokens 0: must be > 0"),
         (["single", "--prompts", "/nonexistent/p.jsonl"], "no such file, and not a shipped set"),
         (["sweep", "--url", "ftp://x"], "not an http(s) URL"),
-        (["plot", "/nonexistent/r.jsonl"], "no such file"),
+        pytest.param(
+            ["plot", "/nonexistent/r.jsonl"],
+            "no such file",
+            marks=pytest.mark.harness,  # matplotlib (the test extra) is checked first
+        ),
         (["ab", "--preset-a", "baseline", "--preset-b", "baseline"], "both 'baseline'"),
         (
             ["ab", "--preset-b", "eagle3-3step", "--cpu", "--model-path", "/tmp"],
@@ -758,6 +762,7 @@ def test_lossless_between_two_endpoints(fake, tmp_path, capsys):
     assert bad["url_b"] == other.url and bad["provenance"]["arms"]["B"]["url"] == other.url
 
 
+@pytest.mark.harness  # bench plot: matplotlib (the test extra)
 def test_plot_draws_both_arms(tmp_path, capsys):
     rec = records.Recorder(tmp_path / "r.jsonl", run_id="R1")
     prov = {
@@ -958,6 +963,7 @@ def compare_args(res: Path, tmp_path: Path, *arms_and_levels: str) -> list[str]:
     ]
 
 
+@pytest.mark.harness  # bench plot: matplotlib (the test extra)
 def test_compare_n_arms_best_arm_ratios_and_crossover(fake_arms, tmp_path, capsys):
     # "spec" wins alone and slows down with load; "baseline" barely does; "slow" never wins
     fake_arms("baseline", delay_ms=12, delay_per_stream_ms=0.2)
@@ -1003,6 +1009,7 @@ def test_compare_n_arms_best_arm_ratios_and_crossover(fake_arms, tmp_path, capsy
     assert png.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.harness  # bench plot: matplotlib (the test extra)
 def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, capsys):
     fake_arms("baseline")
     fake_arms("spec", accept_length=2.0, token_text=" z")
@@ -1038,6 +1045,7 @@ def test_compare_bad_arms(capsys, arms, words):
 
 
 # ------------------------------------------------------------------ packaging
+@pytest.mark.harness  # builds a wheel: setuptools with bdist_wheel
 def test_wheel_ships_no_test_double(tmp_path):
     """The built wheel holds the bench package but no fake server; matplotlib is an extra."""
     import shutil

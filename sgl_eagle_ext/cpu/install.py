@@ -36,6 +36,17 @@ PROG = "sgl_eagle_ext.cpu.install"
 NOISE = ("WARNING: Location 'file://",)
 
 
+def check_source_checkout(repo: Path = REPO) -> None:
+    """The harness is built from a source checkout (its harness/ requirements files,
+    an editable install of the project): an installed wheel has neither."""
+    if not (repo / "harness").is_dir() or not (repo / "pyproject.toml").is_file():
+        raise UserError(
+            f"the CPU harness installs only from a source checkout of sgl-eagle-ext "
+            f"(no harness/ folder beside {repo / 'sgl_eagle_ext'}): git clone the project "
+            f"and run this from there."
+        )
+
+
 def default_venv(release: releases.Release) -> Path:
     if release is releases.PRIMARY:
         return REPO / ".venv"
@@ -147,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "worker generations): .venv and .venv-<release>",
     )
     args = p.parse_args(argv)
+    check_source_checkout()
 
     if args.all:
         if args.venv:

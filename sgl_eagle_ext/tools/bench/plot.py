@@ -66,13 +66,13 @@ def series(chosen: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
     return {a: [lv[c] for c in sorted(lv)] for a, lv in arms.items()}, skipped
 
 
-def require_matplotlib() -> None:
+def require_matplotlib(who: str = "bench plot") -> None:
     """matplotlib is an optional extra: say how to get it instead of a traceback."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UserError(
-            "bench plot needs matplotlib, which is not installed.",
+            f"{who} needs matplotlib, which is not installed.",
             fix="pip install 'sgl-eagle-ext[plot]' (or pip install matplotlib)",
         ) from None
 
