@@ -799,6 +799,8 @@ def test_plot_draws_both_arms(tmp_path, capsys):
 
 
 def test_plot_without_matplotlib_is_one_line(monkeypatch, tmp_path, capsys):
+    rec = records.Recorder(tmp_path / "r.jsonl", run_id="R1")
+    rec.write("sweep", {"arm": "a", "status": "ok", "concurrency": 1}, {})
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert cli.main(["plot", str(tmp_path / "r.jsonl")]) == 2
     err = capsys.readouterr().err
@@ -1238,6 +1240,8 @@ def test_other_endpoints_and_v1_url_on_cpu_server(spec_server, tmp_path, endpoin
         "2",
         "--num-prompts",
         "2",
+        "--prompts-per-concurrency",
+        "0",
         "--max-tokens",
         "8",
         "--warmup",

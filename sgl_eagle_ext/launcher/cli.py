@@ -109,6 +109,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="preflight: waive a finding (or a group, e.g. host) knowingly",
     )
+    p.add_argument(
+        "--adaptive-config",
+        metavar="FILE",
+        help="adaptive presets: the JSON table of candidate steps per batch size "
+        "(default: the preset's; write one with python -m sgl_eagle_ext.tune)",
+    )
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument(
         "--stall-timeout",
@@ -178,6 +184,63 @@ def apply_overlay(preset: presets.Preset, name: str) -> presets.Preset:
     return preset.merged_with(presets.load(path=path))
 
 
+ADAPTIVE = "speculative-adaptive"
+ADAPTIVE_CONFIG = "speculative-adaptive-config"
+
+
+def resolve_adaptive(preset: presets.Preset, release: releases.Release, args, extra) -> None:
+    """Gate an adaptive launch by the release table and point its config at a real file:
+    --adaptive-config, else the preset's (relative: to a file of its chain, or launch/)."""
+    extra_flags = {presets.canonical_flag(t, release) for t in extra}
+    if not (preset.server.get(ADAPTIVE) is True or ADAPTIVE in extra_flags):
+        if args.adaptive_config:
+            raise UserError(
+                f"--adaptive-config: preset '{preset.name}' is not adaptive.",
+                fix="use --preset eagle3-adaptive (or add speculative-adaptive = true)",
+            )
+        return
+    if release.adaptive is None:
+        raise UserError(
+            f"preset '{preset.name}': SGLang {release.version} has no --speculative-adaptive "
+            "(0.5.13.post1 or newer); use a fixed preset such as eagle3-3step there."
+        )
+    if ADAPTIVE_CONFIG in extra_flags:
+        return  # the user's own argument, passed untouched (the preflight checks it)
+    given = args.adaptive_config or preset.server.get(ADAPTIVE_CONFIG)
+    if not given:
+        return
+    path = Path(str(given)).expanduser()
+    if not args.adaptive_config and not path.is_absolute():
+        roots = [Path(f).parent for f in reversed(preset.chain)] + [Path(str(presets.PRESET_DIR))]
+        path = next((r / path for r in roots if (r / path).is_file()), path)
+    if not path.is_file():
+        where = "--adaptive-config" if args.adaptive_config else f"preset '{preset.name}'"
+        raise UserError(
+            f"{where}: adaptive config {given} does not exist.",
+            fix="give an existing JSON file (python -m sgl_eagle_ext.tune writes one)",
+        )
+    from sgl_eagle_ext.launcher.preflight import adaptive
+
+    buckets, found = adaptive.load(path, release)
+    if buckets is None:
+        first = next(f for f in found if f.severity == "error")
+        field = f" field {first.field}:" if first.field else ""
+        raise UserError(f"adaptive config {path}:{field} {first.message}", fix=first.fix)
+    preset.server[ADAPTIVE_CONFIG] = str(path.resolve())
+    union = sorted({s for steps in buckets.values() for s in steps})
+    start = preset.server.get("speculative-num-steps")
+    if "speculative-num-steps" not in extra_flags and start not in union:
+        # SGLang refuses a starting step outside the table; take its own unset rule
+        chosen = union[len(union) // 2]
+        print(
+            f"{PROG}: note: adaptive config {path} has no {start}-step candidate; "
+            f"starting at {chosen} steps (SGLang's choice for this table)",
+            file=sys.stderr,
+        )
+        preset.server["speculative-num-steps"] = chosen
+        preset.server["speculative-num-draft-tokens"] = chosen + 1
+
+
 def build_plan(args, extra: list[str]):
     """Preset + release + paths -> (preset, release, how, server_args, env)."""
     if not (args.preset or args.preset_file):
@@ -193,6 +256,7 @@ def build_plan(args, extra: list[str]):
     if args.cpu or args.demo:
         preset = apply_overlay(preset, "cpu")
     release, how = releases.resolve(args.sglang_version, force=args.force)
+    resolve_adaptive(preset, release, args, extra)
 
     if args.demo:
         from sgl_eagle_ext.cpu import tiny_models
@@ -348,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(ours)
     if args.list_presets:
         for name, file in sorted(presets.shipped().items()):
-            print(f"{name:14} {presets.load(name=name).description}  ({file})")
+            print(f"{name:16} {presets.load(name=name).description}  ({file})")
         return 0
 
     preset, release, how, server_args, env = build_plan(args, extra)

@@ -125,6 +125,11 @@ def _accepted_from(result) -> list[int] | None:
     return None
 
 
+def _int_attr(obj, name: str) -> int | None:
+    value = getattr(obj, name, None)
+    return value if isinstance(value, int) else None
+
+
 # -- wrappers ----------------------------------------------------------------------
 def _step(wrapped, instance, args, kwargs):
     prof = PROFILER
@@ -139,6 +144,9 @@ def _step(wrapped, instance, args, kwargs):
     try:
         result = wrapped(*args, **kwargs)
     finally:
+        if cycle is not None:  # what this cycle ran: adaptive switches at its start
+            cycle.steps = _int_attr(instance, "speculative_num_steps")
+            cycle.draft_tokens = _int_attr(instance, "speculative_num_draft_tokens") or 0
         prof.end()
     if cycle is not None and kind == "decode" and result is not None:
         accepted = _accepted_from(result)  # v1: already on the CPU in the result

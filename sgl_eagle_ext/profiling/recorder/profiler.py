@@ -103,11 +103,27 @@ class Profiler:
         return None
 
     def emit(self) -> dict | None:
+        """Log the window: one record per (batch size, draft steps) of its decode
+        cycles, so runs whose steps change at run time (adaptive) never mix; prefill
+        counts go with the first. Returns the last record."""
         if not self.window:
             return None
-        rec = window.summarize(self.window, self.rank or 0, self.clock_kind, self.tracker.dropped)
-        rec["sync_counted"] = self.sync_counted
-        rec["ts"] = time.time()
+        keyed: dict[tuple, list[Resolved]] = {}
+        for c in self.window:
+            if c.kind == "decode":
+                keyed.setdefault((c.bs, c.steps), []).append(c)
+        parts = list(keyed.values()) or [[]]
+        parts[0] = parts[0] + [c for c in self.window if c.kind != "decode"]
+        rec = None
+        for part in parts:
+            rec = window.summarize(part, self.rank or 0, self.clock_kind, self.tracker.dropped)
+            rec["sync_counted"] = self.sync_counted
+            rec["ts"] = time.time()
+            self._write(rec)
+        self.window, self.window_decode, self.window_t0 = [], 0, time.monotonic()
+        return rec
+
+    def _write(self, rec: dict) -> None:
         logger.info(window.log_line(rec))
         if self.config.file:
             path = self.config.file.replace("{rank}", str(self.rank or 0))
@@ -117,6 +133,4 @@ class Profiler:
                 os.write(fd, line.encode())
             finally:
                 os.close(fd)
-        self.window, self.window_decode, self.window_t0 = [], 0, time.monotonic()
         self.records += 1
-        return rec

@@ -4,7 +4,7 @@ Log line format (stable; one line per window per profiled rank; fields are
 space-separated key=value, lists are comma-separated, mean/p50/p90 triplets are
 slash-separated, times in ms):
 
-  EAGLE3_PROFILE v=1 rank=0 cycles=40 bs=1:40 draft_tokens=16:40
+  EAGLE3_PROFILE v=1 rank=0 cycles=40 bs=1:40 draft_tokens=16:40 steps=2:40
     cycle_ms=25.10/24.90/27.00 draft_ms=... verify_fwd_ms=... accept_ms=...
     draft_extend_ms=... other_ms=...
     share=draft:4.0,verify_fwd:90.0,accept:2.0,draft_extend:3.0,other:1.0
@@ -19,7 +19,11 @@ time, `other` the remainder (host work between phases). `syncs` is off unless
 EAGLE3_PROFILE_SYNC_CHECK=1; `syncs_counted` then says what was counted inside cycles
 (recorder/syncs.py): `device-syncs` (CUDA: every synchronizing CUDA call, implicit
 ones such as .cpu()/.tolist()/.item() included, via torch.cuda.set_sync_debug_mode) or
-`explicit-synchronize-calls` (no CUDA: only torch.cuda synchronize() calls).
+`explicit-synchronize-calls` (no CUDA: only torch.cuda synchronize() calls). A window is logged as
+one line per (batch size, draft steps) it saw (profiler.py), so `bs` and `steps`
+hold one value each; `steps=0` cycles (adaptive speculation stopped drafting)
+are no-draft cycles: draft 0 ms, accept length 1. `steps` is absent when the
+worker did not say.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ def summarize(cycles: list[Resolved], rank: int, clock: str, dropped: int = 0) -
         "cycles": len(decode),
         "bs": dict(Counter(c.bs for c in decode)),
         "draft_tokens": dict(Counter(c.draft_tokens for c in decode)),
+        "steps": dict(Counter(c.steps for c in decode if c.steps is not None)),
         "prefill": {
             "n": len(prefill),
             "ms_mean": float(np.mean([c.ms["cycle"] for c in prefill])) if prefill else 0.0,
@@ -100,6 +105,8 @@ def log_line(rec: dict) -> str:
         f"bs={_mix(Counter(rec['bs']))}",
         f"draft_tokens={_mix(Counter(rec['draft_tokens']))}",
     ]
+    if rec.get("steps"):
+        parts.append(f"steps={_mix(Counter(rec['steps']))}")
     if rec["cycles"]:
         ph = rec["phases"]
         parts.append(f"cycle_ms={_triplet(ph['cycle'])}")

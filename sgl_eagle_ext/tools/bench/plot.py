@@ -146,7 +146,6 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
 
 
 def main(args, console: Console) -> int:
-    require_matplotlib()
     src = Path(args.results)
     recs, problems = records.read_jsonl(src)
     for p in problems:
@@ -158,6 +157,7 @@ def main(args, console: Console) -> int:
             f"{src}: run {run_id} has no complete level to plot.", fix="pick another --run-id"
         )
     out = Path(args.output) if args.output else src.with_name(f"{src.stem}-{run_id}.png")
+    require_matplotlib()  # after the input checks: they need no matplotlib
     render(run_id, arms, out)
     if skipped:
         console.warn(f"left out (partial levels): {', '.join(skipped)}")
