@@ -42,17 +42,18 @@ class PrometheusMetrics:
                 self.accepted.inc(sum(c.accepted))
 
 
-_made: list[PrometheusMetrics] = []  # one per process: the registry refuses a second
+_made: PrometheusMetrics | None = None
 
 
 def from_environment():
-    """The process's counters; the same object on every call (SGLang may load
-    the plugin twice in one process, and a second Counter of a name raises)."""
+    """The process's counters (made once: a second registration would raise
+    DuplicateTimeseries in prometheus_client's registry)."""
+    global _made
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return None
-    if not _made:
+    if _made is None:
         try:
-            _made.append(PrometheusMetrics())
+            _made = PrometheusMetrics()
         except ImportError:
             return None
-    return _made[0]
+    return _made
