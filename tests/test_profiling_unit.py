@@ -257,6 +257,6 @@ def test_metrics_are_made_once_per_process(monkeypatch, tmp_path):
     from sgl_eagle_ext.profiling.recorder import metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setattr(metrics, "_made", [])
+    monkeypatch.setattr(metrics, "_made", None)
     first = metrics.from_environment()
     assert first is not None and metrics.from_environment() is first
