@@ -119,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
             f"no EAGLE3_PROFILE decode windows in {', '.join(map(str, args.logs))}.",
             fix="run the EAGLE-3 server with EAGLE3_PROFILE=1 under load, then pass its log",
         )
+    drafts = {r.spec.get("speculative_draft_model_path") for r in runs} - {None}
+    if len(drafts) > 1:  # acceptance is pooled: it must be one draft's
+        print(
+            f"{PROG}: warning: the logs come from {len(drafts)} different drafts "
+            f"({', '.join(sorted(drafts))}); their acceptance is pooled as one",
+            file=sys.stderr,
+        )
     baseline = measure.baseline_ms([measure.read(p) for p in args.baseline_log or []])
     if args.baseline_log and not baseline:
         raise UserError(

@@ -28,6 +28,7 @@ SPEC_KEYS = (
     "speculative_eagle_topk",
     "speculative_num_draft_tokens",
     "speculative_adaptive",
+    "speculative_draft_model_path",
 )
 
 
