@@ -20,16 +20,16 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, releases
+from sgl_eagle_ext.common import http, paths, releases
 from sgl_eagle_ext.common.cli_args import last_value, pop_flag, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
 from sgl_eagle_ext.launcher import nccl, presets, readiness
 from sgl_eagle_ext.launcher.server_process import ServerProcess, Stopped, supervised
 
 PROG = "sgl_eagle_ext.launch"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 SPEC_CHECK_PROMPT = "The quick brown fox"
 LOW_ACCEPT = 1.2  # below this the draft is barely contributing
 
@@ -108,6 +108,11 @@ def parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="preflight: waive a finding (or a group, e.g. host) knowingly",
     )
+    p.add_argument(
+        "--api-key-file",
+        help=f"file holding the server's API key (or set ${API_KEY_ENV}); keeps it off "
+        "every command line, unlike `-- --api-key K`",
+    )
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument(
         "--stall-timeout",
@@ -137,6 +142,39 @@ def parser() -> argparse.ArgumentParser:
         "--quiet", action="store_true", help="do not echo the server log to the terminal"
     )
     return p
+
+
+def checked_log_path(args, preset_name: str) -> Path:
+    """The server log path, refused now (exit 2) if it cannot be written: a log that
+    fails later would leave nothing to read and, undrained, block the server."""
+    flag = "--log-file" if args.log_file else "the default log file"
+    default = f"logs/{preset_name}-{datetime.now():%Y%m%d-%H%M%S}.log"
+    path = paths.check_writable_file(flag, args.log_file or default)
+    if args.nccl_debug:
+        debug_dir = path.with_suffix(".nccl")
+        if debug_dir.exists() and not debug_dir.is_dir():
+            raise UserError(
+                f"--nccl-debug: {debug_dir} (next to the log) exists and is not a folder.",
+                fix="move it away or pass another --log-file",
+            )
+    return path
+
+
+def read_api_key(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        key = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(
+            f"--api-key-file {path}: cannot be read ({getattr(e, 'strerror', None) or e}).",
+            fix="give a readable text file holding the key",
+        ) from None
+    if not key or "\n" in key:
+        raise UserError(
+            f"--api-key-file {path}: must hold the key on one line.", fix="write the key alone"
+        )
+    return key
 
 
 def check_model_dir(flag: str, path: str) -> None:
@@ -251,7 +289,7 @@ def print_dry_run(preset, release, how, cmd: list[str], env: dict[str, str]) -> 
     print(f"# preset: {preset.name} ({' -> '.join(preset.chain)})")
     print(f"# sglang: {release.version} ({how}); EAGLE worker {release.spec_worker}")
     for k, v in env.items():
-        shown = "***" if SECRET_ENV.search(k) else v
+        shown = REDACTED if is_secret_name(k) else v
         print(f"{k}={shlex.quote(shown)}")
     print(shlex.join(cmd))
 
@@ -348,8 +386,11 @@ def main(argv: list[str] | None = None) -> int:
 
     preset, release, how, server_args, env = build_plan(args, extra)
     server_args, api_key = pop_flag(server_args, "--api-key")  # travels in the environment
+    api_key = api_key or read_api_key(args.api_key_file) or os.environ.get(API_KEY_ENV)
     if api_key:
         env[API_KEY_ENV] = api_key
+    host = last_value(server_args, "--host") or "127.0.0.1"
+    port = http.parse_port("--port", last_value(server_args, "--port") or 30000)
     cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
     for w in nccl.override_warnings(release, server_args, env):
         print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
@@ -357,22 +398,26 @@ def main(argv: list[str] | None = None) -> int:
         print_dry_run(preset, release, how, cmd, env)
         return 0
 
+    log_path = checked_log_path(args, preset.name)
     for flag in ("--model-path", "--speculative-draft-model-path"):
         value = last_value(server_args, flag)
         if value:
             check_model_dir(flag, value)
-    host = last_value(server_args, "--host") or "127.0.0.1"
-    port = int(last_value(server_args, "--port") or 30000)
     http.check_port_free(host, port)
     if not args.no_preflight:
         server_args = run_preflight(args, preset, release, server_args, env)
         cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
 
-    log_path = Path(args.log_file or f"logs/{preset.name}-{datetime.now():%Y%m%d-%H%M%S}.log")
     expected_nccl = nccl.expected(env)
     debug_dir = log_path.with_suffix(".nccl")
     if args.nccl_debug:
-        debug_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            debug_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(
+                f"--nccl-debug: cannot create {debug_dir}: {e.strerror or e}.",
+                fix="pass a --log-file in a folder you may write to",
+            ) from None
         env.update(nccl.debug_env(debug_dir.resolve()))
     reports = NcclReports()
     server = ServerProcess(

@@ -44,11 +44,8 @@ class Server:
         url = base_url.rstrip("/")
         if "://" not in url:
             url = "http://" + url
+        url = http.check_url("--url", url)
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UserError(
-                f"--url {base_url}: not an http(s) URL.", fix="e.g. --url http://127.0.0.1:30000"
-            )
         self.base_url = url
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
