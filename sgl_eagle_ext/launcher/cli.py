@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, paths, releases
-from sgl_eagle_ext.common.cli_args import last_value, pop_flag, split_extra
+from sgl_eagle_ext.common.cli_args import last_value, number, pop_flag, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
@@ -116,14 +116,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument(
         "--stall-timeout",
-        type=float,
+        type=number(0),
         default=900.0,
         help="watchdog: stop the server if its log shows no progress for this many "
         "seconds before it is ready (default 900; 0 disables)",
     )
     p.add_argument(
         "--startup-timeout",
-        type=float,
+        type=number(0),
         default=0.0,
         help="watchdog: stop the server if not ready after this many seconds (default 0: no limit)",
     )

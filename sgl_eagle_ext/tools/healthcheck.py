@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import psutil
 
 from sgl_eagle_ext.common import http, proctree
-from sgl_eagle_ext.common.cli_args import last_value
+from sgl_eagle_ext.common.cli_args import last_value, number
 from sgl_eagle_ext.common.contract import SERVE_MODULE
 from sgl_eagle_ext.common.http import probe_host
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=number(0, strict=True),
         default=30.0,
         help="seconds to wait for the answer (SGLang itself gives up after 20)",
     )

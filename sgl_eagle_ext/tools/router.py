@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sgl_eagle_ext.common import http
-from sgl_eagle_ext.common.cli_args import last_value, split_extra
+from sgl_eagle_ext.common.cli_args import last_value, number, port_number, split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.http import check_port_free, probe_host
 from sgl_eagle_ext.launcher import readiness
@@ -62,10 +62,10 @@ def parser() -> argparse.ArgumentParser:
         default="127.0.0.1",
         help="address the router listens on (default 127.0.0.1; 0.0.0.0 for all)",
     )
-    p.add_argument("--port", type=int, default=30080, help="router port (default 30080)")
+    p.add_argument("--port", type=port_number, default=30080, help="router port (default 30080)")
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         default=29000,
         help="the router's Prometheus port, on --host (default 29000)",
     )
@@ -78,13 +78,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--worker-timeout",
-        type=float,
+        type=number(0),
         default=3600.0,
         help="seconds to wait for every worker to be ready (default 3600; 0: forever)",
     )
     p.add_argument(
         "--startup-timeout",
-        type=float,
+        type=number(0, strict=True),
         default=300.0,
         help="seconds to wait for the router to be ready once started (default 300)",
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import proctree
 from sgl_eagle_ext.common.cli_args import pop_flag
+from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.launcher import cli as launch
 from sgl_eagle_ext.launcher import presets
@@ -120,7 +121,7 @@ def plan_arm(
 class LauncherProcess:
     """One arm's launcher: start, wait for READY, stop with SIGTERM."""
 
-    def __init__(self, plan: ArmPlan):
+    def __init__(self, plan: ArmPlan, api_key: str | None = None):
         self.plan = plan
         self.lines: deque[str] = deque(maxlen=400)
         self.url: str | None = None
@@ -135,6 +136,7 @@ class LauncherProcess:
             bufsize=1,
             start_new_session=True,
             preexec_fn=proctree.die_with_parent,
+            env={**os.environ, API_KEY_ENV: api_key} if api_key else None,
         )
         self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()

@@ -20,12 +20,22 @@ import shlex
 import sys
 from pathlib import Path
 
-from sgl_eagle_ext.common.cli_args import split_extra
+from sgl_eagle_ext.common.cli_args import number, pop_flag, port_number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.redaction import redact_args
 from sgl_eagle_ext.tools.bench import ab as ab_mod
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import compare, lossless, probe, prompts, provenance, records, single
+from sgl_eagle_ext.tools.bench import (
+    compare,
+    limits,
+    lossless,
+    probe,
+    prompts,
+    provenance,
+    records,
+    single,
+)
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -47,6 +57,7 @@ def _levels(text: str) -> list[int]:
             f"--concurrency {text}: levels must be integers >= 1.",
             fix="e.g. --concurrency 1,2,5,10,30",
         )
+    limits.check_concurrency(values[-1])
     return values
 
 
@@ -83,7 +94,7 @@ def _common(p: argparse.ArgumentParser, max_tokens: int, url: bool = True) -> No
         default=max_tokens,
         help=f"tokens generated per request (default {max_tokens})",
     )
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0)")
+    p.add_argument("--temperature", type=number(0), default=0.0, help="sampling temperature (0)")
     p.add_argument(
         "--respect-eos",
         action="store_true",
@@ -91,7 +102,7 @@ def _common(p: argparse.ArgumentParser, max_tokens: int, url: bool = True) -> No
     )
     p.add_argument(
         "--request-timeout",
-        type=float,
+        type=number(0, strict=True),
         default=cl.DEFAULT_TIMEOUT,
         help="seconds before one request counts as timed out (default 600)",
     )
@@ -128,8 +139,12 @@ def _sweep_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-flush-cache", action="store_true", help="keep the prefix cache between levels"
     )
-    p.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT goal per request (ms)")
-    p.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT goal per request (ms)")
+    p.add_argument(
+        "--slo-tpot-ms", type=number(0, strict=True), help="goodput: TPOT goal per request (ms)"
+    )
+    p.add_argument(
+        "--slo-ttft-ms", type=number(0, strict=True), help="goodput: TTFT goal per request (ms)"
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -149,7 +164,7 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--max-cv",
-        type=float,
+        type=number(0),
         default=0.05,
         help="steady-state warning above this stdev/mean (default 0.05)",
     )
@@ -192,10 +207,10 @@ def parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--sglang-version", help="launcher --sglang-version")
     a.add_argument("--force", action="store_true", help="launcher --force")
-    a.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
+    a.add_argument("--port", type=port_number, default=0, help="server port (default: a free one)")
     a.add_argument(
         "--startup-timeout",
-        type=float,
+        type=number(0, strict=True),
         default=3600.0,
         help="seconds to wait for each server's READY (default 3600)",
     )
@@ -239,7 +254,9 @@ def _validate(args) -> None:
 
 def _recorder(args) -> records.Recorder:
     return records.Recorder(
-        None if args.no_records else Path(args.results), getattr(args, "run_id", None)
+        None if args.no_records else Path(args.results),
+        getattr(args, "run_id", None),
+        secrets=(args.api_key or "",),
     )
 
 
@@ -513,6 +530,10 @@ async def _ab_arm(
 
 def _ab(args, extra: list[str], console: Console) -> int:
     ab_mod.check_presets(args.preset_a, args.preset_b)
+    # A key given to the servers travels to the launcher in its environment: never on
+    # a printed line or a child's command line.
+    extra, key = pop_flag(extra, "--api-key")
+    args.api_key = key or args.api_key
     levels = _levels(args.concurrency)
     ps = prompts.load(args.prompts)
     rec = _recorder(args)
@@ -545,7 +566,7 @@ def _ab(args, extra: list[str], console: Console) -> int:
     )
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
-        proc = ab_mod.LauncherProcess(plan)
+        proc = ab_mod.LauncherProcess(plan, args.api_key)
         try:
             try:
                 url = proc.wait_ready(args.startup_timeout)
@@ -674,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(ours)
     if extra and args.cmd != "ab":
         raise UserError(
-            f"arguments after `--` ({shlex.join(extra)}) only go to `bench ab`.", fix="drop them"
+            f"arguments after `--` ({shlex.join(redact_args(extra))}) only go to `bench ab`.",
+            fix="drop them",
         )
     _validate(args)
     console = Console(getattr(args, "quiet", False))
