@@ -50,7 +50,7 @@ def request(
         return Reply(0, error=f"bad URL: {e}")
     try:
         return Reply(status, json.loads(raw) if raw else None)
-    except ValueError:
+    except (ValueError, RecursionError):
         return Reply(status, None, text=raw.decode("utf-8", "replace"))
 
 

@@ -178,6 +178,17 @@ def read_api_key(path: str | None) -> str | None:
 
 
 def check_model_dir(flag: str, path: str) -> None:
+    try:
+        _check_model_dir(flag, path)
+    except OSError as e:  # e.g. a directory this user may not read
+        raise UserError(
+            f"{flag} {path}: cannot be read ({e.strerror or e}).",
+            fix="check the directory's permissions (the server must read config.json and "
+            "the weights)",
+        ) from None
+
+
+def _check_model_dir(flag: str, path: str) -> None:
     p = Path(path).expanduser()
     if p.is_dir():
         if not (p / "config.json").is_file():

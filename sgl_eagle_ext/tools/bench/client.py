@@ -116,7 +116,7 @@ class StreamParser:
             return
         try:
             obj = _loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.r.malformed += 1
             return
         if not isinstance(obj, dict):

@@ -147,21 +147,26 @@ def append_csv(path: Path, row: dict) -> None:
 
 def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
     """Records and, separately, one warning per line that is not a record."""
+    fix = "give the JSONL file `bench` wrote (default bench-results/results.jsonl)"
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not a results file.", fix=fix)
     if not path.is_file():
-        raise UserError(
-            f"{path}: no such file.",
-            fix="give the JSONL file `bench` wrote (default bench-results/results.jsonl)",
-        )
+        raise UserError(f"{path}: no such file.", fix=fix)
     records, problems = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    try:
+        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
+    except OSError as e:
+        raise UserError(f"{path}: cannot be read ({e.strerror or e}).", fix=fix) from None
+    with f:
         for i, line in enumerate(f, start=1):
             line = line.strip()
             if not line:
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError as e:
-                problems.append(f"{path}:{i}: skipped: not a JSON record ({e.msg})")
+            except (ValueError, RecursionError) as e:
+                why = getattr(e, "msg", None) or type(e).__name__
+                problems.append(f"{path}:{i}: skipped: not a JSON record ({why})")
                 continue
             if not isinstance(obj, dict) or "kind" not in obj:
                 problems.append(f"{path}:{i}: skipped: not a bench record (no 'kind')")
