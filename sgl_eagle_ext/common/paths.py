@@ -37,3 +37,19 @@ def check_writable_file(flag: str, path: str | Path) -> Path:
     except OSError as e:  # a name too long, a link loop, ...
         raise UserError(f"{flag} {path}: unusable: {e.strerror or e}.", fix=fix) from None
     return p
+
+
+def read_secret_file(flag: str, path: str | None) -> str | None:
+    """The one-line secret held by the file at `path` (None when no path is given)."""
+    if not path:
+        return None
+    try:
+        key = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(
+            f"{flag} {path}: cannot be read ({getattr(e, 'strerror', None) or e}).",
+            fix="give a readable text file holding the key",
+        ) from None
+    if not key or "\n" in key:
+        raise UserError(f"{flag} {path}: must hold the key on one line.", fix="write the key alone")
+    return key

@@ -160,23 +160,6 @@ def checked_log_path(args, preset_name: str) -> Path:
     return path
 
 
-def read_api_key(path: str | None) -> str | None:
-    if not path:
-        return None
-    try:
-        key = Path(path).expanduser().read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(
-            f"--api-key-file {path}: cannot be read ({getattr(e, 'strerror', None) or e}).",
-            fix="give a readable text file holding the key",
-        ) from None
-    if not key or "\n" in key:
-        raise UserError(
-            f"--api-key-file {path}: must hold the key on one line.", fix="write the key alone"
-        )
-    return key
-
-
 def check_model_dir(flag: str, path: str) -> None:
     try:
         _check_model_dir(flag, path)
@@ -397,7 +380,11 @@ def main(argv: list[str] | None = None) -> int:
 
     preset, release, how, server_args, env = build_plan(args, extra)
     server_args, api_key = pop_flag(server_args, "--api-key")  # travels in the environment
-    api_key = api_key or read_api_key(args.api_key_file) or os.environ.get(API_KEY_ENV)
+    api_key = (
+        api_key
+        or paths.read_secret_file("--api-key-file", args.api_key_file)
+        or os.environ.get(API_KEY_ENV)
+    )
     if api_key:
         env[API_KEY_ENV] = api_key
     host = last_value(server_args, "--host") or "127.0.0.1"
