@@ -1,7 +1,7 @@
 """Ceiling of the load generator: can `bench sweep` drive 250 streams without being the bottleneck?
 
 Starts a local endpoint that streams chat tokens as fast as it can
-(sgl_eagle_ext.bench.fake_server, pinned to its own cores), then runs, each
+(tests/fakes/fake_sglang.py, pinned to its own cores), then runs, each
 pinned to ONE core:
 
   * our client:   python -m sgl_eagle_ext.bench sweep --concurrency 250 ...
@@ -34,6 +34,8 @@ from pathlib import Path
 import psutil
 
 PY = sys.executable
+# The test double (not shipped in the wheel) beside the tests.
+FAKE_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake_sglang.py"
 
 
 def free_port() -> int:
@@ -231,8 +233,7 @@ def main() -> None:
     server = subprocess.Popen(
         [
             PY,
-            "-m",
-            "sgl_eagle_ext.bench.fake_server",
+            str(FAKE_SERVER),
             "--port",
             str(port),
             "--model",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -15,6 +16,18 @@ import psutil
 import pytest
 
 READY_TIMEOUT = 900  # seconds; the CPU harness is slow (Triton interpreter)
+HARNESS_HINT = (
+    "needs the CPU harness (SGLang on CPU, sglang-router, hadolint): "
+    "python3 -m sgl_eagle_ext.cpu.install --all, then run pytest with .venv/bin/python"
+)
+
+
+def pytest_runtest_setup(item):
+    """Tests of the harness tiers fail, with one line saying how to get the harness,
+    when this interpreter has no SGLang (never a skip, never a long traceback)."""
+    tiers = {"server", "harness"} & {m.name for m in item.iter_markers()}
+    if tiers and importlib.util.find_spec("sglang") is None:
+        pytest.fail(f"{'/'.join(sorted(tiers))} test: {HARNESS_HINT}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +52,21 @@ def short_draft(tiny_models, tmp_path) -> Path:
     cfg = json.loads((tiny_models["draft-mostly"] / "config.json").read_text())
     (short / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1024}))
     return short
+
+
+def readable(text: str, min_share: float = 0.8) -> bool:
+    """Printable ASCII, no replacement characters, and mostly words of the corpus
+    the tiny target was trained on (the random target wrote '@ torickD~ccsist')."""
+    import re
+    import string
+
+    from sgl_eagle_ext.cpu.tiny_corpus import CORPUS
+
+    if any(c not in string.printable for c in text):
+        return False
+    corpus_words = {w.lower() for t in CORPUS for w in re.findall(r"[A-Za-z]+", t)}
+    words = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
+    return bool(words) and sum(w in corpus_words for w in words) >= min_share * len(words)
 
 
 def free_port() -> int:

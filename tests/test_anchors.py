@@ -11,6 +11,8 @@ import pytest
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.tools import wheels
 
+pytestmark = pytest.mark.harness  # release wheels (network or cache)
+
 
 def defined_methods(source_root, module: str, cls: str) -> set[str] | None:
     path = source_root.parent.joinpath(*module.split(".")).with_suffix(".py")
@@ -42,3 +44,36 @@ def test_anchor_check_detects_a_missing_method():
         root, "sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2"
     )
     assert defined_methods(root, "sglang.srt.speculative.eagle_worker", "EAGLEWorker") is None
+
+
+def class_body(path, cls: str) -> set[str]:
+    """Names a class body defines: methods and annotated fields."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return {
+                n.name if not isinstance(n, ast.AnnAssign) else getattr(n.target, "id", "")
+                for n in node.body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign))
+            }
+    return set()
+
+
+def top_level_functions(path) -> set[str]:
+    if not path.is_file():
+        return set()
+    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("release", releases.RELEASES, ids=lambda r: r.version)
+def test_release_table_columns_match_the_release_source(release):
+    """What in_sglang/serve.py, the recorder and the preflight take from the table is
+    what the release's pristine source has."""
+    srt = wheels.source(release.version) / "srt"
+    has_plugins = "load_plugins" in top_level_functions(srt / "plugins" / "__init__.py")
+    assert release.plugin_entry_point == has_plugins
+    has_resolve = "resolve_once" in class_body(srt / "server_args.py", "ServerArgs")
+    assert release.resolve_once == has_resolve
+    fields = class_body(srt / "managers" / "utils.py", "GenerationBatchResult")
+    assert release.accept_counts_attr in fields
+    rule_file = wheels.source(release.version) / release.context_rule_file
+    assert "get_context_length" in top_level_functions(rule_file)

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import Launcher, free_port
+from fakes.fake_sglang import Background, FakeSGLang, Faults
 
 from sgl_eagle_ext.common import http
 from sgl_eagle_ext.tools.bench import (
@@ -32,7 +33,6 @@ from sgl_eagle_ext.tools.bench import (
     stats,
 )
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench.fake_server import Background, FakeSGLang, Faults
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -418,6 +418,10 @@ def test_lossless_compare():
         ),
         (["ab", "--preset-b", "no-such-preset", "--cpu", "--model-path", "/tmp"], "no-such-preset"),
         (["single", "--", "--port", "1"], "only go to `bench ab`"),
+        (["sweep", "--header", "NoColon"], "--header (no colon): not NAME:VALUE"),
+        (["sweep", "--header", "Two Words: v"], "--header Two Words: not NAME:VALUE"),
+        (["sweep", "--extra-body", "{x"], "--extra-body: not valid JSON"),
+        (["sweep", "--extra-body", "[1]"], "--extra-body: must be a JSON object"),
     ],
 )
 def test_bad_input_is_one_message(capsys, args, words):
@@ -499,6 +503,83 @@ def test_sweep_counts_every_fault_and_keeps_going(fake, tmp_path, capsys):
         assert "other_traffic" not in r
     assert "failed request(s)" in out.err and "malformed stream chunk(s) skipped" in out.err
     assert len(read_csv(tmp_path / "r.csv")) == 2
+
+
+def sweep_args(url: str, res: Path, *extra: str) -> list[str]:
+    """A tiny sweep: levels 1,2, two prompts each, 6 tokens, no warm-up."""
+    return [
+        "sweep",
+        "--url",
+        url,
+        "--concurrency",
+        "1,2",
+        "--num-prompts",
+        "2",
+        "--prompts-per-concurrency",
+        "0",
+        "--max-tokens",
+        "6",
+        "--warmup",
+        "0",
+        "--results",
+        str(res),
+        *extra,
+    ]
+
+
+def test_interop_v1_url_headers_extra_body_and_openai_key(fake, tmp_path, capsys, monkeypatch):
+    bg = fake(accept_length=2.0)
+    res = tmp_path / "r.jsonl"
+    monkeypatch.delenv("EAGLE_EXT_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-shown")
+    monkeypatch.setattr(sys, "argv", ["bench", "sweep", "--header", "X-Team: secret-team"])
+    args = sweep_args(
+        bg.url + "/v1/", res, "--header", "X-Team: secret-team", "--extra-body", '{"top_p": 0.5}'
+    )
+    assert cli.main(args) == 0
+    cap = capsys.readouterr()
+    body, headers = bg.fake.last_body, bg.fake.last_headers
+    assert headers["Authorization"] == "Bearer sk-never-shown"
+    assert headers["X-Team"] == "secret-team" and body["top_p"] == 0.5
+    assert body["messages"] and body["stream_options"] == {"include_usage": True}
+    recs = read_records(res)
+    assert [(r["status"], r["completed"]) for r in recs] == [("ok", 2), ("ok", 2)]
+    assert recs[0]["url"] == bg.url and recs[0]["endpoint"] == "chat"
+    assert recs[0]["extra_body"] == {"top_p": 0.5}
+    assert "--header 'X-Team:***'" in recs[0]["provenance"]["host"]["command"]
+    everything = cap.out + cap.err + res.read_text() + (tmp_path / "r.csv").read_text()
+    assert "sk-never-shown" not in everything and "secret-team" not in everything
+
+
+@pytest.mark.parametrize("endpoint, path", [("completions", "prompt"), ("generate", "text")])
+def test_completions_and_generate_endpoints(fake, tmp_path, endpoint, path):
+    bg = fake(accept_length=2.0, token_text=" y")
+    res = tmp_path / "r.jsonl"
+    assert cli.main(sweep_args(bg.url, res, "--endpoint", endpoint)) == 0
+    body = bg.fake.last_body
+    assert isinstance(body[path], str) and "messages" not in body
+    if endpoint == "generate":
+        assert body["sampling_params"]["max_new_tokens"] == 6
+        assert body["sampling_params"]["ignore_eos"] is True
+    for r in read_records(res):
+        assert (r["status"], r["completed"], r["output_tokens"]) == ("ok", 2, 12)
+        assert r["endpoint"] == endpoint and r["tokens_estimated"] == 0
+        assert r["accept_length_requests"] == pytest.approx(2.0)
+        assert r["itl_ms"]["p50"] is not None and r["ttft_ms"]["p50"] is not None
+
+
+def test_generate_stream_text_cumulative_or_incremental():
+    for incremental, texts in ((False, ["a", "ab", "abc"]), (True, ["a", "b", "c"])):
+        r = cl.RequestResult(index=0, prompt_id="p")
+        p = cl.StreamParser(r, cl.GENERATE, incremental)
+        for k, t in enumerate(texts, start=1):
+            meta = {"completion_tokens": k, "prompt_tokens": 4, "spec_verify_ct": 1}
+            if k == 3:
+                meta["finish_reason"] = {"type": "length", "length": 3}
+            p.feed(f"data: {json.dumps({'text': t, 'meta_info': meta})}\n\n".encode(), k)
+        p.feed(b"data: [DONE]\n\n", 4.0)
+        assert (r.text, r.completion_tokens, r.finish_reason) == ("abc", 3, "length")
+        assert (r.chunk_times, r.spec_verify_ct, p.done) == ([1, 2, 3], 1, True)
 
 
 def test_timeouts_are_counted(fake, tmp_path):
@@ -712,6 +793,282 @@ def test_plot_draws_both_arms(tmp_path, capsys):
     assert "baseline c=16 (interrupted)" in cap.err and "r.jsonl:10: skipped" in cap.err
 
 
+def test_plot_without_matplotlib_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert cli.main(["plot", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "bench plot needs matplotlib" in err and "sgl-eagle-ext[plot]" in err
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------ open loop
+def test_arrival_schedule_statistics():
+    """Gamma gaps with shape = burstiness and mean 1/rate (Poisson at 1), seeded."""
+    import numpy as np
+
+    from sgl_eagle_ext.tools.bench import arrivals
+
+    for burst in (1.0, 0.25, 4.0):
+        t = arrivals.schedule(4.0, burst, seed=7, count=20001)
+        gaps = np.diff(t)
+        assert t[0] == 0.0 and len(t) == 20001 and np.all(gaps >= 0)
+        assert gaps.mean() == pytest.approx(0.25, rel=0.03)
+        assert gaps.std() / gaps.mean() == pytest.approx(1 / math.sqrt(burst), rel=0.06)
+    # Poisson: arrivals per second have variance = mean, gaps are memoryless
+    t = arrivals.schedule(4.0, 1.0, seed=3, duration=5000.0)
+    assert t.max() < 5000.0
+    counts = np.bincount(t.astype(int), minlength=5000)
+    assert counts.mean() == pytest.approx(4.0, rel=0.03)
+    assert counts.var() / counts.mean() == pytest.approx(1.0, abs=0.08)
+    gaps = np.diff(t)
+    assert (gaps > 0.5).mean() == pytest.approx(math.exp(-2.0), rel=0.05)
+    assert ((gaps > 0.75).mean() / (gaps > 0.25).mean()) == pytest.approx(math.exp(-2.0), rel=0.08)
+    # the same (seed, rate, burstiness): the same arrivals, for every arm
+    a = arrivals.schedule(2.0, 0.5, seed=1, count=50)
+    assert np.array_equal(a, arrivals.schedule(2.0, 0.5, seed=1, count=50))
+    assert not np.array_equal(a, arrivals.schedule(2.0, 0.5, seed=2, count=50))
+    assert not np.array_equal(a, arrivals.schedule(2.5, 0.5, seed=1, count=50))
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--concurrency", "1", "--request-rate", "2"], "both given"),
+        (["--duration", "5"], "--duration only applies to open-loop load"),
+        (["--request-rates", "0,1"], "request rates must be positive"),
+        (["--request-rates", "1,x"], "not a comma-separated list of numbers"),
+        (["--request-rate", "2", "--burstiness", "0"], "--burstiness 0: must be > 0"),
+    ],
+)
+def test_open_loop_bad_input(fake, tmp_path, capsys, args, words):
+    bg = fake()
+    assert cli.main(["sweep", "--url", bg.url, "--results", str(tmp_path / "r"), *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_open_loop_sweep_follows_the_schedule(fake, tmp_path, capsys):
+    from sgl_eagle_ext.tools.bench import arrivals
+
+    bg = fake(accept_length=2.0)
+    res = tmp_path / "r.jsonl"
+    args = sweep_args(bg.url, res, "--request-rates", "40,20", "--burstiness", "2")
+    args.remove("--concurrency")
+    args.remove("1,2")
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "request rates 20,40 req/s (open loop, gamma arrivals, burstiness 2)" in out
+    assert out.count("\n") and " rate  done" in out
+    recs = read_records(res)
+    assert [(r["request_rate"], r["concurrency"]) for r in recs] == [(20.0, None), (40.0, None)]
+    for r in recs:
+        sched = arrivals.schedule(r["request_rate"], 2.0, seed=0, count=2)
+        assert r["arrivals"] == r["requests"] == r["completed"] == 2
+        assert r["burstiness"] == 2.0 and r["status"] == "ok"
+        assert r["offered_rate"] == pytest.approx(1 / sched[1])
+        assert r["send_lag_ms"]["p50"] is not None
+    # --duration: as many arrivals as the schedule puts in it
+    res2 = tmp_path / "d.jsonl"
+    args = sweep_args(bg.url, res2, "--request-rate", "50", "--duration", "0.3")
+    args.remove("--concurrency")
+    args.remove("1,2")
+    assert cli.main(args) == 0
+    (r,) = read_records(res2)
+    expected = len(arrivals.schedule(50.0, 1.0, seed=0, duration=0.3))
+    assert r["arrivals"] == r["requests"] == expected and r["duration_target_s"] == 0.3
+
+
+def test_progress_lines_off_a_tty(fake, tmp_path, capsys):
+    bg = fake(delay_ms=5)
+    res = tmp_path / "r.jsonl"
+    assert cli.main(sweep_args(bg.url, res, "--progress-every", "0")) == 0
+    err = capsys.readouterr().err  # not a TTY under pytest
+    lines = [x for x in err.splitlines() if x.startswith("progress c=")]
+    assert lines and all("ETA" in x and "/2 requests" in x for x in lines), err
+
+
+def test_dead_server_cuts_the_level_short(fake, tmp_path, capsys):
+    bg = fake(delay_ms=30)  # 6 tokens: ~0.2 s per request
+    res = tmp_path / "r.jsonl"
+    args = sweep_args(bg.url, res, "--num-prompts", "12")
+    threading.Timer(1.2, bg.stop).start()  # level 1 (12 requests) takes ~2.5 s
+    rc = cli.main(args)
+    out = capsys.readouterr()
+    assert rc == 1
+    recs = read_records(res)
+    died = recs[-1]
+    assert died["status"] == "server died" and died["cut_short"] is True
+    assert died["not_sent"] > 0 and died["requests"] + died["not_sent"] == 12
+    assert "SERVER DIED: cut short" in out.out and "stopped answering" in out.err
+
+
+# ------------------------------------------------------------------ compare (fake arms)
+@pytest.fixture
+def fake_arms(fake, monkeypatch):
+    """bench ab/compare with each preset served by a fake endpoint instead of a launcher."""
+    from sgl_eagle_ext.tools.bench import arms
+
+    urls: dict[str, str] = {}
+
+    def plan_arm(label, preset, **kw):
+        return arms.ArmPlan(label, preset, ["--preset", preset], {"preset": preset})
+
+    class Launched:
+        def __init__(self, plan):
+            self.plan = plan
+            self.stopped_cleanly = True
+
+        def wait_ready(self, timeout):
+            return urls[self.plan.preset]
+
+        def stop(self):
+            return 0
+
+    monkeypatch.setattr(arms, "plan_arm", plan_arm)
+    monkeypatch.setattr(arms, "LauncherProcess", Launched)
+
+    def serve(preset: str, **kw) -> None:
+        urls[preset] = fake(**kw).url
+
+    return serve
+
+
+def compare_args(res: Path, tmp_path: Path, *arms_and_levels: str) -> list[str]:
+    return [
+        *arms_and_levels,
+        "--num-prompts",
+        "8",
+        "--prompts-per-concurrency",
+        "0",
+        "--max-tokens",
+        "4",
+        "--warmup",
+        "0",
+        "--lossless-prompts",
+        "2",
+        "--lossless-max-tokens",
+        "3",
+        "--results",
+        str(res),
+        "--log-dir",
+        str(tmp_path / "logs"),
+    ]
+
+
+def test_compare_n_arms_best_arm_ratios_and_crossover(fake_arms, tmp_path, capsys):
+    # "spec" wins alone and slows down with load; "baseline" barely does; "slow" never wins
+    fake_arms("baseline", delay_ms=12, delay_per_stream_ms=0.2)
+    fake_arms("spec", delay_ms=2, delay_per_stream_ms=6, accept_length=2.5)
+    fake_arms("slow", delay_ms=40)
+    res = tmp_path / "c.jsonl"
+    args = ["compare", "--arm", "baseline", "--arm", "spec", "--arm", "slow"]
+    rc = cli.main(compare_args(res, tmp_path, *args, "--concurrency", "1,8"))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "=== compare " in out and "(reference baseline)" in out
+    assert "best arm by throughput: spec at c=1, baseline at c=8" in out
+    assert "crossover by throughput, spec vs baseline: c=8" in out
+    assert "crossover by throughput, slow vs baseline: speculation never pays" in out
+    assert "lossless: IDENTICAL: 2/2 outputs of spec match baseline" in out
+    recs = read_records(res)
+    sweeps = [r for r in recs if r["kind"] == "sweep"]
+    assert [(r["arm"], r["arm_label"], r["concurrency"]) for r in sweeps] == [
+        ("baseline", "A", 1),
+        ("baseline", "A", 8),
+        ("spec", "B", 1),
+        ("spec", "B", 8),
+        ("slow", "C", 1),
+        ("slow", "C", 8),
+    ]
+    (c,) = [r for r in recs if r["kind"] == "compare"]
+    assert c["arms"] == ["baseline", "spec", "slow"] and c["reference"] == "baseline"
+    assert [(lv["level"], lv["best"]) for lv in c["levels"]] == [(1, "spec"), (8, "baseline")]
+    by = {(r["arm"], r["concurrency"]): r["output_tok_s"] for r in sweeps}
+    for lv in c["levels"]:
+        top = by[(lv["best"], lv["level"])]
+        for arm, ratio in lv["ratio_to_best"].items():
+            assert ratio == pytest.approx(by[(arm, lv["level"])] / top)
+        assert lv["ratio_to_best"][lv["best"]] == 1.0
+    assert c["crossover_throughput"]["spec"]["verdict"] == "until"
+    assert c["crossover_throughput"]["slow"]["verdict"] == "never"
+    assert c["lossless"] == {"spec": "IDENTICAL", "slow": "IDENTICAL"}
+    assert all(r["run_id"] == c["run_id"] for r in recs)
+    # the plot draws all three arms
+    png = tmp_path / "c.png"
+    assert cli.main(["plot", str(res), "-o", str(png)]) == 0
+    assert "baseline: 2 level(s), spec: 2 level(s), slow: 2 level(s)" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, capsys):
+    fake_arms("baseline")
+    fake_arms("spec", accept_length=2.0, token_text=" z")
+    res = tmp_path / "ab.jsonl"
+    args = ["ab", "--preset-a", "baseline", "--preset-b", "spec", "--request-rates", "50,100"]
+    rc = cli.main(compare_args(res, tmp_path, *args))
+    out = capsys.readouterr().out
+    assert rc == 1  # the lossless check found differences
+    assert "A/B run " in out and "request rates 50,100 req/s (open loop, Poisson" in out
+    assert "crossover by throughput: " in out and "lossless: DIFFERS" in out
+    recs = read_records(res)
+    assert [r["kind"] for r in recs] == ["sweep"] * 4 + ["lossless", "ab"]
+    ab = recs[-1]
+    assert ab["level_key"] == "request_rate" and ab["burstiness"] == 1.0
+    assert [lv["request_rate"] for lv in ab["levels"]] == [50.0, 100.0]
+    assert [r["request_rate"] for r in recs[:4]] == [50.0, 100.0, 50.0, 100.0]
+    assert [r["arrivals"] for r in recs[:4]] == [8, 8, 8, 8]
+    png = tmp_path / "ab.png"
+    assert cli.main(["plot", str(res), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize(
+    "arms, words",
+    [
+        (["--arm", "baseline"], "needs at least two --arm"),
+        (["--arm", "baseline", "--arm", "baseline"], "--arm baseline is given more than once"),
+    ],
+)
+def test_compare_bad_arms(capsys, arms, words):
+    assert cli.main(["compare", *arms]) == 2
+    assert words in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ packaging
+def test_wheel_ships_no_test_double(tmp_path):
+    """The built wheel holds the bench package but no fake server; matplotlib is an extra."""
+    import shutil
+    import zipfile
+
+    root = Path(__file__).resolve().parents[1]
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    for name in ("sgl_eagle_ext", "launch", "patches"):  # the package links into launch/, patches/
+        shutil.copytree(
+            root / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    (wheel,) = (tmp_path / "dist").glob("sgl_eagle_ext-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "sgl_eagle_ext/tools/bench/client.py" in names
+    assert "sgl_eagle_ext/tools/bench/prompt_sets/coding.jsonl" in names
+    assert not [n for n in names if "fake" in n.lower() or n.startswith("tests/")]
+    requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist: matplotlib")]
+    assert requires and all("extra ==" in line for line in requires), requires
+
+
 # ------------------------------------------------------------------ real SGLang on CPU
 TARGET_DRAFT = "draft-mostly"  # built to be accepted ~always: a 3-step chain accepts 2..4
 
@@ -856,6 +1213,37 @@ def test_sweep_on_cpu_server(spec_server, tiny_models, tmp_path):
         assert r["prompts_per_level"] == 2 and "steady_state_note" in r
         check_provenance(r, tiny_models, speculative=True)
     assert len(read_csv(tmp_path / "r.csv")) == 2
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("endpoint", ["completions", "generate"])
+def test_other_endpoints_and_v1_url_on_cpu_server(spec_server, tmp_path, endpoint):
+    """/v1/completions and SGLang's /generate, with the URL as OpenAI clients write it."""
+    res = tmp_path / "r.jsonl"
+    out = run_bench(
+        "sweep",
+        "--url",
+        spec_server.base_url + "/v1",
+        "--endpoint",
+        endpoint,
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "2",
+        "--max-tokens",
+        "8",
+        "--warmup",
+        "0",
+        "--results",
+        str(res),
+    )
+    assert out.returncode == 0, out.stderr
+    (r,) = read_records(res)
+    assert (r["status"], r["completed"], r["output_tokens"]) == ("ok", 2, 16)
+    assert r["endpoint"] == endpoint and r["url"] == spec_server.base_url
+    assert r["tokens_estimated"] == 0 and r["prompt_tokens"] > 2
+    assert 1.0 <= r["accept_length_requests"] <= 4.0  # streamed per-request verify counts
+    assert r["accept_length"] == pytest.approx(r["accept_length_requests"])
 
 
 @pytest.mark.server

@@ -147,6 +147,7 @@ def hadolint_binary() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("hadolint")
 
 
+@pytest.mark.harness
 def test_hadolint_is_clean():
     binary = hadolint_binary()
     assert binary, (
@@ -308,6 +309,7 @@ def test_caches_live_on_volumes():
     assert wanted == declared, (wanted, declared)
 
 
+@pytest.mark.harness
 def test_imagebuild_gate_accepts_the_installed_release_and_refuses_others(capsys):
     from sgl_eagle_ext.tools import imagebuild
 
@@ -321,6 +323,7 @@ def test_imagebuild_gate_accepts_the_installed_release_and_refuses_others(capsys
     assert imagebuild.main(["--sglang-version", other, "--check-only"]) == 1
 
 
+@pytest.mark.harness
 def test_imagebuild_applies_and_checks_the_patches_marked_for_the_image(tmp_path, capsys):
     from sgl_eagle_ext.tools import imagebuild, patches, wheels
 

@@ -85,11 +85,11 @@ def test_dry_run_every_preset_every_release(preset, version):
     assert flag(cmd, "--attention-backend") == "triton"
     graph_flag = (
         "--cuda-graph-max-bs"
-        if releases.version_key(version) < (0, 5, 16)
+        if releases.version_key(version) < releases.version_key("0.5.16")
         else "--cuda-graph-max-bs-decode"
     )
     assert flag(cmd, graph_flag) == "128"
-    if releases.version_key(version) >= (0, 5, 21):
+    if releases.version_key(version) >= releases.version_key("0.5.21"):
         assert "--cuda-graph-max-bs" not in cmd  # argparse: ambiguous option there
     assert "--enable-flashinfer-allreduce-fusion" not in cmd
     if preset == "baseline":
@@ -249,6 +249,17 @@ def test_unknown_release_needs_force():
     )
     assert p.returncode == 0
     assert "using the rules of 0.5.21" in p.stdout
+
+
+def test_forced_pre_release_gets_the_previous_releases_rules():
+    """0.5.21rc1 sorts before 0.5.21 (PEP 440): --force applies 0.5.19's rules, not
+    those of the release it precedes."""
+    args = ["--preset", "eagle3-3step", "--model-path", "M", "--draft-model-path", "D"]
+    p = launch(*args, "--sglang-version", "0.5.21rc1", "--dry-run")
+    assert_user_error(p, "0.5.21rc1", "--force")
+    p = launch(*args, "--sglang-version", "0.5.21rc1", "--force", "--dry-run")
+    assert p.returncode == 0, p.stderr
+    assert "using the rules of 0.5.19" in p.stdout
 
 
 def test_unknown_preset():

@@ -58,3 +58,44 @@ def test_debug_summary(tmp_path):
     }
     env = nccl.debug_env(tmp_path)
     assert env["NCCL_DEBUG"] == "INFO" and "%p" in env["NCCL_DEBUG_FILE"]
+
+
+def _says(release: str, args: list[str], env: dict, var: str) -> list[str]:
+    r = releases.BY_VERSION[release]
+    return [w for w in nccl.override_warnings(r, args, env) if var + "=" in w or var + " " in w]
+
+
+def test_override_table_conditions():
+    """Issue 10 defect 4: each entry fires exactly under the release's own condition."""
+    mixing = "NCCL_GRAPH_MIXING_SUPPORT"
+    symm_dcp = ["--tp-size", "8", "--enable-symm-mem", "--dcp-size", "2"]
+    assert _says("0.5.16", symm_dcp, {mixing: "1"}, mixing)[0].startswith(
+        "SGLang 0.5.16 overwrites"
+    )
+    assert _says("0.5.16", ["--dcp-size", "2"], {}, mixing)[0].startswith("note:")
+    assert _says("0.5.16", ["--enable-symm-mem"], {mixing: "1"}, mixing) == []  # dcp 1
+    assert _says("0.5.13.post1", symm_dcp, {mixing: "1"}, mixing) == []
+
+    reg = "NCCL_GRAPH_REGISTER"
+    tp8 = ["--tp-size", "8"]
+    assert _says("0.5.23", tp8, {}, reg)  # the TP8 + graphs case
+    assert _says("0.5.23", ["--ep-size", "2"], {}, reg)
+    assert _says("0.5.23", ["--tp-size", "1"], {}, reg) == []
+    off = [
+        *tp8,
+        "--cuda-graph-backend-decode",
+        "disabled",
+        "--cuda-graph-backend-prefill",
+        "disabled",
+    ]
+    assert _says("0.5.23", off, {}, reg) == []
+    assert _says("0.5.21", tp8, {}, reg) == []  # only with the TP LM-head all-to-all
+    assert _says("0.5.21", [*tp8, "--enable-tp-lm-head-all-to-all"], {}, reg)
+    pure_dp = [*tp8, "--dp-size", "8", "--enable-dp-attention", "--disaggregation-mode", "decode"]
+    assert _says("0.5.21", pure_dp, {}, reg)
+    assert _says("0.5.19", [*tp8, "--enable-tp-lm-head-all-to-all"], {}, reg) == []
+
+    for var in ("NCCL_CUMEM_ENABLE", "NCCL_MNNVL_ENABLE"):
+        assert any("MNNVL" in w for w in _says("0.5.19", ["--nnodes", "2"], {}, var))
+        assert not any("MNNVL" in w for w in _says("0.5.19", ["--nnodes", "1"], {}, var))
+        assert not any("MNNVL" in w for w in _says("0.5.16", ["--nnodes", "2"], {}, var))

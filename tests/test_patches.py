@@ -17,6 +17,7 @@ import pytest
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools import patches, wheels
+from sgl_eagle_ext.tools.patches import manifest
 from sgl_eagle_ext.tools.patches.cli import main as patches_main
 
 PATCHES = patches.load()
@@ -54,11 +55,22 @@ def test_manifest_describes_every_patch():
             assert named == set(p.files), f"{p.id}: manifest files != files in the diff"
 
 
-def test_release_table_and_manifest_agree():
-    for r in releases.RELEASES:
-        assert set(r.patches) == {p.id for p in patches.for_release(r.version)}, r.version
+def test_release_patches_are_read_from_the_manifest(tmp_path, monkeypatch):
+    """Release.patches is the manifest's list: edit the manifest and it follows."""
+    old = releases.BY_VERSION["0.5.10.post1"]
+    assert set(old.patches) == {"cuda-graph-aux-layers", "deepseek-aux-offset"}
+    assert releases.PRIMARY.patches == ()
+    copy = tmp_path / "patch_files"
+    shutil.copytree(manifest.PATCH_DIR, copy)
+    text = (copy / "manifest.toml").read_text()
+    first = text.split("\n[[patch]]\n")[1]
+    assert first.startswith('id = "cuda-graph-aux-layers"')
+    (copy / "manifest.toml").write_text(text.replace("\n[[patch]]\n" + first, "\n"))
+    monkeypatch.setattr(manifest, "MANIFEST", copy / "manifest.toml")
+    assert old.patches == ("deepseek-aux-offset",)
 
 
+@pytest.mark.harness
 @pytest.mark.parametrize("patch, version", CASES, ids=[f"{p.id}@{r}" for p, r in CASES])
 def test_patch_applies_cleanly_to_pristine_release_and_compiles(tmp_path, patch, version):
     pkg = pristine_copy(tmp_path, version, patch.files)
@@ -83,6 +95,7 @@ def test_patch_applies_cleanly_to_pristine_release_and_compiles(tmp_path, patch,
     assert patches.revert(patch, tgt) == "not applied"
 
 
+@pytest.mark.harness
 def test_conflicting_patch_is_refused_and_files_stay_untouched(tmp_path):
     patch = next(p for p in PATCHES if len(p.files) > 1)
     version = patch.releases[0]
@@ -103,6 +116,7 @@ def test_conflicting_patch_is_refused_and_files_stay_untouched(tmp_path):
     assert not tgt.backup(patch).exists()
 
 
+@pytest.mark.harness
 def test_patch_for_another_release_is_conflicting(tmp_path):
     patch = next(p for p in PATCHES if p.id == "deepseek-aux-offset")
     pkg = pristine_copy(tmp_path, "0.5.23", patch.files)
@@ -110,6 +124,7 @@ def test_patch_for_another_release_is_conflicting(tmp_path):
     assert patches.state(patch, tgt)[0] == patches.CONFLICTING
 
 
+@pytest.mark.harness
 def test_cli_check_apply_revert(tmp_path, capsys):
     files = sorted({f for p in PATCHES if "0.5.10.post1" in p.releases for f in p.files})
     pkg = pristine_copy(tmp_path, "0.5.10.post1", files)
@@ -125,6 +140,7 @@ def test_cli_check_apply_revert(tmp_path, capsys):
     assert digest(pkg) == before
 
 
+@pytest.mark.harness
 def test_cli_bad_input(tmp_path, capsys):
     assert patches_main(["check", "--sglang-dir", str(tmp_path)]) == 2
     assert "not an sglang package directory" in capsys.readouterr().err
@@ -133,6 +149,7 @@ def test_cli_bad_input(tmp_path, capsys):
     assert "no such patch" in capsys.readouterr().err
 
 
+@pytest.mark.harness
 def test_missing_gnu_patch_is_a_clear_error(tmp_path, monkeypatch):
     patch = PATCHES[0]
     pkg = pristine_copy(tmp_path, patch.releases[0], patch.files)
@@ -141,6 +158,7 @@ def test_missing_gnu_patch_is_a_clear_error(tmp_path, monkeypatch):
         patches.state(patch, patches.target(pkg))
 
 
+@pytest.mark.harness
 def test_wheel_cache_is_reused(monkeypatch):
     wheels.source("0.5.10.post1")  # cached by the tests above
 

@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.profiling import names, phases
 from sgl_eagle_ext.profiling.recorder import config, instrument, window
 from sgl_eagle_ext.profiling.recorder.clock import CudaEventClock
 from sgl_eagle_ext.profiling.recorder.cycles import CycleTracker
@@ -61,19 +62,19 @@ class FakeTorch:
 def run_cycle(tracker, fake, bs=2, draft_tokens=4, spans=(1.0, 20.0, 1.5, 2.0)):
     """One decode cycle with draft/verify_fwd/accept/draft_extend lasting `spans` ms."""
     tracker.begin("decode", bs, draft_tokens)
-    for names, dt in zip(
+    for marks, dt in zip(
         (
-            ("draft_start", "draft_end"),
-            ("fwd_start", "fwd_end"),
-            (None, "verify_end"),
-            ("extend_start", "extend_end"),
+            (phases.DRAFT_START, phases.DRAFT_END),
+            (phases.FWD_START, phases.FWD_END),
+            (None, phases.VERIFY_END),  # accept runs from the forward's end to verify's
+            (phases.EXTEND_START, phases.EXTEND_END),
         ),
         spans,
     ):
-        if names[0]:
-            tracker.mark(names[0])
+        if marks[0]:
+            tracker.mark(marks[0].name)
         fake.now += dt
-        tracker.mark(names[1])
+        tracker.mark(marks[1].name)
     return tracker.end()
 
 
@@ -131,7 +132,7 @@ def test_window_summary_and_log_line():
     assert shares == pytest.approx(100)
     line = window.log_line(rec)
     fields = dict(tok.split("=", 1) for tok in line.split()[1:])
-    assert line.startswith("EAGLE3_PROFILE ")
+    assert line.startswith(names.TAG + " ")
     assert fields["verify_fwd_ms"] == "20.00/20.00/20.00"
     assert fields["accept_len"] == "2.17" and fields["bs"] == "2:3"
     assert fields["share"].startswith("draft:4.1,verify_fwd:81.6,")
@@ -139,34 +140,32 @@ def test_window_summary_and_log_line():
 
 def test_profiler_windows_by_cycle_count_and_rank_filter(caplog):
     fake = FakeTorch()
-    cfg = config.from_env({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "2"})
+    cfg = config.from_env({names.ENV: "1", names.ENV_CYCLES: "2"})
     prof = Profiler(cfg, CudaEventClock(fake), rank_fn=lambda: 0)
-    caplog.set_level(logging.INFO, logger="sgl_eagle_ext.profile")
+    caplog.set_level(logging.INFO, logger=names.LOGGER)
     for _ in range(3):
         c = prof.begin("decode", 1, 4)
         prof.end()
         prof.join(c, [2])
         fake.complete_all()
     prof.poll()
-    lines = [r.message for r in caplog.records if r.message.startswith("EAGLE3_PROFILE ")]
+    lines = [r.message for r in caplog.records if r.message.startswith(names.TAG + " ")]
     assert len(lines) == 1 and "cycles=2" in lines[0]
-    other = Profiler(
-        config.from_env({"EAGLE3_PROFILE": "1"}), CudaEventClock(fake), rank_fn=lambda: 3
-    )
+    other = Profiler(config.from_env({names.ENV: "1"}), CudaEventClock(fake), rank_fn=lambda: 3)
     assert other.begin("decode", 1, 4) is None and not other.active
 
 
 def test_config_parsing():
     c = config.from_env(
         {
-            "EAGLE3_PROFILE": "1",
-            "EAGLE3_PROFILE_RANKS": "all",
-            "EAGLE3_PROFILE_INTERVAL_S": "2.5",
-            "EAGLE3_PROFILE_FILE": "/x/{rank}",
+            names.ENV: "1",
+            names.ENV_RANKS: "all",
+            names.ENV_INTERVAL_S: "2.5",
+            names.ENV_FILE: "/x/{rank}",
         }
     )
     assert c.enabled and c.ranks is None and c.interval_s == 2.5 and c.profiles_rank(7)
-    c = config.from_env({"EAGLE3_PROFILE_RANKS": "0,3"})
+    c = config.from_env({names.ENV_RANKS: "0,3"})
     assert not c.enabled and c.ranks == {0, 3} and not c.profiles_rank(1)
 
 
@@ -188,11 +187,12 @@ def clean_instrumentation():
     instrument.uninstrument()
 
 
+@pytest.mark.harness
 def test_instrument_patches_every_anchor_and_reverts(clean_instrumentation):
     import wrapt
 
     originals = anchored_methods()
-    cfg = config.from_env({"EAGLE3_PROFILE": "1"})
+    cfg = config.from_env({names.ENV: "1"})
     assert instrument.instrument(cfg, device_is_cuda=False)
     for (owner, name), original in originals.items():
         assert isinstance(vars(owner)[name], wrapt.FunctionWrapper), (owner, name)
@@ -205,10 +205,11 @@ def test_instrument_patches_every_anchor_and_reverts(clean_instrumentation):
         assert vars(owner)[name] is original
 
 
+@pytest.mark.harness
 def test_variable_unset_patches_nothing(clean_instrumentation, monkeypatch):
     from sgl_eagle_ext.profiling import recorder as profiling
 
-    monkeypatch.delenv("EAGLE3_PROFILE", raising=False)
+    monkeypatch.delenv(names.ENV, raising=False)
     originals = anchored_methods()
     assert profiling.install_from_env() is False
     assert not instrument.is_instrumented()
@@ -216,17 +217,19 @@ def test_variable_unset_patches_nothing(clean_instrumentation, monkeypatch):
         assert vars(owner)[name] is original
 
 
+@pytest.mark.harness
 def test_unknown_release_fails_closed(clean_instrumentation, caplog):
     originals = anchored_methods()
-    caplog.set_level(logging.WARNING, logger="sgl_eagle_ext.profile")
+    caplog.set_level(logging.WARNING, logger=names.LOGGER)
     assert not instrument.instrument(
-        config.from_env({"EAGLE3_PROFILE": "1"}), version="0.5.22", device_is_cuda=False
+        config.from_env({names.ENV: "1"}), version="0.5.22", device_is_cuda=False
     )
     assert [r.message for r in caplog.records if "0.5.22" in r.message]
     for (owner, name), original in originals.items():
         assert vars(owner)[name] is original
 
 
+@pytest.mark.harness
 def test_missing_anchor_fails_closed(clean_instrumentation, caplog, monkeypatch):
     import dataclasses
 
@@ -240,8 +243,8 @@ def test_missing_anchor_fails_closed(clean_instrumentation, caplog, monkeypatch)
         "BY_VERSION",
         {**releases.BY_VERSION, release.version: dataclasses.replace(release, workers=(broken,))},
     )
-    caplog.set_level(logging.WARNING, logger="sgl_eagle_ext.profile")
-    assert not instrument.instrument(config.from_env({"EAGLE3_PROFILE": "1"}), device_is_cuda=False)
+    caplog.set_level(logging.WARNING, logger=names.LOGGER)
+    assert not instrument.instrument(config.from_env({names.ENV: "1"}), device_is_cuda=False)
     (line,) = [r.message for r in caplog.records]
     assert "_draft_extend_for_decode_renamed" in line and release.version in line
     for (owner, name), original in originals.items():

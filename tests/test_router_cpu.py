@@ -164,6 +164,7 @@ def test_usage_errors(start_router):
         assert done.returncode == 2 and words in done.stderr, done.stderr
 
 
+@pytest.mark.harness
 def test_a_worker_that_never_gets_ready_stops_the_start(start_router):
     import sglang_router  # noqa: F401  (in the harness requirements: missing = a failure)
 

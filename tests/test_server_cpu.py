@@ -10,7 +10,7 @@ import re
 import signal
 
 import pytest
-from conftest import Launcher
+from conftest import Launcher, readable
 
 from sgl_eagle_ext.common import http
 from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
@@ -114,15 +114,32 @@ def test_eagle3_is_lossless_and_accepts_as_designed(
     stop_cleanly(launcher)
 
 
-def test_demo_runs_end_to_end(start_launcher):
+def test_demo_shows_answers_benchmark_and_profile(start_launcher):
+    """The README's first command: readable answers with the accept length they were
+    built for, a single-stream figure and the report table of the demo's own run."""
     launcher = start_launcher("--demo")
     assert launcher.wait() == 0, launcher.output
     out = launcher.output
-    for prompt in DEMO_PROMPTS:
+    answers = re.findall(r"^  =>(.*(?:\n     .*)*)$", out, re.M)
+    assert len(answers) == len(DEMO_PROMPTS), out
+    for prompt, text in zip(DEMO_PROMPTS, answers):
         assert f"> {prompt}" in out
-    acc = [float(x) for x in re.findall(r"accept length ([\d.]+)", out)]
-    assert len(acc) >= len(DEMO_PROMPTS) and min(acc) > 1.5, out
+        assert readable(text), (prompt, text)
+    pairs = re.findall(r"accept length ([\d.]+) \(built for ([\d.]+)\)", out)
+    assert len(pairs) == len(DEMO_PROMPTS), out
+    assert all(seen == built for seen, built in pairs), pairs  # exactly as designed
+    assert min(float(seen) for seen, _ in pairs) > 1.5, pairs
     assert "SGLang's average accept length" in out
+    speed = re.search(r"single stream: ([\d.]+) tok/s", out)
+    assert speed and float(speed.group(1)) > 0, out
+    assert len(re.findall(r"^  run \d: 32 tokens in", out, re.M)) == 3, out
+    # the report's own table, from the demo server's profile windows
+    profile = out[out.index("=== 3/3 profile") :]
+    assert re.search(r"^  verify_fwd\s+[\d.]+", profile, re.M), profile
+    assert re.search(r"accept length [\d.]+ tokens/cycle -> [\d.]+ tok/s", profile), profile
+    assert int(re.search(r"(\d+) profile windows", profile).group(1)) >= 3, profile
+    assert "Traceback" not in launcher.log_text()
+    assert "Traceback" not in out
     assert launcher.orphans() == []
 
 

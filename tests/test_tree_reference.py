@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 STANDIN = Path(__file__).resolve().parents[1] / "sgl_eagle_ext" / "cpu" / "standin"
 SPEC_TREE = "sglang.kernels.ops.speculative.spec_tree"
 # (steps, topk, draft tokens, batch size): chains, trees, a one-step draft,
@@ -116,6 +118,7 @@ def compare() -> int:
     return checked
 
 
+@pytest.mark.harness
 def test_reference_matches_sglang_triton_kernels():
     env = {
         **os.environ,

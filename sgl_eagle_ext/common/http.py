@@ -29,10 +29,15 @@ class Reply:
 
 
 def request(
-    url: str, payload: dict | None = None, api_key: str | None = None, timeout: float = 30.0
+    url: str,
+    payload: dict | None = None,
+    api_key: str | None = None,
+    timeout: float = 30.0,
+    headers: dict[str, str] | None = None,
 ) -> Reply:
+    """`headers`: extra request headers (e.g. a gateway's), sent as given."""
     data = None if payload is None else json.dumps(payload).encode()
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **(headers or {})}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(

@@ -25,13 +25,31 @@ def redact_env(env: dict[str, str], keep=lambda name: True) -> dict[str, str]:
     return {k: REDACTED if is_secret_name(k) else v for k, v in sorted(env.items()) if keep(k)}
 
 
+def _header(value: str) -> str:
+    """`Name: value` -> `Name: ***`: header values often carry credentials."""
+    name, sep, _ = value.partition(":")
+    return f"{name}:{REDACTED}" if sep else REDACTED
+
+
 def redact_args(args: list[str]) -> list[str]:
-    """`--api-key X` / `--api-key=X` (any secret-named flag) -> `--api-key ***`."""
-    out, hide_next = [], False
+    """`--api-key X` / `--api-key=X` (any secret-named flag) -> `--api-key ***`;
+    `--header K:V` -> `--header K:***`."""
+    out, hide_next, header_next = [], False, False
     for tok in args:
         if hide_next:
             out.append(REDACTED)
             hide_next = False
+            continue
+        if header_next:
+            out.append(_header(tok))
+            header_next = False
+            continue
+        if tok == "--header":
+            out.append(tok)
+            header_next = True
+            continue
+        if tok.startswith("--header="):
+            out.append("--header=" + _header(tok.split("=", 1)[1]))
             continue
         if tok.startswith("--") and is_secret_name(tok[2:].split("=", 1)[0]):
             if "=" in tok:
@@ -79,6 +97,21 @@ def redact_tree(obj, secrets: list[str] | tuple[str, ...] = ()):
             if _all_str(obj)
             else [redact_tree(v, secrets) for v in obj]
         )
+    if isinstance(obj, str):
+        return redact_text(obj, secrets)
+    return obj
+
+
+def redact_values(obj, secrets: list[str] | tuple[str, ...]):
+    """A JSON-like value with every known secret value replaced, at any depth
+    (names untouched: a record's own fields such as `level_key` are not secrets)."""
+    secrets = [s for s in secrets if s]
+    if not secrets:
+        return obj
+    if isinstance(obj, dict):
+        return {k: redact_values(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_values(v, secrets) for v in obj]
     if isinstance(obj, str):
         return redact_text(obj, secrets)
     return obj

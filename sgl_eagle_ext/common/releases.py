@@ -2,7 +2,8 @@
 
 Everything that differs between SGLang releases and that the launcher, the
 patches or the anchor checks need to know lives in RELEASES below. Facts come
-from reading each release's wheel (see shared/reference in the steering repo).
+from reading each release's pristine wheel (python -m sgl_eagle_ext.wheels
+VERSION unpacks it); tests/test_anchors.py checks the anchors against them.
 
 Flag vocabulary: preset files use SGLang's classic flag names (those of
 0.5.10.post1); `Release.renames` and `Release.expansions` translate them into
@@ -11,11 +12,12 @@ the spelling a given release accepts.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import MappingProxyType
+
+from packaging.version import InvalidVersion, Version
 
 from sgl_eagle_ext.common.errors import UserError
 
@@ -89,6 +91,10 @@ class EnvOverride:
     when: str  # human words, printed in the warning
     flags: tuple[str, ...] = ()  # any of these flags triggers it; () = always
     setdefault: bool = False  # True: only fills an unset variable
+    # Launch conditions that must all hold as well (launcher/nccl.py CONDITIONS):
+    # "dcp>1", "nnodes>1", "parallel>1" (max of tp, ep, dp), "graphs-on",
+    # "tp-lm-head-a2a" (the TP LM-head all-to-all, explicit or SGLang's default).
+    needs: tuple[str, ...] = ()
 
 
 _ENV_OVERRIDES_COMMON = (
@@ -107,13 +113,38 @@ _ENV_OVERRIDES_COMMON = (
         flags=("--enable-deterministic-inference",),
     ),
 )
-_ENV_OVERRIDES_0519 = _ENV_OVERRIDES_COMMON + tuple(
+# 0.5.16+ (engine.py): with decode context parallelism, 0 unless set, and forced
+# to 0 over a user value under --enable-symm-mem.
+_ENV_OVERRIDES_0516 = _ENV_OVERRIDES_COMMON + (
     EnvOverride(
-        v,
-        "set by --enable-deterministic-inference at TP>1",
-        flags=("--enable-deterministic-inference",),
+        "NCCL_GRAPH_MIXING_SUPPORT",
+        "forced to 0 by --enable-symm-mem with dcp > 1",
+        flags=("--enable-symm-mem",),
+        needs=("dcp>1",),
+    ),
+    EnvOverride(
+        "NCCL_GRAPH_MIXING_SUPPORT", "defaults to 0 when dcp > 1", setdefault=True, needs=("dcp>1",)
+    ),
+)
+_ENV_OVERRIDES_0519 = (
+    _ENV_OVERRIDES_0516
+    + tuple(
+        EnvOverride(
+            v,
+            "set by --enable-deterministic-inference at TP>1",
+            flags=("--enable-deterministic-inference",),
+        )
+        for v in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
     )
-    for v in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+    + tuple(  # engine.py: only on an MNNVL fabric, which is known on the node only
+        EnvOverride(
+            v,
+            "defaults to 1 with nnodes > 1 on an MNNVL fabric",
+            setdefault=True,
+            needs=("nnodes>1",),
+        )
+        for v in ("NCCL_CUMEM_ENABLE", "NCCL_MNNVL_ENABLE")
+    )
 )
 
 
@@ -123,11 +154,20 @@ class Release:
     # "v1": EAGLEWorker (speculative/eagle_worker.py) runs EAGLE-3 by default;
     # "v2": EAGLEWorkerV2 + EagleDraftWorker (speculative/eagle_worker_v2.py).
     spec_worker: str
-    # The `sglang.srt.plugins` entry-point group is loaded in scheduler processes.
+    # sglang.srt.plugins.load_plugins exists: the `sglang.srt.plugins` entry-point
+    # group is loaded in every SGLang process (launch_server.py's __main__ calls it;
+    # in_sglang/serve.py, which replaces that __main__, calls it too).
     plugin_entry_point: bool
-    # GET /ready exists (cheap "startup complete" probe; no generation).
-    ready_endpoint: bool
     torch: str  # the torch release the wheel pins
+    # ServerArgs.resolve_once() exists and launch_server.run_server calls it before
+    # launch_server (in_sglang/serve.py does the same).
+    resolve_once: bool = True
+    # GenerationBatchResult attribute with the per-request accepted draft tokens
+    # (bonus excluded) on the CPU (profiling/recorder/instrument.py reads it).
+    accept_counts_attr: str = "num_correct_drafts_per_req_cpu"
+    # File (in the `sglang` package) defining get_context_length and
+    # CONTEXT_LENGTH_KEYS (launcher/preflight/context_rule.py runs it).
+    context_rule_file: str = "srt/utils/hf_transformers/common.py"
     # Classic flag -> this release's flag. A flag renamed here is refused
     # ("ambiguous option") or deprecated by the release.
     renames: Mapping[str, str] = field(default_factory=dict)
@@ -148,6 +188,12 @@ class Release:
     # EAGLE-3 aux layers: how explicit eagle_aux_hidden_state_layer_ids become the
     # layers whose input is captured, per target family (preflight/aux_layers.py).
     aux_offset: Mapping[str, str] = field(default_factory=lambda: _AUX_OFFSET_NEW)
+    # Target architectures whose decoder loop can also capture boundary 0 (the
+    # embedding output; id -1 under "+1") and boundary N (the last block's output),
+    # besides the inputs of layers 1..N-1 (tests/test_oracle.py reads each release's
+    # loop; Llama's 0 on 0.5.23 was run on the CPU harness, 0.5.10.post1 raises TypeError).
+    aux_capture_embedding: frozenset[str] = frozenset()
+    aux_capture_final: frozenset[str] = frozenset()
     # CUDA-graph setup resets the capture layers to the defaults, so decode/verify
     # graphs capture other layers than prefill (upstream #22836, fixed in 0.5.13).
     graph_resets_aux_layers: bool = False
@@ -156,8 +202,6 @@ class Release:
     draft_fc_follows_ids: bool = True
     # EAGLE-3 draft classes registered (used when the release's source is not at hand).
     eagle3_drafts: tuple[str, ...] = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
-    # Source patches this release needs: ids in patches/manifest.toml.
-    patches: tuple[str, ...] = ()
     # Benchmarks (sgl_eagle_ext/tools/bench): Prometheus counters whose deltas give the
     # accept length of one load level (None: no verify counter in this release), and
     # the chat request field that streams per-request spec details in
@@ -165,7 +209,14 @@ class Release:
     metric_generation_tokens: str = "sglang:generation_tokens_total"
     metric_spec_verify_calls: str | None = "sglang:spec_verify_calls_total"
     chat_spec_details_field: str | None = "return_spec_tokens_details"
-    notes: str = ""
+
+    @property
+    def patches(self) -> tuple[str, ...]:
+        """Ids of the source patches this release needs: the [[patch]] entries of
+        patches/manifest.toml that list it (the manifest is the one list)."""
+        from sgl_eagle_ext.tools.patches import manifest
+
+        return tuple(p.id for p in manifest.for_release(self.version, manifest.MANIFEST))
 
     @property
     def harness_torch(self) -> str:
@@ -193,6 +244,9 @@ _AUX_OFFSET_OLD = MappingProxyType(
 _AUX_OFFSET_V13 = MappingProxyType({**_AUX_OFFSET_OLD, "deepseek": AUX_FIRST_IS_1})
 _AUX_OFFSET_NEW = MappingProxyType({**_AUX_OFFSET_V13, "gpt-oss": AUX_UNLESS_MAX_IS_N})  # 0.5.19+
 
+_GPT_OSS = frozenset({"GptOssForCausalLM"})  # 0.5.19+: the boundary-capture loop
+_LAYER_BOUNDARY = _GPT_OSS | {"LlamaForCausalLM"}  # 0.5.23: Llama moved there too
+
 _GRAPH_FLAGS_V16 = MappingProxyType(
     {"cuda-graph-max-bs": "cuda-graph-max-bs-decode", "cuda-graph-bs": "cuda-graph-bs-decode"}
 )
@@ -206,18 +260,21 @@ _GRAPH_OFF_V16 = MappingProxyType(
 )
 
 RELEASES: tuple[Release, ...] = (
+    # The last release with the v1 EAGLEWorker, the first with Kimi-K2.5. CUDA-graph
+    # setup resets the draft's capture layers (patches/: cuda-graph-aux-layers).
     Release(
         "0.5.10.post1",
         spec_worker="v1",
         plugin_entry_point=False,
-        ready_endpoint=False,
+        resolve_once=False,
         torch="2.9.1",
+        accept_counts_attr="accept_length_per_req_cpu",
+        context_rule_file="srt/utils/hf_transformers_utils.py",
         workers=(V1_WORKER, V2_WORKER_0510),
         aux_offset=_AUX_OFFSET_OLD,
         graph_resets_aux_layers=True,
         draft_fc_follows_ids=False,
         eagle3_drafts=("LlamaForCausalLMEagle3",),
-        patches=("cuda-graph-aux-layers", "deepseek-aux-offset"),
         metric_spec_verify_calls=None,
         chat_spec_details_field=None,
         # CPU harness: torch 2.13.0+cpu (this machine's wheel; the v1 worker runs on it)
@@ -226,72 +283,83 @@ RELEASES: tuple[Release, ...] = (
         cpu_requirements="sglang-0.5.10.post1-cpu.txt",
         cpu_torch="2.13.0",
         torchvision="0.28.0",
-        notes="last release with the v1 EAGLEWorker, first with Kimi-K2.5; CUDA-graph "
-        "setup resets the draft's capture layers (see patches/)",
     ),
+    # v1 worker deleted; the plugin entry point appears; aux-layer fixes #22836, #25454.
     Release(
         "0.5.13.post1",
         spec_worker="v2",
         plugin_entry_point=True,
-        ready_endpoint=False,
+        resolve_once=False,
         torch="2.11.0",
         aux_offset=_AUX_OFFSET_V13,
         chat_spec_details_field=None,
-        notes="v1 worker deleted; plugin entry point appears; aux-layer fixes #22836, #25454",
     ),
+    # --cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode.
     Release(
         "0.5.16",
         spec_worker="v2",
         plugin_entry_point=True,
-        ready_endpoint=False,
+        resolve_once=False,
         torch="2.11.0",
         renames=_GRAPH_FLAGS_V16,
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
+        env_overrides=_ENV_OVERRIDES_0516,
         aux_offset=_AUX_OFFSET_V13,
         chat_spec_details_field=None,
-        notes="--cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode",
     ),
     Release(
         "0.5.19",
         spec_worker="v2",
         plugin_entry_point=True,
-        ready_endpoint=False,
         torch="2.13.0",
         renames=_GRAPH_FLAGS_V16,
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         env_overrides=_ENV_OVERRIDES_0519,
+        aux_capture_embedding=_GPT_OSS,
+        aux_capture_final=_GPT_OSS,
     ),
+    # --cuda-graph-max-bs is gone (argparse: ambiguous option).
     Release(
         "0.5.21",
         spec_worker="v2",
         plugin_entry_point=True,
-        ready_endpoint=True,
         torch="2.13.0",
         renames=_GRAPH_FLAGS_V16,
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
-        env_overrides=_ENV_OVERRIDES_0519,
-        notes="--cuda-graph-max-bs is gone (argparse: ambiguous option)",
+        env_overrides=_ENV_OVERRIDES_0519
+        + (
+            EnvOverride(
+                "NCCL_GRAPH_REGISTER",
+                "defaults to 0 with the TP LM-head all-to-all",
+                setdefault=True,
+                needs=("tp-lm-head-a2a",),
+            ),
+        ),
+        aux_capture_embedding=_GPT_OSS,
+        aux_capture_final=_GPT_OSS,
     ),
     Release(
         "0.5.23",
         spec_worker="v2",
         plugin_entry_point=True,
-        ready_endpoint=True,
         torch="2.14.1",
         renames=_GRAPH_FLAGS_V16,
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         cpu_requirements="sglang-0.5.23-cpu.txt",
         torchvision="0.29.1",
+        aux_capture_embedding=_LAYER_BOUNDARY,
+        aux_capture_final=_GPT_OSS,
         env_overrides=_ENV_OVERRIDES_0519
         + (
             EnvOverride(
                 "NCCL_GRAPH_REGISTER",
-                "defaults to 0 when TP>1 and CUDA graphs are on",
+                "defaults to 0 when max(tp, ep, dp) > 1 and any CUDA-graph phase is on",
                 setdefault=True,
+                needs=("parallel>1", "graphs-on"),
             ),
         ),
     ),
@@ -302,10 +370,23 @@ BY_VERSION: Mapping[str, Release] = MappingProxyType({r.version: r for r in RELE
 PRIMARY = RELEASES[-1]
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """Sortable key: 0.5.10.post1 -> (0, 5, 10, 1); pre-releases sort before."""
-    nums = [int(n) for n in re.findall(r"\d+", version)]
-    return tuple(nums + [0] * (4 - len(nums)))
+def version_key(version: str) -> Version:
+    """PEP 440 ordering: 0.5.10rc1 < 0.5.10 < 0.5.10.post1 < 0.5.11.dev0 < 0.5.11.
+
+    Raises UserError for a string that is no version."""
+    try:
+        return Version(version)
+    except InvalidVersion:
+        raise UserError(
+            f"SGLang version {version!r} is not a version number.",
+            fix="give it as SGLang spells it, e.g. 0.5.23 or 0.5.10.post1",
+        ) from None
+
+
+def first_release(has) -> Release | None:
+    """The oldest supported release for which has(release) is true, e.g. the first
+    without the CUDA-graph aux-layer reset (for messages that name it)."""
+    return next((r for r in RELEASES if has(r)), None)
 
 
 def installed_version() -> str | None:
@@ -320,7 +401,13 @@ def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
 
     Returns (release, how) where `how` says where the version came from.
     An unknown release is refused unless `force`, which then uses the rules of
-    the nearest older supported release.
+    the newest supported release older than it in PEP 440 order (the oldest
+    supported one if none is older). Pre-releases and dev builds come BEFORE their
+    release: --force with 0.5.21rc1 applies 0.5.19's rules, not 0.5.21's (what
+    changed in 0.5.21 may be absent from its release candidates, and the rules
+    of an older release fail closed more often than those of a newer one). A
+    post-release or local build (0.5.23.post1, 0.5.23+cu130) gets its release's
+    rules under --force.
     """
     how = "given"
     if version is None:
@@ -337,6 +424,7 @@ def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
             fix="use a supported release, or pass --force to apply the rules of the nearest "
             "older supported release",
         )
-    older = [r for r in RELEASES if version_key(r.version) <= version_key(version)]
+    key = version_key(version)
+    older = [r for r in RELEASES if version_key(r.version) <= key]
     row = older[-1] if older else RELEASES[0]
     return row, f"{how}; unsupported, --force: using the rules of {row.version}"

@@ -1,16 +1,20 @@
 """Tiny target + EAGLE-3 drafts for the CPU harness, built locally and reproducibly.
 
-Nothing is downloaded: a byte-level BPE tokenizer is trained on the corpus below,
-the target is a random 4-layer Llama (fp32), and the three drafts are written in
-SGLang's `LlamaForCausalLMEagle3` checkpoint format with hand-set weights.
+Nothing is downloaded: a byte-level BPE tokenizer is trained on the project's own
+English corpus (tiny_corpus.py), the target is a 4-layer Llama (fp32) trained on
+it for seconds on the CPU (tiny_training.py), so its greedy continuations of the
+demo prompts are readable text, and the three drafts are written in SGLang's
+`LlamaForCausalLMEagle3` checkpoint format with hand-set weights.
 
 How the drafts get a known acceptance
 -------------------------------------
-The target's token embeddings are scaled up so that its greedy next token is,
-most of the time, the "bigram readout" g(x) = argmax lm_head(norm(embed(x))) of
-the current token x, while attention and MLPs still change it in some contexts
-(so greedy comparisons stay sensitive to the KV cache). The drafts compute that
-readout for their own input token:
+Training first fits the "bigram readout" g(x) = argmax lm_head(norm(embed(x)))
+of the current token x to the corpus's next-token statistics, then (readout
+frozen, embeddings scaled to dominate the residual stream) trains the layers to
+supply the context a bigram lacks. So the target's greedy next token is the
+readout wherever one word predicts the next, and the layers overrule it
+elsewhere (which keeps greedy comparisons sensitive to the KV cache). The drafts
+compute that readout for their own input token:
 
 * the draft shares the target's embeddings (SGLang's `set_embed`), its single
   attention layer attends (almost) only to the current position: q and k are a
@@ -37,12 +41,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-BUILD_VERSION = 3  # bump when anything below changes the built files
+from sgl_eagle_ext.cpu.tiny_corpus import CORPUS, DEMO_PROMPTS
+
+BUILD_VERSION = 4  # bump when anything below changes the built files (new subdir)
 # Where the demo and the tests build the pair (EAGLE_EXT_MODELS_DIR moves it).
 DEFAULT_DIR = Path("~/.cache/sgl-eagle-ext/tiny-models")
 SEED = 20240611
-EMBED_SCALE = 5.0  # embeddings dominate the residual stream -> mostly "bigram" target
-VOCAB_SIZE = 448
+EMBED_SCALE = 1.0  # RMS of the trained embeddings: they dominate the residual stream
+VOCAB_SIZE = 765  # every corpus word is one token (the BPE trainer stops there)
 HIDDEN = 64
 LAYERS = 4
 MAX_POS = 2048
@@ -60,37 +66,6 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog. The dog sleeps in the sun.",
-    "Speculative decoding lets a small draft model propose tokens that a large "
-    "target model verifies in a single forward pass.",
-    "A tree of candidate tokens is checked at once; the longest accepted prefix "
-    "is kept and the rest of the tree is thrown away.",
-    "Once upon a time there was a little robot who liked to count: one, two, "
-    "three, four, five, six, seven, eight, nine, ten.",
-    "def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(add(i, i))\n",
-    "Question: what is the capital of France? Answer: Paris.\n"
-    "Question: what colour is the sky? Answer: blue.",
-    "The weather today is sunny with a light breeze, and tomorrow it may rain "
-    "in the afternoon before clearing up at night.",
-    "User: please write a short poem about the sea.\nAssistant: The sea is wide, "
-    "the sea is deep, it sings the sailors all to sleep.",
-    "import torch\nx = torch.zeros(4, 4)\ny = x @ x.T\nprint(y.shape)\n",
-    "Numbers and symbols: 0 1 2 3 4 5 6 7 8 9 + - * / = ( ) [ ] { } < > , . ; :",
-]
-
-# Fixed prompts for demos and tests (also the build-time measurement set).
-DEMO_PROMPTS = [
-    "Hello, my name is",
-    "The capital of France is",
-    "Once upon a time",
-    "def fibonacci(n):",
-    "Speculative decoding works by",
-    "The weather today",
-    "Question: what is two plus two?",
-    "A tree of candidates",
-]
 
 DRAFTS = ("draft-never", "draft-partial", "draft-mostly")
 
@@ -136,9 +111,11 @@ def _build_tokenizer(out: Path):
 # ---------------------------------------------------------------- target
 
 
-def _build_target(out: Path):
+def _build_target(out: Path, tok):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sgl_eagle_ext.cpu import tiny_training
 
     torch.manual_seed(SEED)
     config = LlamaConfig(
@@ -156,17 +133,35 @@ def _build_target(out: Path):
         eos_token_id=EOS,
         pad_token_id=PAD,
     )
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(EMBED_SCALE)
-        # Special tokens get logit 0 while the best ordinary logit is positive:
-        # the target never emits them, so outputs have a fixed length.
-        model.lm_head.weight[: len(SPECIAL_TOKENS)] = 0.0
-        # A visible, non-trivial final norm (the drafts copy it).
-        model.model.norm.weight.copy_(1.0 + 0.1 * torch.randn(HIDDEN))
+    model = LlamaForCausalLM(config)
+    seqs = tiny_training.sequences(tok, CORPUS)
+    with tiny_training.reproducible():
+        losses = _train(model, seqs, config.rms_norm_eps)
+    _log(f"trained: readout loss {losses[0]:.3f}, model loss {losses[1]:.3f}")
+    model.eval()
     model.to(torch.float32)
     model.save_pretrained(str(out), safe_serialization=True)
     return model
+
+
+def _train(model, seqs, eps: float) -> tuple[float, float]:
+    import torch
+
+    from sgl_eagle_ext.cpu import tiny_training
+
+    with torch.no_grad():
+        model.lm_head.weight[: len(SPECIAL_TOKENS)] = 0.0
+    readout_loss = tiny_training.train_readout(model, seqs, len(SPECIAL_TOKENS), eps)
+    with torch.no_grad():
+        # Embeddings dominate the residual stream, so the target's greedy token
+        # stays the readout unless the layers learned to overrule it.
+        emb = model.model.embed_tokens.weight
+        emb.mul_(EMBED_SCALE / emb.pow(2).mean().sqrt())
+        # Special tokens get logit 0 while the best ordinary logit is positive:
+        # the target never emits them, so outputs have a fixed length.
+        model.lm_head.weight[: len(SPECIAL_TOKENS)] = 0.0
+    layer_loss = tiny_training.train_layers(model, seqs, len(SPECIAL_TOKENS), PAD)
+    return readout_loss, layer_loss
 
 
 def _readout(model, x):
@@ -370,10 +365,12 @@ def build(out_dir, force: bool = False) -> dict:
 
     Idempotent: an existing manifest of this BUILD_VERSION is reused unless force.
     Concurrent callers (e.g. parallel test workers) serialise on a lock file.
+    Each BUILD_VERSION has its own subdirectory (out_dir/vN): a server still
+    running on an older build never sees its files swapped.
     """
     import fcntl
 
-    out = Path(out_dir).resolve()
+    out = Path(out_dir).resolve() / f"v{BUILD_VERSION}"
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -392,8 +389,10 @@ def _build(out: Path) -> None:
     try:
         target_dir = tmp / "target"
         tok = _build_tokenizer(target_dir)
-        target = _build_target(target_dir)
+        target = _build_target(target_dir, tok)
         runs = _greedy(target, tok)
+        if any(t < len(SPECIAL_TOKENS) for _, gen in runs for t in gen):
+            raise RuntimeError("the target emits a special token: outputs lose their fixed length")
         vocabs = _vocabularies(target, runs)
         accept = {}
         for name, keep in vocabs.items():

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 
 from sgl_eagle_ext.common.contract import CPU_ENV, FAULT_ENV
-
-PROFILE_ENV = "EAGLE3_PROFILE"  # per-phase profiling of the EAGLE worker (profiling/)
+from sgl_eagle_ext.profiling import names as profile_names
 
 
 def cpu_harness_enabled() -> bool:
@@ -38,7 +37,7 @@ def in_scheduler_process(tp_rank="?") -> None:
         from sgl_eagle_ext.cpu import harness
 
         harness.install_scheduler()
-    if os.environ.get(PROFILE_ENV) == "1":
+    if profile_names.enabled(os.environ):  # per-phase profiling of the EAGLE worker
         from sgl_eagle_ext.profiling import recorder
 
         recorder.install_from_env()

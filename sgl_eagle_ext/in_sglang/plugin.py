@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from sgl_eagle_ext.profiling import names
+
 
 def _called_from_scheduler(max_depth: int = 12) -> bool:
     frame = sys._getframe(1)
@@ -23,7 +25,7 @@ def _called_from_scheduler(max_depth: int = 12) -> bool:
 
 
 def register() -> None:
-    if os.environ.get("EAGLE3_PROFILE") != "1" or not _called_from_scheduler():
+    if not names.enabled(os.environ) or not _called_from_scheduler():
         return
     from sgl_eagle_ext.profiling import recorder
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 
 
@@ -29,15 +30,17 @@ def main(argv: list[str] | None = None) -> None:
 
     from sgl_eagle_ext.in_sglang.scheduler_entry import run_scheduler_process
 
-    try:  # 0.5.13+: plugins are loaded by launch_server.py's __main__ block
+    # What launch_server.py's __main__ and run_server do besides launching, per the
+    # release table (the launcher refused an unsupported release, or --force chose
+    # the rules of an older one).
+    release, _ = releases.resolve(None, force=True)
+    if release.plugin_entry_point:
         from sglang.srt.plugins import load_plugins
 
         load_plugins()
-    except ImportError:
-        pass
 
     server_args = prepare_server_args(argv)
-    if hasattr(server_args, "resolve_once"):  # 0.5.19+: launch_server.run_server does this
+    if release.resolve_once:
         server_args.resolve_once()
     try:
         http_server.launch_server(server_args, run_scheduler_process_func=run_scheduler_process)

@@ -229,6 +229,8 @@ def build_plan(args, extra: list[str]):
         from sgl_eagle_ext.cpu import tiny_models
 
         built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
+        if not (args.model_path or args.draft_model_path):  # the pair the manifest describes
+            args.demo_manifest = Path(built["target"]).parent / "manifest.json"
         args.model_path = args.model_path or str(built["target"])
         args.draft_model_path = args.draft_model_path or str(built[f"draft-{args.demo_draft}"])
 
@@ -379,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     preset, release, how, server_args, env = build_plan(args, extra)
+    if args.demo:
+        from sgl_eagle_ext.launcher import demo
+
+        env.update(demo.server_env())  # the demo shows the profile of its own run
     server_args, api_key = pop_flag(server_args, "--api-key")  # travels in the environment
     api_key = (
         api_key
@@ -423,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         {**os.environ, **env},
         log_path,
         redact=[api_key or ""],
-        echo=not args.quiet,
+        echo=not (args.quiet or args.demo),  # the demo prints the log's path instead
         listeners=[reports],
     )
     base_url = f"http://{http.probe_host(host)}:{port}"
@@ -451,9 +457,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             if args.demo:
-                from sgl_eagle_ext.launcher import demo
-
-                demo.run(base_url, api_key)
+                manifest = getattr(args, "demo_manifest", None)
+                expected = manifest and demo.expected_accept(manifest, args.demo_draft, server_args)
+                demo.run(base_url, api_key, log_path, args.demo_draft, expected)
                 return 0
             from sgl_eagle_ext.launcher.preflight.scaleout import is_worker_node
 

@@ -1,10 +1,50 @@
-"""The CPU demo's client side: a few greedy prompts, their answers, the accept length."""
+"""The CPU demo's client side: the product's three uses on the tiny pair, in a minute.
+
+1. answers: greedy continuations of the demo prompts, each with SGLang's accept
+   length beside the one the pair was built for (the manifest's replay);
+2. benchmark: a few fixed-length single-stream runs, tokens per second;
+3. profile: the server runs with EAGLE3_PROFILE on (short windows), and the
+   report tool's table is printed from the server's own log.
+"""
 
 from __future__ import annotations
 
-from sgl_eagle_ext.common import http
+import argparse
+import json
+import os
+import time
+from pathlib import Path
 
-MAX_NEW_TOKENS = 16
+from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common.cli_args import last_value
+from sgl_eagle_ext.profiling import names
+
+MAX_NEW_TOKENS = 16  # the manifest's expected accept lengths are for 16 new tokens
+BENCH_PROMPT = "Speculative decoding works by"
+BENCH_TOKENS = 32
+BENCH_RUNS = 3
+# Profile windows every few decode cycles: a short demo still logs several.
+PROFILE_ENV = {names.ENV: "1", names.ENV_CYCLES: "2"}
+SETTING_FLAGS = (
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+)
+
+
+def server_env(environ=os.environ) -> dict[str, str]:
+    """The profiling switches the demo server starts with (the user's own win)."""
+    return {k: environ.get(k, v) for k, v in PROFILE_ENV.items()}
+
+
+def expected_accept(manifest_path: Path, draft: str, server_args: list[str]) -> list | None:
+    """Per-prompt accept lengths the pair was built for, under these settings."""
+    setting = ",".join(last_value(server_args, f) or "" for f in SETTING_FLAGS)
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        return manifest["expected_accept_length"][f"draft-{draft}"][setting]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def server_accept_length(base_url: str, api_key: str | None) -> float | None:
@@ -17,15 +57,75 @@ def server_accept_length(base_url: str, api_key: str | None) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def run(base_url: str, api_key: str | None) -> None:
+def _shown(acc: float | None) -> str:
+    return "n/a (no speculation)" if acc is None else f"{acc:.2f}"
+
+
+def answers(base_url: str, api_key: str | None, draft: str, expected: list | None) -> None:
     from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
 
     outs = http.generate(base_url, list(DEMO_PROMPTS), MAX_NEW_TOKENS, api_key=api_key)
-    print("\n=== demo: greedy answers of the tiny target (random weights: text is noise) ===")
-    for prompt, out in zip(DEMO_PROMPTS, outs):
+    print(
+        f"\n=== 1/3 answers: the tiny target's greedy text ({MAX_NEW_TOKENS} new tokens), "
+        f"drafted by draft-{draft} ==="
+    )
+    for i, (prompt, out) in enumerate(zip(DEMO_PROMPTS, outs)):
         acc = http.accept_length(out.get("meta_info", {}))
-        shown = "n/a (no speculation)" if acc is None else f"{acc:.2f}"
-        print(f"> {prompt}\n  {out['text']!r}\n  accept length {shown}")
+        built = f" (built for {expected[i]:.2f})" if expected and acc is not None else ""
+        text = out["text"].rstrip("\n").replace("\n", "\n     ")
+        print(f"> {prompt}\n  =>{text}\n  accept length {_shown(acc)}{built}")
     avg = server_accept_length(base_url, api_key)
     if avg is not None:
-        print(f"=== SGLang's average accept length: {avg:.2f} tokens per verify cycle ===")
+        print(f"SGLang's average accept length: {avg:.2f} tokens per verify cycle")
+
+
+def benchmark(base_url: str, api_key: str | None) -> None:
+    print(f"\n=== 2/3 benchmark: one stream, {BENCH_TOKENS} tokens per run, {BENCH_RUNS} runs ===")
+    speeds = []
+    for i in range(1, BENCH_RUNS + 1):
+        t0 = time.perf_counter()
+        out = http.generate(base_url, [BENCH_PROMPT], BENCH_TOKENS, api_key=api_key)[0]
+        seconds = time.perf_counter() - t0
+        meta = out.get("meta_info", {})
+        tokens = meta.get("completion_tokens", BENCH_TOKENS)
+        speeds.append(tokens / seconds)
+        print(
+            f"  run {i}: {tokens} tokens in {seconds:.2f} s = {speeds[-1]:.1f} tok/s, "
+            f"accept length {_shown(http.accept_length(meta))}"
+        )
+    print(
+        f"  single stream: {sum(speeds) / len(speeds):.1f} tok/s on this CPU "
+        f"(full tool: python -m sgl_eagle_ext.bench single --url {base_url})"
+    )
+
+
+def profile(log_path: Path) -> None:
+    """The report tool's table for this run, read from the server's own log."""
+    from sgl_eagle_ext.profiling import report
+
+    print(f"\n=== 3/3 profile: where each speculation cycle's time went ({log_path}) ===")
+    parsed = report.parse([log_path])
+    no_baseline = argparse.Namespace(baseline_tps=None, baseline_ms_per_token=None, target_tps=None)
+    rows = [r for r in report.figures(parsed, no_baseline, None) if r.get("cycles")]
+    if not rows:
+        print("  no EAGLE3_PROFILE window in the log (was EAGLE3_PROFILE switched off?)")
+        return
+    # The single-stream runs above: batch size 1 if profiled, else the busiest group.
+    row = next((r for r in rows if r["bs"] == 1), max(rows, key=lambda r: r["cycles"]))
+    report.print_table([row], parsed)
+    print(
+        f"  all batch sizes, break-even accept length: python -m sgl_eagle_ext.report "
+        f"{log_path} --baseline-tps <baseline tok/s>"
+    )
+
+
+def run(
+    base_url: str,
+    api_key: str | None,
+    log_path: Path,
+    draft: str = "mostly",
+    expected: list | None = None,
+) -> None:
+    answers(base_url, api_key, draft, expected)
+    benchmark(base_url, api_key)
+    profile(log_path)

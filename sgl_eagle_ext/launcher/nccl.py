@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sgl_eagle_ext.common.cli_args import last_value
 from sgl_eagle_ext.common.contract import NCCL_EXTRA, NCCL_PREFIXES, NCCL_TAG
 from sgl_eagle_ext.common.releases import Release
 
@@ -60,12 +61,55 @@ def table(reports: dict[str, dict[str, str]], expected: dict[str, str]) -> tuple
     return "\n".join(lines), warnings
 
 
+def _int_arg(args: list[str], *flags: str, default: int = 1) -> int:
+    values = [v for f in flags if (v := last_value(args, f)) is not None]
+    try:
+        return int(values[-1]) if values else default
+    except ValueError:
+        return default
+
+
+def _graphs_on(args: list[str]) -> bool:
+    """Any CUDA-graph phase left on (0.5.16+ spells it per phase)."""
+    if "--disable-cuda-graph" in args:
+        return False
+    phases = ("--cuda-graph-backend-decode", "--cuda-graph-backend-prefill")
+    return not all(last_value(args, f) == "disabled" for f in phases)
+
+
+def _tp_lm_head_a2a(args: list[str]) -> bool:
+    """Explicit, or 0.5.21's default: a pure-DP decode node (disaggregated decode,
+    DP attention, dp == tp > 1)."""
+    if "--enable-tp-lm-head-all-to-all" in args:
+        return True
+    tp, dp = _int_arg(args, *_TP), _int_arg(args, *_DP)
+    return (
+        last_value(args, "--disaggregation-mode") == "decode"
+        and "--enable-dp-attention" in args
+        and dp > 1
+        and tp == dp
+        and "--enable-dp-lm-head" not in args
+    )
+
+
+_TP = ("--tp-size", "--tp", "--tensor-parallel-size")
+_DP = ("--dp-size", "--dp", "--data-parallel-size")
+_EP = ("--ep-size", "--ep", "--expert-parallel-size")
+CONDITIONS = {  # EnvOverride.needs
+    "dcp>1": lambda a: _int_arg(a, "--dcp-size", "--decode-context-parallel-size") > 1,
+    "nnodes>1": lambda a: _int_arg(a, "--nnodes") > 1,
+    "parallel>1": lambda a: max(_int_arg(a, *f) for f in (_TP, _EP, _DP)) > 1,
+    "graphs-on": _graphs_on,
+    "tp-lm-head-a2a": _tp_lm_head_a2a,
+}
+
+
 def override_warnings(release: Release, server_args: list[str], env: dict[str, str]) -> list[str]:
     """Variables of `env` (the preset's) that SGLang will overwrite for this launch."""
     out = []
     for o in release.env_overrides:
         triggered = not o.flags or any(f in server_args for f in o.flags)
-        if not triggered:
+        if not triggered or not all(CONDITIONS[c](server_args) for c in o.needs):
             continue
         if o.var in env and not o.setdefault:
             out.append(f"SGLang {release.version} overwrites {o.var}={env[o.var]}: {o.when}")

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
-from sgl_eagle_ext.profiling.recorder.cycles import PHASES
-from sgl_eagle_ext.profiling.recorder.window import TAG
+from sgl_eagle_ext.profiling.names import ENV, ENV_FILE, TAG
+from sgl_eagle_ext.profiling.phases import PHASES
 
 PROG = "sgl_eagle_ext.report"
 ROWS = ("cycle", *PHASES, "other")
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         prog=f"python -m {PROG}",
         description="Per-phase table and break-even accept length from server logs.",
     )
-    p.add_argument("logs", nargs="+", type=Path, help="server logs or EAGLE3_PROFILE_FILE files")
+    p.add_argument("logs", nargs="+", type=Path, help=f"server logs or {ENV_FILE} files")
     base = p.add_mutually_exclusive_group()
     base.add_argument(
         "--baseline-tps", type=number(0, strict=True), help="baseline tokens/s of one stream"
@@ -327,9 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     baseline = parse(args.baseline_log) if args.baseline_log else None
     if not parsed.profile_records and not parsed.decode_lines:
         raise UserError(
-            f"no EAGLE3_PROFILE or Decode batch lines in {', '.join(map(str, args.logs))}"
+            f"no {TAG} or Decode batch lines in {', '.join(map(str, args.logs))}"
             f" ({parsed.skipped} garbled).",
-            fix="start the server with EAGLE3_PROFILE=1 and send it some load",
+            fix=f"start the server with {ENV}=1 and send it some load",
             code=1,
         )
     rows = figures(parsed, args, baseline)

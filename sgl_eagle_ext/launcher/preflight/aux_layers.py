@@ -35,13 +35,18 @@ MLA_DRAFT = "Eagle3DeepseekV2ForCausalLM"
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 # Patch ids (patches/manifest.toml) that change the rules computed here.
 PATCH_OFFSET, PATCH_GRAPHS = "deepseek-aux-offset", "cuda-graph-aux-layers"
+# The first releases that fixed what the messages below warn about (release table).
+FC_FOLLOWS_IDS = releases.first_release(lambda r: r.draft_fc_follows_ids).version
+DEEPSEEK_FIXED = releases.first_release(
+    lambda r: r.aux_offset["deepseek"] != releases.AUX_PLUS_ONE
+).version
+GRAPHS_FIXED = releases.first_release(lambda r: not r.graph_resets_aux_layers).version
 
 
-# What id -1 does under each offset rule.
+# What id -1 does when the release cannot capture the embedding output.
 _EMBEDDING = {
     releases.AUX_PLUS_ONE: "it becomes index 0, the embedding output, whose capture adds None "
-    "as the residual: a TypeError at the first forward (seen up to "
-    "0.5.21; later Llama code is untested)",
+    "as the residual: a TypeError at the first forward",
     releases.AUX_FIRST_IS_1: "used as is, it matches no layer: the state is silently missing, "
     "then a shape error or 'captured 2 of 3 aux hidden states'",
     releases.AUX_UNLESS_MAX_IS_N: "it becomes index 0, the embedding output, which the "
@@ -211,8 +216,14 @@ def check(
     ids = aux.ids
     key = f"eagle_config.{IDS_KEY}"
 
+    eff = effective(ids, n, rule)
+    # The capture boundaries this release's loop reaches for this architecture.
+    low = 0 if arch in release.aux_capture_embedding else 1
+    top = n if arch in release.aux_capture_final else n - 1
+    reachable = lambda e: low <= e <= top  # noqa: E731
     if ids is not None:
-        if any(i == -1 for i in ids):
+        embedding = [e for raw, e in zip(ids, eff, strict=True) if raw == -1]
+        if embedding and not all(map(reachable, embedding)):
             found.append(
                 draft.finding(
                     "aux.embedding",
@@ -261,19 +272,17 @@ def check(
                 )
             )
 
-    eff = effective(ids, n, rule)
-    top = n if rule == releases.AUX_UNLESS_MAX_IS_N and ids and max(ids) == n else n - 1
     # (raw id, capture index); a raw -1 is reported once, as aux.embedding, above.
     pairs = list(zip(ids, eff, strict=True)) if ids is not None else [(None, e) for e in eff]
-    outside = [e for raw, e in pairs if raw != -1 and not 1 <= e <= top]
+    outside = [e for raw, e in pairs if raw != -1 and not reachable(e)]
     if outside:
         found.append(
             draft.finding(
                 "aux.out-of-range",
                 ERROR,
                 f"ids {ids} give capture indices {eff} on SGLang {release.version}; {outside} lie "
-                f"outside 1..{top} for a {n}-layer target, so they are never captured (0 is the "
-                f"embedding output).",
+                f"outside {low}..{top} for a {n}-layer {arch} target, so they are never captured "
+                f"(0 is the embedding output, {n} the last layer's).",
                 f"use ids in the target's range ({target.config_file}: "
                 f"{target.text_prefix}num_hidden_layers = {n})",
                 key,
@@ -281,7 +290,7 @@ def check(
             )
         )
 
-    captured = len({e for raw, e in pairs if raw == -1 or 1 <= e <= top})
+    captured = len({e for raw, e in pairs if raw == -1 or reachable(e)})
     built = fc_inputs_built(draft, aux, release)
     if aux.use_aux and captured != built:
         found.append(
@@ -306,7 +315,7 @@ def check(
                 f"set num_aux_hidden_states / the id list to {fc_in_checkpoint} entries"
                 if release.draft_fc_follows_ids
                 else "this release always builds 3 inputs: use a "
-                "3-layer draft or SGLang >= 0.5.13.post1",
+                f"3-layer draft or SGLang >= {FC_FOLLOWS_IDS}",
                 key,
                 text=False,
             )
@@ -350,11 +359,11 @@ def check(
                 "aux.deepseek-offset",
                 WARNING,
                 f"SGLang {release.version} adds 1 to every id for {arch}: captures [{inputs}], "
-                f"while 0.5.13.post1+ use ids whose first is not 1 as is ({ids}). A draft trained "
+                f"while {DEEPSEEK_FIXED}+ use ids whose first is not 1 as is ({ids}). A draft trained "
                 f"with the input-of-layer convention (first id 2, e.g. [2, 30, 58] for Kimi-K2.5) "
                 f"is fed one layer late (about -0.1 accept length){unknown}.",
                 f"python -m sgl_eagle_ext.patches apply (patch {PATCH_OFFSET}), or SGLang >= "
-                f"0.5.13.post1; if the draft was trained for these +1 layers, --skip "
+                f"{DEEPSEEK_FIXED}; if the draft was trained for these +1 layers, --skip "
                 f"aux.deepseek-offset",
                 key,
                 text=False,
@@ -372,7 +381,7 @@ def check(
                 f"{defaults(n)}: decode and verify feed the draft those, while prefill feeds "
                 f"[{inputs}]{unknown}. Acceptance drops well below the draft's.",
                 f"python -m sgl_eagle_ext.patches apply (patch {PATCH_GRAPHS}), or SGLang >= "
-                f"0.5.13.post1, or --disable-cuda-graph (slow)",
+                f"{GRAPHS_FIXED}, or --disable-cuda-graph (slow)",
                 key,
                 text=False,
             )

@@ -11,8 +11,11 @@ machine that only prepares a launch); `derive` is our reimplementation, used
 when that source is not at hand. tests/test_preflight.py checks they agree.
 
 SGLang sees the config through transformers 5 (all supported releases pin it),
-where `rope_scaling` is an alias of `rope_parameters` and a legacy "type" key
-is also stored as "rope_type"; ConfigView reproduces that.
+where `rope_scaling` is an alias of `rope_parameters`, a legacy "type" key is
+also stored as "rope_type", and yarn/llama3/longrope always carry
+original_max_position_embeddings (filled from max_position_embeddings when the
+file has none, so their factor never multiplies); ConfigView reproduces that.
+tests/test_oracle.py checks it against ModelConfig under each harness release.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common import releases
+
 KEYS = (
     "max_sequence_length",
     "seq_length",
@@ -32,10 +37,11 @@ KEYS = (
     "max_position_embeddings",
 )
 FALLBACK = 2048
-RULE_FILES = (
-    "srt/utils/hf_transformers/common.py",  # 0.5.13+
-    "srt/utils/hf_transformers_utils.py",
-)  # 0.5.10
+# Rope types whose original_max_position_embeddings transformers 5 always sets.
+FILLS_ORIGINAL = ("llama3", "yarn", "longrope")
+# Where the rule lives in each release's `sglang` package (Release.context_rule_file),
+# newest layout first: `pkg` may be any release's source.
+RULE_FILES = tuple(dict.fromkeys(r.context_rule_file for r in reversed(releases.RELEASES)))
 
 
 def rope_view(cfg: dict) -> dict | None:
@@ -48,6 +54,14 @@ def rope_view(cfg: dict) -> dict | None:
     rope = dict(rope)
     if "type" in rope and "rope_type" not in rope:
         rope["rope_type"] = rope["type"]
+    if rope.get("rope_type") in FILLS_ORIGINAL:
+        # transformers 5 (standardize_rope_params) moves a top-level
+        # original_max_position_embeddings into these rope types, else fills it from
+        # max_position_embeddings: SGLang then counts their factor as 1.
+        if "original_max_position_embeddings" in cfg:
+            rope["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
+        elif "max_position_embeddings" in cfg:
+            rope.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
     return rope
 
 

@@ -130,10 +130,11 @@ def run(
     if eagle3 and target.config is not None and draft.config is not None:
         found, fc_count = _safely(report, "shape", ([], None), shapes.check, target, draft)
         report.add(*found)
-        graphs_on = (
-            "--disable-cuda-graph" not in server_args
-            and _arg(server_args, "--cuda-graph-backend-decode") != "disabled"
-        )  # 0.5.16+ spelling
+        # Off: the classic flag, or any of the settings the release spells it as.
+        graphs_off = "--disable-cuda-graph" in server_args or any(
+            _arg(server_args, f"--{flag}") == value
+            for flag, value in release.expansions.get("disable-cuda-graph", ())
+        )
         report.add(
             *_safely(
                 report,
@@ -144,7 +145,7 @@ def run(
                 draft,
                 release,
                 applied,
-                graphs_on,
+                not graphs_off,
                 fc_count,
             )
         )

@@ -1,4 +1,5 @@
 """EAGLE3_PROFILE* environment switches (read once, in the scheduler process).
+Their names are defined in profiling/names.py.
 
 EAGLE3_PROFILE=1              turn profiling on (anything else: off, nothing patched)
 EAGLE3_PROFILE_RANKS=0        ranks that profile and log: "0" (default), "all", or "0,3"
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from sgl_eagle_ext.profiling import names
 
 
 @dataclass(frozen=True)
@@ -28,19 +31,19 @@ class Config:
 
 
 def from_env(env=os.environ) -> Config:
-    ranks_text = env.get("EAGLE3_PROFILE_RANKS", "0").strip().lower()
+    ranks_text = env.get(names.ENV_RANKS, "0").strip().lower()
     ranks = (
         None
         if ranks_text == "all"
         else frozenset(int(r) for r in ranks_text.split(",") if r.strip().isdigit())
     )
     return Config(
-        enabled=env.get("EAGLE3_PROFILE") == "1",
+        enabled=names.enabled(env),
         ranks=ranks,
-        interval_s=_number(env, "EAGLE3_PROFILE_INTERVAL_S", 5.0),
-        cycles=int(_number(env, "EAGLE3_PROFILE_CYCLES", 0)),
-        file=env.get("EAGLE3_PROFILE_FILE") or None,
-        sync_check=env.get("EAGLE3_PROFILE_SYNC_CHECK") == "1",
+        interval_s=_number(env, names.ENV_INTERVAL_S, 5.0),
+        cycles=int(_number(env, names.ENV_CYCLES, 0)),
+        file=env.get(names.ENV_FILE) or None,
+        sync_check=env.get(names.ENV_SYNC_CHECK) == "1",
     )
 
 

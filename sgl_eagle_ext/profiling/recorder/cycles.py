@@ -2,7 +2,8 @@
 
 One `Cycle` is one call of the EAGLE worker's step: a decode cycle (draft ->
 target verify forward -> accept/sample -> draft-extend) or a prefill (target
-extend + draft extend, counted apart). Marks come from a clock (clock.py); a
+extend + draft extend, counted apart). Marks come from a clock (clock.py) and
+are named in the phase table (profiling/phases.py); a
 cycle is resolved only when all its marks have completed on the device and,
 for decode, the accepted-token counts have been joined from the CPU side.
 """
@@ -12,15 +13,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-PHASES = ("draft", "verify_fwd", "accept", "draft_extend")
-# phase -> (start mark, end mark)
-SPANS = {
-    "draft": ("draft_start", "draft_end"),
-    "verify_fwd": ("fwd_start", "fwd_end"),
-    "accept": ("fwd_end", "verify_end"),
-    "draft_extend": ("extend_start", "extend_end"),
-    "cycle": ("step_start", "step_end"),
-}
+from sgl_eagle_ext.profiling.phases import CYCLE, SPANS
+
 MAX_PENDING = 256  # cycles waiting for their device marks or accept counts
 
 
@@ -54,7 +48,7 @@ class CycleTracker:
 
     def begin(self, kind: str, bs: int, draft_tokens: int) -> Cycle:
         self.current = Cycle(kind, bs, draft_tokens)
-        self.mark("step_start")
+        self.mark(CYCLE.opens.name)
         return self.current
 
     def mark(self, name: str) -> None:
@@ -70,7 +64,7 @@ class CycleTracker:
         c = self.current
         if c is None:
             return None
-        self.mark("step_end")
+        self.mark(CYCLE.closes.name)
         self.current = None
         if c.captured:
             self.clock.release(*c.marks.values())

@@ -18,12 +18,13 @@ import wrapt
 
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.profiling import phases
+from sgl_eagle_ext.profiling.names import LOGGER, TAG
 from sgl_eagle_ext.profiling.recorder.clock import make_clock
 from sgl_eagle_ext.profiling.recorder.config import Config
 from sgl_eagle_ext.profiling.recorder.profiler import RESULT_ATTR, Profiler
 
-logger = logging.getLogger("sgl_eagle_ext.profile")
-TAG = "EAGLE3_PROFILE"
+logger = logging.getLogger(LOGGER)
 SYNC_ANCHORS = (
     "torch.cuda:synchronize",
     "torch.cuda:Event.synchronize",
@@ -31,6 +32,8 @@ SYNC_ANCHORS = (
 )
 
 PROFILER: Profiler | None = None
+# The release's GenerationBatchResult field with the accept counts (Release.accept_counts_attr).
+_accept_attr = releases.PRIMARY.accept_counts_attr
 _patched: list[tuple[object, str, object, bool]] = []  # (owner, name, original, was_own)
 
 
@@ -102,10 +105,9 @@ def _batch_size(batch) -> int:
 
 def _accepted_from(result) -> list[int] | None:
     """Per-request tokens per cycle, bonus included (SGLang's accept length unit)."""
-    for attr in ("num_correct_drafts_per_req_cpu", "accept_length_per_req_cpu"):
-        drafts = getattr(result, attr, None)
-        if drafts is not None:
-            return [int(d) + 1 for d in drafts]
+    drafts = getattr(result, _accept_attr, None)  # accepted drafts, bonus excluded
+    if drafts is not None:
+        return [int(d) + 1 for d in drafts]
     return None
 
 
@@ -137,17 +139,20 @@ def _step(wrapped, instance, args, kwargs):
     return result
 
 
-def _phase(start: str | None, end: str, only_if=None):
+def _phase(start: str | None, end: str | None, only_if: str | None = None):
+    """The wrapper of a role that only takes marks (phases.marks_of)."""
+
     def wrapper(wrapped, instance, args, kwargs):
         prof = PROFILER
-        if prof is None or (only_if is not None and not only_if(kwargs)):
+        if prof is None or (only_if is not None and not kwargs.get(only_if)):
             return wrapped(*args, **kwargs)
         if start:
             prof.mark(start)
         try:
             return wrapped(*args, **kwargs)
         finally:
-            prof.mark(end)
+            if end:
+                prof.mark(end)
 
     return wrapper
 
@@ -172,13 +177,11 @@ def _count_sync(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
+# role (a WorkerAnchors field) -> its wrapper; the marks come from the phase table.
 WRAPPERS = {
-    "step": _step,
-    "draft": _phase("draft_start", "draft_end"),
-    "verify": _phase(None, "verify_end"),  # accept = verify_end - fwd_end
-    "target_forward": _phase("fwd_start", "fwd_end", only_if=lambda kw: bool(kw.get("is_verify"))),
-    "draft_extend": _phase("extend_start", "extend_end"),
-    "accept_join": _accept_join,
+    phases.STEP_ROLE: _step,
+    **{role: _phase(*phases.marks_of(role)) for role in phases.MARKED_ROLES},
+    phases.ACCEPT_JOIN_ROLE: _accept_join,
 }
 
 
@@ -191,7 +194,7 @@ def instrument(
     config: Config, version: str | None = None, device_is_cuda: bool | None = None, metrics=None
 ) -> bool:
     """Patch the installed SGLang for profiling. Idempotent; False when refused."""
-    global PROFILER
+    global PROFILER, _accept_attr
     if _patched:
         return True
     try:
@@ -223,6 +226,7 @@ def instrument(
         import torch
 
         device_is_cuda = torch.cuda.is_available()
+    _accept_attr = release.accept_counts_attr
     PROFILER = Profiler(config, make_clock(device_is_cuda), metrics=metrics)
     seen = set()
     for role, owner, name, original in plan:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from sgl_eagle_ext.profiling.recorder.cycles import PHASES
+from sgl_eagle_ext.profiling.phases import PHASES
 
 
 class PrometheusMetrics:

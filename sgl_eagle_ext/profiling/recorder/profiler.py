@@ -7,11 +7,12 @@ import logging
 import os
 import time
 
+from sgl_eagle_ext.profiling.names import LOGGER
 from sgl_eagle_ext.profiling.recorder import window
 from sgl_eagle_ext.profiling.recorder.config import Config
 from sgl_eagle_ext.profiling.recorder.cycles import Cycle, CycleTracker, Resolved
 
-logger = logging.getLogger("sgl_eagle_ext.profile")
+logger = logging.getLogger(LOGGER)
 RESULT_ATTR = "_eagle_ext_cycle"  # set on GenerationBatchResult to join accept counts
 
 

@@ -24,9 +24,10 @@ from collections import Counter
 
 import numpy as np
 
-from sgl_eagle_ext.profiling.recorder.cycles import PHASES, Resolved
+from sgl_eagle_ext.profiling.names import TAG
+from sgl_eagle_ext.profiling.phases import PHASES
+from sgl_eagle_ext.profiling.recorder.cycles import Resolved
 
-TAG = "EAGLE3_PROFILE"
 FORMAT_VERSION = 1
 
 

@@ -1,6 +1,7 @@
-"""Async streaming client for SGLang's OpenAI chat endpoint (aiohttp).
+"""Async streaming client for SGLang's endpoints (aiohttp): OpenAI chat (default),
+OpenAI completions, and SGLang's native /generate.
 
-One `chat()` call is one request; it never raises for what a server does
+One `chat()` call is one request (whatever the endpoint); it never raises for what a server does
 (errors, timeouts, a dropped connection, garbage in the stream): each becomes
 a failed `RequestResult` with an error category, and malformed stream lines
 are counted. Only cancellation (Ctrl-C) propagates.
@@ -23,7 +24,9 @@ except ImportError:  # pragma: no cover
 
     _loads = json.loads
 
-CHAT_PATH = "/v1/chat/completions"
+CHAT, COMPLETIONS, GENERATE = "chat", "completions", "generate"
+ENDPOINTS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions", GENERATE: "/generate"}
+CHAT_PATH = ENDPOINTS[CHAT]
 DEFAULT_TIMEOUT = 600.0
 _IGNORED_PREFIXES = (b":", b"event:", b"id:", b"retry:")
 
@@ -86,12 +89,21 @@ def _short(text: str, n: int = 300) -> str:
 class StreamParser:
     """Feeds raw bytes of an SSE chat stream into a RequestResult."""
 
-    def __init__(self, result: RequestResult):
+    def __init__(self, result: RequestResult, endpoint: str = CHAT, incremental: bool = False):
         self.r = result
         self.buf = b""
         self.done = False
         self.error: str | None = None
         self.chunks = 0  # content chunks
+        # /generate streams the whole text so far in every chunk unless the server runs
+        # with --incremental-streaming-output; the OpenAI endpoints stream deltas.
+        self.incremental = incremental
+        self.seen = ""  # /generate without incremental output: the text so far
+        self.chunk = {
+            CHAT: self.chunk_openai,
+            COMPLETIONS: self.chunk_openai,
+            GENERATE: self.chunk_generate,
+        }[endpoint]
 
     def feed(self, data: bytes, now: float) -> None:
         self.buf += data
@@ -124,20 +136,37 @@ class StreamParser:
             return
         self.chunk(obj, now)
 
-    def chunk(self, obj: dict, now: float) -> None:
+    def in_stream_error(self, obj: dict) -> bool:
+        if "error" not in obj:
+            return False
+        err = obj["error"]
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        self.error = _short(msg)
+        return True
+
+    def content(self, text: str, now: float) -> None:
+        r = self.r
+        if r.ttft is None:
+            r.ttft = now - r.start
+        r.chunk_times.append(now - r.start)
+        r.text += text
+        self.chunks += 1
+
+    def chunk_openai(self, obj: dict, now: float) -> None:
+        """A chat (`choices[0].delta.content`) or completions (`choices[0].text`) chunk."""
         r = self.r
         known = False
-        if "error" in obj:
-            err = obj["error"]
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            self.error = _short(msg)
+        if self.in_stream_error(obj):
             return
         choices = obj.get("choices")
         if isinstance(choices, list):
             known = True
             if choices:
                 c0 = choices[0]
-                delta = c0.get("delta") if isinstance(c0, dict) else None
+                if isinstance(c0, dict) and "text" in c0 and "delta" not in c0:
+                    delta = {"content": c0["text"]}  # /v1/completions
+                else:
+                    delta = c0.get("delta") if isinstance(c0, dict) else None
                 if not isinstance(delta, dict):
                     r.malformed += 1
                     return
@@ -146,11 +175,7 @@ class StreamParser:
                     if not isinstance(content, str):
                         r.malformed += 1
                         return
-                    if r.ttft is None:
-                        r.ttft = now - r.start
-                    r.chunk_times.append(now - r.start)
-                    r.text += content
-                    self.chunks += 1
+                    self.content(content, now)
                 if c0.get("finish_reason"):
                     r.finish_reason = c0["finish_reason"]
         usage = obj.get("usage")
@@ -175,9 +200,47 @@ class StreamParser:
         if not known and "usage" not in obj:
             r.malformed += 1
 
+    def chunk_generate(self, obj: dict, now: float) -> None:
+        """A /generate chunk: `text` and `meta_info` (token counts, finish, verify cycles)."""
+        r = self.r
+        if self.in_stream_error(obj):
+            return
+        meta, text = obj.get("meta_info"), obj.get("text")
+        if not isinstance(meta, dict) or not isinstance(text, str):
+            r.malformed += 1
+            return
+        if self.incremental:
+            new = text
+        else:
+            new, self.seen = text[len(self.seen) :], text
+        n = meta.get("completion_tokens")
+        if not isinstance(n, int):
+            r.malformed += 1
+            return
+        if n > (r.completion_tokens or 0) or new:
+            self.content(new, now)
+        r.completion_tokens, r.tokens_from_usage = n, True
+        if isinstance(meta.get("prompt_tokens"), int):
+            r.prompt_tokens = meta["prompt_tokens"]
+        finish = meta.get("finish_reason")
+        if finish:
+            r.finish_reason = finish.get("type") if isinstance(finish, dict) else str(finish)
+        if isinstance(meta.get("spec_verify_ct"), int):
+            r.spec_verify_ct = meta["spec_verify_ct"]
+
+
+def messages_text(messages: list[dict]) -> str:
+    """A chat prompt as one text for the endpoints without a chat template."""
+    return "\n\n".join(str(m.get("content", "")) for m in messages)
+
 
 class Client:
-    """`async with Client(url) as c: await c.chat(prompt, 256)`."""
+    """`async with Client(url) as c: await c.chat(messages, 256)`.
+
+    endpoint: chat (the server applies the chat template), completions or generate
+    (the messages' contents joined as plain text). headers: extra request headers;
+    extra_body: fields merged into every request body (last word over ours).
+    """
 
     def __init__(
         self,
@@ -188,9 +251,14 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
         spec_details_field: str | None = None,
         extra_body: dict | None = None,
+        endpoint: str = CHAT,
+        headers: dict[str, str] | None = None,
+        incremental: bool = False,
     ):
-        self.url = base_url.rstrip("/") + CHAT_PATH
-        self.headers = {"Content-Type": "application/json"}
+        self.endpoint = endpoint
+        self.url = base_url.rstrip("/") + ENDPOINTS[endpoint]
+        self.incremental = incremental
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.model = model
@@ -222,19 +290,32 @@ class Client:
         ignore_eos: bool,
         seed: int | None,
     ) -> dict:
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "ignore_eos": ignore_eos,
-        }
-        if seed is not None:
-            body["seed"] = seed
-        if self.spec_details_field:
-            body[self.spec_details_field] = True
+        if self.endpoint == GENERATE:
+            sampling = {
+                "max_new_tokens": max_tokens,
+                "temperature": temperature,
+                "ignore_eos": ignore_eos,
+            }
+            if seed is not None:
+                sampling["sampling_seed"] = seed
+            body = {"text": messages_text(messages), "sampling_params": sampling, "stream": True}
+        else:
+            body = {"model": self.model}
+            if self.endpoint == CHAT:
+                body["messages"] = messages
+            else:
+                body["prompt"] = messages_text(messages)
+            body.update(
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stream=True,
+                stream_options={"include_usage": True},
+                ignore_eos=ignore_eos,
+            )
+            if seed is not None:
+                body["seed"] = seed
+            if self.spec_details_field:
+                body[self.spec_details_field] = True
         body.update(self.extra_body)
         return body
 
@@ -251,7 +332,7 @@ class Client:
     ) -> RequestResult:
         r = RequestResult(index=index, prompt_id=prompt_id)
         body = self.payload(messages, max_tokens, temperature, ignore_eos, seed)
-        parser = StreamParser(r)
+        parser = StreamParser(r, self.endpoint, self.incremental)
         r.start = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):

@@ -1,8 +1,14 @@
-"""A/B analysis: side-by-side table, ratios, crossover concurrency, recommendation."""
+"""A/B and N-arm analysis: side-by-side tables, ratios, crossover level, recommendation.
+
+Levels are concurrencies or request rates (sweep.Axis): every message names
+them through the axis (c=4, rate=2/s).
+"""
 
 from __future__ import annotations
 
 import math
+
+from sgl_eagle_ext.tools.bench.sweep import CONCURRENCY, Axis
 
 
 def ratio(b: float | None, a: float | None) -> float | None:
@@ -68,12 +74,17 @@ def _n(v, fmt="{:.1f}") -> str:
 
 
 def side_by_side(
-    levels: list[int], a: dict[int, dict], b: dict[int, dict], name_a: str, name_b: str
+    levels: list[float],
+    a: dict[float, dict],
+    b: dict[float, dict],
+    name_a: str,
+    name_b: str,
+    axis: Axis = CONCURRENCY,
 ) -> tuple[list[str], dict]:
     """Table lines and the per-level comparison fields."""
     rows, per_level = [], []
     head = (
-        f"{'conc':>5} | {'A tok/s':>9} {'B tok/s':>9} {'B/A':>6} | {'A TPOT':>7} "
+        f"{'conc' if axis is CONCURRENCY else 'rate':>5} | {'A tok/s':>9} {'B tok/s':>9} {'B/A':>6} | {'A TPOT':>7} "
         f"{'B TPOT':>7} {'B/A':>6} | {'A E2E99':>8} {'B E2E99':>8} | {'A good':>8} "
         f"{'B good':>8} {'B/A':>6} | {'B acc':>5} | err A/B"
     )
@@ -97,7 +108,7 @@ def side_by_side(
         errb = sum(fb["errors"].values()) if fb.get("errors") else 0
         per_level.append(
             {
-                "concurrency": c,
+                axis.key: c,
                 "a_output_tok_s": fa.get("output_tok_s"),
                 "b_output_tok_s": fb.get("output_tok_s"),
                 "throughput_ratio": thr,
@@ -115,7 +126,7 @@ def side_by_side(
             }
         )
         rows.append(
-            f"{c:>5} | {_n(fa.get('output_tok_s')):>9} {_n(fb.get('output_tok_s')):>9} "
+            f"{c:>5g} | {_n(fa.get('output_tok_s')):>9} {_n(fb.get('output_tok_s')):>9} "
             f"{_x(thr):>6} | {_n(ta):>7} {_n(tb):>7} {_x(tpot):>6} | "
             f"{_n(ea and ea / 1e3, '{:.2f}'):>8} {_n(eb and eb / 1e3, '{:.2f}'):>8} | "
             f"{_n(ga):>8} {_n(gb):>8} {_x(good):>6} | "
@@ -124,31 +135,34 @@ def side_by_side(
     return rows, {"levels": per_level}
 
 
-def crossover_line(kind: str, x: dict, max_level: int | None) -> str:
+def crossover_line(kind: str, x: dict, max_level: float | None, axis: Axis = CONCURRENCY) -> str:
+    t = axis.tag
     v = x["verdict"]
     if v == "no data":
         return f"crossover by {kind}: no data"
     if v == "always":
         return (
-            f"crossover by {kind}: none up to c={max_level}: speculation pays at every tested level"
+            f"crossover by {kind}: none up to {t(max_level)}: speculation pays at every "
+            f"tested level"
         )
     if v == "never":
-        return f"crossover by {kind}: speculation never pays (already loses at c={x['level']})"
+        return f"crossover by {kind}: speculation never pays (already loses at {t(x['level'])})"
     est = f" (interpolated ~{x['estimate']:.1f})" if x.get("estimate") else ""
     if v == "until":
         return (
-            f"crossover by {kind}: c={x['level']}{est}: pays up to c={x['last_paying']}, "
-            f"loses from c={x['level']} up"
+            f"crossover by {kind}: {t(x['level'])}{est}: pays up to {t(x['last_paying'])}, "
+            f"loses from {t(x['level'])} up"
         )
+    losing = ", ".join(f"{c:g}" for c in x.get("losing_levels", []))
     if x.get("level") is None:
         return (
-            f"crossover by {kind}: unclear: pays at the highest level c={x['last_paying']} "
-            f"but loses at c={', '.join(map(str, x.get('losing_levels', [])))} "
+            f"crossover by {kind}: unclear: pays at the highest level {t(x['last_paying'])} "
+            f"but loses at {axis.short}={losing} "
             f"(noisy: more prompts per level or --runs)"
         )
     return (
-        f"crossover by {kind}: c={x['level']}{est}, but the ratio crosses 1 more than once "
-        f"(also loses at c={', '.join(map(str, x.get('losing_levels', [])))}): noisy"
+        f"crossover by {kind}: {t(x['level'])}{est}, but the ratio crosses 1 more than once "
+        f"(also loses at {axis.short}={losing}): noisy"
     )
 
 
@@ -160,8 +174,12 @@ def recommend(
     per_level: list[dict],
     lossless_verdict: str | None,
     slo_text: str,
+    axis: Axis = CONCURRENCY,
 ) -> str:
-    by_c = {p["concurrency"]: p for p in per_level}
+    t = axis.tag
+    key = axis.key
+    load = "concurrency" if axis is CONCURRENCY else "request rate"
+    by_c = {p[key]: p for p in per_level}
     lines = []
     if lossless_verdict == "DIFFERS":
         lines.append(
@@ -169,9 +187,7 @@ def recommend(
             f"from {name_a} (lossless check above)."
         )
     ratios = [
-        (p["concurrency"], p["throughput_ratio"])
-        for p in per_level
-        if p["throughput_ratio"] is not None
+        (p[key], p["throughput_ratio"]) for p in per_level if p["throughput_ratio"] is not None
     ]
     if not ratios:
         return "No level finished on both arms: no recommendation."
@@ -181,27 +197,29 @@ def recommend(
     if v == "never":
         lines.append(
             f"Serve {name_a}: speculation ({name_b}) does not pay at any tested "
-            f"concurrency (best x{best[1]:.2f} at c={best[0]})."
+            f"{load} (best x{best[1]:.2f} at {t(best[0])})."
         )
     elif v == "always":
         lines.append(
-            f"Serve {name_b} for this workload: it pays at every tested concurrency "
-            f"(x{worst[1]:.2f} at worst, c={worst[0]}; x{best[1]:.2f} at best, "
-            f"c={best[0]}). Sweep higher concurrency to find where it stops paying."
+            f"Serve {name_b} for this workload: it pays at every tested {load} "
+            f"(x{worst[1]:.2f} at worst, {t(worst[0])}; x{best[1]:.2f} at best, "
+            f"{t(best[0])}). Sweep a higher {load} to find where it stops paying."
         )
     elif v in ("until", "mixed") and thr.get("level") is not None:
         top = by_c[thr["last_paying"]]["throughput_ratio"]
+        unit = "concurrent requests" if axis is CONCURRENCY else "req/s"
         lines.append(
-            f"Serve {name_b} while the server runs at most ~{thr['last_paying']} "
-            f"concurrent requests (x{best[1]:.2f} at c={best[0]}, x{top:.2f} at "
-            f"c={thr['last_paying']}); from ~{thr['level']} concurrent requests serve "
-            f"{name_a} ({name_b} gives x{worst[1]:.2f} at c={worst[0]}). If the load "
-            f"crosses that point, switch presets by load or cap --max-running-requests."
+            f"Serve {name_b} while the server runs at most ~{thr['last_paying']:g} "
+            f"{unit} (x{best[1]:.2f} at {t(best[0])}, x{top:.2f} at "
+            f"{t(thr['last_paying'])}); from ~{thr['level']:g} {unit} serve "
+            f"{name_a} ({name_b} gives x{worst[1]:.2f} at {t(worst[0])}). If the load "
+            f"crosses that point, switch presets by load, cap --max-running-requests, "
+            f"or serve eagle3-adaptive."
         )
     else:
         lines.append(
             f"No clear winner: the throughput ratio goes from x{worst[1]:.2f} "
-            f"(c={worst[0]}) to x{best[1]:.2f} (c={best[0]}) without a single "
+            f"({t(worst[0])}) to x{best[1]:.2f} ({t(best[0])}) without a single "
             f"crossover. Repeat with more prompts per level."
         )
     gv = good["verdict"]
@@ -217,6 +235,68 @@ def recommend(
         elif good.get("level") is not None:
             lines.append(
                 f"For latency-bound serving ({slo_text}) {name_b} stops paying from "
-                f"c={good['level']}."
+                f"{t(good['level'])}."
             )
     return " ".join(lines)
+
+
+# ---------------------------------------------------------------- N arms
+def by_level(
+    levels: list[float], arms: dict[str, dict[float, dict]], key: str = "output_tok_s"
+) -> list[dict]:
+    """Per level finished by every arm: each arm's value, the best arm, every arm's
+    ratio to the best (1.0 for the best itself)."""
+    out = []
+    for c in levels:
+        values = {name: (lv.get(c) or {}).get(key) for name, lv in arms.items()}
+        if any(v is None for v in values.values()):
+            continue
+        best = max(values, key=lambda n: values[n])
+        top = values[best]
+        out.append(
+            {
+                "level": c,
+                "best": best,
+                "values": values,
+                "ratio_to_best": {n: ratio(v, top) for n, v in values.items()},
+            }
+        )
+    return out
+
+
+def arms_table(rows: list[dict], names: list[str], axis: Axis = CONCURRENCY) -> list[str]:
+    """One line per level: every arm's tok/s and its ratio to the level's best."""
+    width = max(14, *(len(n) + 2 for n in names))
+    head = (
+        f"{'conc' if axis is CONCURRENCY else 'rate':>5} | "
+        + " ".join(f"{n:>{width}}" for n in names)
+        + " | best"
+    )
+    lines = [
+        "output tok/s per arm (ratio to the level's best arm)",
+        head,
+        "-" * len(head),
+    ]
+    for r in rows:
+        cells = " ".join(
+            f"{_n(r['values'][n]) + ' (' + _x(r['ratio_to_best'][n]) + ')':>{width}}" for n in names
+        )
+        lines.append(f"{r['level']:>5g} | {cells} | {r['best']}")
+    return lines
+
+
+def best_arm_line(rows: list[dict], axis: Axis = CONCURRENCY) -> str:
+    """Where the best arm changes, e.g. `eagle3-2step at c=1..2, baseline at c=5..10`."""
+    if not rows:
+        return "best arm: no level finished on every arm"
+    spans: list[list] = []
+    for r in rows:
+        if spans and spans[-1][0] == r["best"]:
+            spans[-1][2] = r["level"]
+        else:
+            spans.append([r["best"], r["level"], r["level"]])
+    parts = [
+        f"{name} at {axis.short}={lo:g}" + (f"..{hi:g}" if hi != lo else "") + axis.unit
+        for name, lo, hi in spans
+    ]
+    return "best arm by throughput: " + ", ".join(parts)

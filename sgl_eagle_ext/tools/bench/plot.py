@@ -1,7 +1,8 @@
-"""bench plot RESULTS.jsonl: output tok/s and p50/p99 latencies against concurrency.
+"""bench plot RESULTS.jsonl: output tok/s and p50/p99 latencies against the load level.
 
 One figure per run (the latest run with sweep records unless --run-id): every
-arm of that run (both presets of an A/B) on the same axes. Levels that were
+arm of that run (both presets of an A/B, every preset of a compare) on the same
+axes; x is the concurrency, or the request rate for open-loop runs. Levels that were
 interrupted or during which the server died are left out and listed.
 """
 
@@ -45,15 +46,35 @@ def arm_name(r: dict) -> str:
     return r.get("arm") or r.get("url") or "server"
 
 
+def level_of(r: dict) -> tuple[str, float]:
+    """(x key, value) of a sweep record: request rate (open loop) or concurrency."""
+    if r.get("request_rate") is not None:
+        return "request_rate", float(r["request_rate"])
+    return "concurrency", float(r["concurrency"])
+
+
 def series(chosen: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
-    arms: dict[str, dict[int, dict]] = defaultdict(dict)
+    arms: dict[str, dict[float, dict]] = defaultdict(dict)
     skipped = []
     for r in chosen:
+        key, x = level_of(r)
+        tag = f"{'rate' if key == 'request_rate' else 'c'}={x:g}"
         if r.get("status") in PARTIAL:
-            skipped.append(f"{arm_name(r)} c={r.get('concurrency')} ({r.get('status')})")
+            skipped.append(f"{arm_name(r)} {tag} ({r.get('status')})")
             continue
-        arms[arm_name(r)][int(r["concurrency"])] = r  # a rerun level: the last one wins
+        arms[arm_name(r)][x] = r  # a rerun level: the last one wins
     return {a: [lv[c] for c in sorted(lv)] for a, lv in arms.items()}, skipped
+
+
+def require_matplotlib() -> None:
+    """matplotlib is an optional extra: say how to get it instead of a traceback."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "bench plot needs matplotlib, which is not installed.",
+            fix="pip install 'sgl-eagle-ext[plot]' (or pip install matplotlib)",
+        ) from None
 
 
 def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
@@ -66,9 +87,10 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     ax_tok = axes[0][0]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    open_loop = any(level_of(r)[0] == "request_rate" for recs in arms.values() for r in recs)
     for k, (arm, recs) in enumerate(arms.items()):
         color = colors[k % len(colors)]
-        xs = [r["concurrency"] for r in recs]
+        xs = [level_of(r)[1] for r in recs]
         ax_tok.plot(xs, [r.get("output_tok_s") for r in recs], "o-", color=color, label=arm)
         for ax, (key, _, scale) in zip((axes[0][1], axes[1][0], axes[1][1]), PANELS):
             for pct, style in (("p50", "o-"), ("p99", "s--")):
@@ -76,33 +98,35 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
                 ys = [None if y is None else y * scale for y in ys]
                 ax.plot(xs, ys, style, color=color, label=f"{arm} {pct}")
     names = list(arms)
-    if len(names) == 2:  # annotate B/A throughput ratios
-        a = {r["concurrency"]: r.get("output_tok_s") for r in arms[names[0]]}
-        for r in arms[names[1]]:
-            base = a.get(r["concurrency"])
+    # Annotate each arm's throughput ratio to the first arm (B/A in an A/B).
+    ref = {level_of(r)[1]: r.get("output_tok_s") for r in arms[names[0]]}
+    for name in names[1:]:
+        for r in arms[name]:
+            x = level_of(r)[1]
+            base = ref.get(x)
             if base and r.get("output_tok_s") is not None:
                 ax_tok.annotate(
                     f"x{r['output_tok_s'] / base:.2f}",
-                    (r["concurrency"], r["output_tok_s"]),
+                    (x, r["output_tok_s"]),
                     textcoords="offset points",
                     xytext=(0, 8),
                     ha="center",
                     fontsize=8,
                 )
     ax_tok.set_title(
-        "output throughput" + (f" ({names[1]} / {names[0]} annotated)" if len(names) == 2 else "")
+        "output throughput" + (f" (ratio to {names[0]} annotated)" if len(names) > 1 else "")
     )
     ax_tok.set_ylabel("output tokens/s")
     for ax, (_, title, _) in zip((axes[0][1], axes[1][0], axes[1][1]), PANELS):
         ax.set_title(f"{title}: p50 solid, p99 dashed")
         ax.set_ylabel(title)
-    levels = sorted({r["concurrency"] for recs in arms.values() for r in recs})
+    levels = sorted({level_of(r)[1] for recs in arms.values() for r in recs})
     ax_tok.margins(y=0.15)
     for ax in axes.flat:
         ax.set_xscale("log", base=2)
-        ax.set_xticks(levels, [str(c) for c in levels])
+        ax.set_xticks(levels, [f"{c:g}" for c in levels])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.set_xlabel("concurrency")
+        ax.set_xlabel("request rate (req/s, open loop)" if open_loop else "concurrency")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     first = next(iter(arms.values()))[0]
@@ -122,6 +146,7 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
 
 
 def main(args, console: Console) -> int:
+    require_matplotlib()
     src = Path(args.results)
     recs, problems = records.read_jsonl(src)
     for p in problems:

@@ -39,14 +39,25 @@ def parse_prometheus(text: str, names: set[str]) -> dict[str, float]:
     return out
 
 
+def server_root(base_url: str) -> str:
+    """The server's root URL: scheme added, trailing `/` and OpenAI's `/v1` removed
+    (users paste `http://h:p/v1` from OpenAI clients; every path here starts at the root)."""
+    url = base_url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
 class Server:
-    def __init__(self, base_url: str, api_key: str | None = None):
-        url = base_url.rstrip("/")
-        if "://" not in url:
-            url = "http://" + url
-        url = http.check_url("--url", url)
+    def __init__(
+        self, base_url: str, api_key: str | None = None, headers: dict[str, str] | None = None
+    ):
+        url = http.check_url("--url", server_root(base_url))
         parts = urlsplit(url)
         self.base_url = url
+        self.headers = dict(headers or {})
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.api_key = api_key
@@ -56,7 +67,9 @@ class Server:
         self.release_how = ""
 
     def get(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
-        return http.request(self.base_url + path, api_key=self.api_key, timeout=timeout)
+        return http.request(
+            self.base_url + path, api_key=self.api_key, timeout=timeout, headers=self.headers
+        )
 
     def get_text(self, path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
         """A text (non-JSON) page such as /metrics; None unless HTTP 200."""
@@ -64,7 +77,9 @@ class Server:
         return reply.text if reply.status == 200 else None
 
     def post(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
-        return http.request(self.base_url + path, {}, api_key=self.api_key, timeout=timeout)
+        return http.request(
+            self.base_url + path, {}, api_key=self.api_key, timeout=timeout, headers=self.headers
+        )
 
     def connect(self) -> Server:
         """Check the server answers; learn its model, args and release. Raises UserError."""
@@ -78,7 +93,7 @@ class Server:
         if reply.status in (401, 403):
             raise UserError(
                 f"{self.base_url} refused the request (HTTP {reply.status}).",
-                fix="pass --api-key (or set EAGLE_EXT_API_KEY)",
+                fix="pass --api-key (or set EAGLE_EXT_API_KEY or OPENAI_API_KEY)",
             )
         if reply.status != 200:
             raise UserError(

@@ -1,25 +1,72 @@
-"""Progress bars (tqdm on stderr) and console output that --quiet silences."""
+"""Progress (tqdm bars on a terminal, plain lines with an ETA elsewhere) and console
+output that --quiet silences.
+
+Off a terminal (docker logs, CI, a pipe) a redrawn bar is noise or invisible, so
+progress becomes one line every --progress-every seconds on stderr:
+`progress c=10: 120/500 requests (24%), 1m02s elapsed, ETA 3m16s`.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 
 from tqdm import tqdm
 
+DEFAULT_EVERY = 30.0  # seconds between plain progress lines
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+class Lines:
+    """tqdm's update/close, printed as a line at most every `every` seconds."""
+
+    def __init__(self, total: int, desc: str, every: float):
+        self.total, self.desc, self.every = total, desc, every
+        self.n = 0
+        self.t0 = self.last = time.monotonic()
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        now = time.monotonic()
+        if now - self.last < self.every or self.n >= self.total:
+            return
+        self.last = now
+        elapsed = now - self.t0
+        eta = elapsed / self.n * (self.total - self.n) if self.n else None
+        print(
+            f"progress {self.desc}: {self.n}/{self.total} requests "
+            f"({self.n / self.total * 100:.0f}%), {_clock(elapsed)} elapsed, "
+            f"ETA {_clock(eta) if eta is not None else '?'}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        pass
+
 
 class Console:
-    def __init__(self, quiet: bool = False):
+    def __init__(self, quiet: bool = False, progress_every: float = DEFAULT_EVERY):
         self.quiet = quiet
+        self.progress_every = progress_every
 
     def bar(self, total: int, desc: str):
-        """A progress bar over `total` requests; a no-op one when quiet or not a terminal."""
-        disable = self.quiet or not sys.stderr.isatty()
+        """Progress over `total` requests: a tqdm bar on a terminal, plain lines off one,
+        nothing when quiet."""
+        if not self.quiet and not sys.stderr.isatty():
+            return Lines(total, desc, self.progress_every)
         return tqdm(
             total=total,
             desc=desc,
             unit="req",
             leave=False,
-            disable=disable,
+            disable=self.quiet,
             file=sys.stderr,
             dynamic_ncols=True,
             mininterval=0.5,

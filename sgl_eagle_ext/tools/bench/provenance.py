@@ -152,7 +152,7 @@ def command_line(argv: list[str] | None = None) -> str:
     argv = sys.argv if argv is None else argv
     prog = (
         "python -m sgl_eagle_ext.bench"
-        if argv and argv[0].endswith(("bench/__main__.py", "bench"))
+        if argv and argv[0].endswith(("bench/__main__.py", "bench", "bench.py"))
         else (argv[0] if argv else "")
     )
     return f"{prog} {shlex.join(redact_args(list(argv[1:])))}".strip()

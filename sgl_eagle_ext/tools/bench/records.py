@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.paths import check_writable_file
-from sgl_eagle_ext.common.redaction import redact_tree
+from sgl_eagle_ext.common.redaction import redact_values
 
 SCHEMA = 1
 DEFAULT_RESULTS = Path("bench-results/results.jsonl")
@@ -270,7 +270,7 @@ class Recorder:
             check_csv(self.csv)
 
     def write(self, kind: str, fields: dict, provenance: dict) -> dict:
-        record = redact_tree(
+        record = redact_values(
             {
                 "schema": SCHEMA,
                 "kind": kind,

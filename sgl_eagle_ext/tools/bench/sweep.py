@@ -1,9 +1,12 @@
-"""Concurrency sweep: streaming requests at each level, per-level latency and accept length.
+"""Load sweep: streaming requests at each level, per-level latency and accept length.
 
-Load model: closed loop. At level c, c workers each send one streaming chat
-request at a time until the level's prompts are used up; the level lasts from
-the first send to the last answer. Every level (and every arm of an A/B) sends
-the same prompts in the same seeded order. Before each level the server's
+Two load models. Closed loop (levels are concurrencies): at level c, c workers
+each send one streaming request at a time until the level's prompts are used
+up. Open loop (levels are request rates): requests are sent at the arrival
+times of a seeded schedule (arrivals.py), whatever is still in flight. A level
+lasts from the first send to the last answer. Every level (and every arm of an
+A/B or compare run) sends the same prompts in the same seeded order (and, open
+loop, at the same arrival times). Before each level the server's
 prefix cache is flushed, so a level never reuses the previous level's prefill.
 
 The accept length of a level is the delta of SGLang's own counters (generated
@@ -15,10 +18,14 @@ per-request counts streamed in `sglext` (each is tokens / verify cycles).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from sgl_eagle_ext.tools.bench import arrivals as arr
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import probe, stats
 from sgl_eagle_ext.tools.bench.progress import Console
@@ -29,10 +36,41 @@ PER_CONCURRENCY = 5  # SGLang's advice: num-prompts >= 5 x concurrency for a ste
 SERVER_GONE = {cl.E_REFUSED, cl.E_LOST, cl.E_INCOMPLETE}
 ERROR_EXAMPLES = 3
 CLIENT_BUSY = 0.9  # warn when the client itself used more than this share of a core
+LATE_SEND_MS = 50.0  # open loop: warn when sends lag their schedule by more (p99)
 
 
 class Interrupted(Exception):
     """Ctrl-C: what was finished has been written; the command stops."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    """What a sweep's levels are: concurrencies (closed loop) or request rates (open)."""
+
+    key: str  # record field holding the level
+    short: str  # in messages: c=4, rate=2/s
+    unit: str
+    title: str  # table column and plot axis
+
+    def tag(self, value: float) -> str:
+        return f"{self.short}={value:g}{self.unit}"
+
+
+CONCURRENCY = Axis("concurrency", "c", "", "concurrency")
+RATE = Axis("request_rate", "rate", "/s", "request rate (req/s)")
+
+
+@dataclass
+class OpenLoop:
+    """Open-loop levels: the sweep's levels are request rates (req/s)."""
+
+    burstiness: float = 1.0  # gamma shape of the gaps; 1 = Poisson
+    duration: float | None = None  # seconds of arrivals per level (else a request count)
+
+    def schedule(self, rate: float, n: int, seed: int) -> np.ndarray:
+        if self.duration:
+            return arr.schedule(rate, self.burstiness, seed, duration=self.duration)
+        return arr.schedule(rate, self.burstiness, seed, count=n)
 
 
 @dataclass
@@ -78,7 +116,7 @@ class SLO:
 class Level:
     """One finished (or interrupted) level: raw results plus the record fields."""
 
-    concurrency: int
+    concurrency: float  # the level's value: a concurrency, or a request rate (open loop)
     results: list[cl.RequestResult]
     duration: float
     interrupted: bool = False
@@ -149,6 +187,24 @@ def goodput_fields(results: list[cl.RequestResult], duration: float, slo: SLO | 
     }
 
 
+class Dispatch:
+    """Shared state of one level's senders: stop early once the server is gone."""
+
+    def __init__(self, server: probe.Server | None):
+        self.server = server
+        self.gone = False
+        self._checking: asyncio.Task | None = None
+
+    async def check(self, r: cl.RequestResult) -> None:
+        """After a refused or dropped request: is the server still there? (asked once)"""
+        if self.server is None or self.gone or r.error not in SERVER_GONE:
+            return
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.ensure_future(asyncio.to_thread(self.server.alive))
+        if not await asyncio.shield(self._checking):
+            self.gone = True
+
+
 async def run_requests(
     client: cl.Client,
     prompts: list[Prompt],
@@ -156,31 +212,66 @@ async def run_requests(
     load: Load,
     console: Console,
     desc: str,
+    *,
+    arrivals: np.ndarray | None = None,
+    server: probe.Server | None = None,
+    lags: list[float] | None = None,
 ) -> tuple[list[cl.RequestResult], float, bool]:
-    """Send `prompts` with at most `concurrency` in flight. Returns (results, seconds,
-    interrupted); on Ctrl-C the requests finished so far come back."""
+    """Send `prompts` with at most `concurrency` in flight (closed loop), or each at
+    its time in `arrivals` (open loop; `lags` gets how late each send was). With a
+    `server`, stop sending once it is gone. Returns (results, seconds, interrupted);
+    on Ctrl-C the requests finished so far come back."""
     results: list[cl.RequestResult] = []
-    order = iter(enumerate(prompts))
     bar = console.bar(len(prompts), desc)
+    state = Dispatch(server)
+
+    async def send(i: int, p: Prompt) -> None:
+        r = await client.chat(
+            p.as_messages(),
+            load.max_tokens,
+            index=i,
+            prompt_id=p.id,
+            temperature=load.temperature,
+            ignore_eos=load.ignore_eos,
+            seed=load.request_seed(i),
+        )
+        results.append(r)
+        bar.update(1)
+        if not r.ok:
+            await state.check(r)
+
+    order = iter(enumerate(prompts))
 
     async def worker() -> None:
         for i, p in order:
-            r = await client.chat(
-                p.as_messages(),
-                load.max_tokens,
-                index=i,
-                prompt_id=p.id,
-                temperature=load.temperature,
-                ignore_eos=load.ignore_eos,
-                seed=load.request_seed(i),
-            )
-            results.append(r)
-            bar.update(1)
+            if state.gone:
+                return
+            await send(i, p)
 
     t0 = time.perf_counter()
-    tasks = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, len(prompts))))]
+    if arrivals is None:
+        n = max(1, min(concurrency, len(prompts)))
+        tasks = [asyncio.create_task(worker()) for _ in range(n)]
+    else:
+        tasks = []
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for (i, p), at in zip(order, arrivals.tolist()):
+            wait = start + at - loop.time()
+            if wait > 0:
+                try:
+                    await asyncio.sleep(wait)
+                except asyncio.CancelledError:
+                    break
+            if state.gone:
+                break
+            if lags is not None:
+                lags.append(loop.time() - start - at)
+            tasks.append(asyncio.create_task(send(i, p)))
     interrupted = False
     try:
+        if asyncio.current_task().cancelling():
+            raise asyncio.CancelledError
         await asyncio.gather(*tasks)
     except asyncio.CancelledError:
         interrupted = True
@@ -228,27 +319,53 @@ async def run_level(
     server: probe.Server,
     client: cl.Client,
     prompt_set: PromptSet,
-    concurrency: int,
+    concurrency: float,
     n: int,
     load: Load,
     console: Console,
     *,
     flush: bool = True,
     slo: SLO | None = None,
+    open_loop: OpenLoop | None = None,
 ) -> Level:
+    """One level: `concurrency` workers over `n` prompts, or (open_loop) arrivals at
+    request rate `concurrency` (n of them, or as many as fit in its duration)."""
+    axis = RATE if open_loop else CONCURRENCY
+    schedule = open_loop.schedule(concurrency, n, load.seed) if open_loop else None
+    if schedule is not None:
+        n = len(schedule)
     prompts = prompt_set.take(n, load.seed)
     if flush:
         await asyncio.to_thread(server.flush_cache)
     before = await asyncio.to_thread(server.counters)
     cpu0 = time.process_time()
+    lags: list[float] = []
     results, duration, interrupted = await run_requests(
-        client, prompts, concurrency, load, console, f"c={concurrency}"
+        client,
+        prompts,
+        int(concurrency),
+        load,
+        console,
+        axis.tag(concurrency),
+        arrivals=schedule,
+        server=server,
+        lags=lags,
     )
     cpu = time.process_time() - cpu0
     fields = level_metrics(results, duration, load, slo)
     # The load generator's own CPU use: near 100% of its core means it may be the limit.
     fields["client_cpu_s"] = cpu
     fields["client_busy"] = cpu / duration if duration > 0 else None
+    if schedule is not None:
+        span = float(schedule[-1]) if len(schedule) > 1 else 0.0
+        fields.update(
+            request_rate=concurrency,
+            burstiness=open_loop.burstiness,
+            duration_target_s=open_loop.duration,
+            arrivals=n,
+            offered_rate=(n - 1) / span if span > 0 else None,
+            send_lag_ms=_ms(lags),
+        )
     level = Level(concurrency, results, duration, interrupted)
     gone = any(r.error in SERVER_GONE for r in results)
     if interrupted:
@@ -258,6 +375,9 @@ async def run_level(
         after = None
     else:
         after = await asyncio.to_thread(server.counters_after, before, fields["output_tokens"])
+    if level.server_gone:
+        fields["cut_short"] = True
+        fields["not_sent"] = n - len(results)
     acc = probe.accept_from_counters(before, after)
     fields["accept_length_metrics"] = acc["accept_length"]
     fields["verify_calls_metrics"] = acc["verify_calls"]
@@ -305,55 +425,98 @@ def _num(v, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-TABLE_HEAD = (
-    f"{'conc':>5} {'done':>5} {'err':>4} {'short':>5} {'out tok/s':>10} {'req/s':>7} "
-    f"{'TTFT ms p50/90/99':>18} {'TPOT ms p50/90/99':>18} {'ITL ms p50/90/99':>18} "
-    f"{'E2E s p50/90/99':>16} {'tok/chunk':>9} {'accept':>6}"
-)
+def table_head(axis: Axis = CONCURRENCY) -> str:
+    return (
+        f"{'rate' if axis is RATE else 'conc':>5} {'done':>5} {'err':>4} {'short':>5} "
+        f"{'out tok/s':>10} {'req/s':>7} "
+        f"{'TTFT ms p50/90/99':>18} {'TPOT ms p50/90/99':>18} {'ITL ms p50/90/99':>18} "
+        f"{'E2E s p50/90/99':>16} {'tok/chunk':>9} {'accept':>6}  status"
+    )
 
 
-def table_row(f: dict, concurrency: int) -> str:
+TABLE_HEAD = table_head()
+
+
+def status_text(f: dict) -> str:
+    """The status column: a level cut short by a dead server must not look like a row."""
+    st = f.get("status", "ok")
+    if st == "server died":
+        return (
+            f"SERVER DIED: cut short ({f['requests']} sent, "
+            f"{f.get('not_sent', 0)} never sent, {f['completed']} done)"
+        )
+    if st == "interrupted":
+        return f"INTERRUPTED ({f['completed']} done)"
+    return st
+
+
+def table_row(f: dict, concurrency: float) -> str:
     err = sum(f["errors"].values()) if f.get("errors") else 0
     return (
-        f"{concurrency:>5} {f['completed']:>5} {err:>4} {f['short']:>5} "
+        f"{concurrency:>5g} {f['completed']:>5} {err:>4} {f['short']:>5} "
         f"{_num(f['output_tok_s']):>10} {_num(f['request_s'], '{:.2f}'):>7} "
         f"{_trio(f['ttft_ms']):>18} {_trio(f['tpot_ms'], fmt='{:.1f}'):>18} "
         f"{_trio(f['itl_ms'], fmt='{:.1f}'):>18} "
         f"{_trio(f['e2e_ms'], 1e-3, '{:.2f}'):>16} "
         f"{_num(f.get('tokens_per_chunk'), '{:.2f}'):>9} "
-        f"{_num(f.get('accept_length'), '{:.2f}'):>6}"
+        f"{_num(f.get('accept_length'), '{:.2f}'):>6}  {status_text(f)}"
     )
 
 
-def level_notes(f: dict, concurrency: int) -> list[str]:
+def level_notes(f: dict, concurrency: float, axis: Axis = CONCURRENCY) -> list[str]:
     notes = []
+    at = axis.tag(concurrency)
     if f["errors"]:
         shown = ", ".join(f"{n} x {k}" for k, n in sorted(f["errors"].items()))
         notes.append(
-            f"c={concurrency}: {sum(f['errors'].values())} failed request(s): {shown}; "
+            f"{at}: {sum(f['errors'].values())} failed request(s): {shown}; "
             f"e.g. {f['error_examples'][0]}"
         )
     if f["short"]:
         notes.append(
-            f"c={concurrency}: {f['short']} request(s) came back short, e.g. "
-            f"{f['short_examples'][0]}"
+            f"{at}: {f['short']} request(s) came back short, e.g. {f['short_examples'][0]}"
         )
     if f["malformed_chunks"]:
-        notes.append(f"c={concurrency}: {f['malformed_chunks']} malformed stream chunk(s) skipped")
+        notes.append(f"{at}: {f['malformed_chunks']} malformed stream chunk(s) skipped")
     if f.get("tokens_estimated"):
         notes.append(
-            f"c={concurrency}: {f['tokens_estimated']} request(s) had no usage chunk: "
-            f"tokens counted as chunks"
+            f"{at}: {f['tokens_estimated']} request(s) had no usage chunk: tokens counted as chunks"
         )
     if (f.get("client_busy") or 0) > CLIENT_BUSY and f.get("duration_s", 0) > 1:
         notes.append(
-            f"c={concurrency}: this client used {f['client_busy'] * 100:.0f}% of a CPU "
+            f"{at}: this client used {f['client_busy'] * 100:.0f}% of a CPU "
             f"core: it may be what limits the figures (a busier host, or more streams "
             f"than one core can drive)"
         )
+    lag = (f.get("send_lag_ms") or {}).get("p99")
+    if lag is not None and lag > LATE_SEND_MS:
+        notes.append(
+            f"{at}: sends went out up to {lag:.0f} ms (p99) after their scheduled "
+            f"arrival: the client could not keep this rate"
+        )
     if f.get("other_traffic"):
-        notes.append(f"c={concurrency}: {f['other_traffic']}")
+        notes.append(f"{at}: {f['other_traffic']}")
     return notes
+
+
+def level_key(value: float, open_loop: OpenLoop | None) -> dict:
+    """The record fields naming a level."""
+    if open_loop is None:
+        return {"concurrency": value}
+    return {"concurrency": None, "request_rate": value, "burstiness": open_loop.burstiness}
+
+
+def describe_levels(levels: list[float], open_loop: OpenLoop | None) -> str:
+    text = ",".join(f"{v:g}" for v in levels)
+    if open_loop is None:
+        return f"concurrency {text} (closed loop)"
+    how = (
+        "Poisson arrivals"
+        if open_loop.burstiness == 1
+        else f"gamma arrivals, burstiness {open_loop.burstiness:g}"
+    )
+    span = f", {open_loop.duration:g} s each" if open_loop.duration else ""
+    return f"request rates {text} req/s (open loop, {how}{span})"
 
 
 @dataclass
@@ -367,9 +530,10 @@ def default_slo(first: Level, factor: float = 2.0) -> SLO:
     p50 = first.fields.get("tpot_ms", {}).get("p50")
     if p50 is None:
         return SLO()
+    axis = RATE if "request_rate" in first.fields else CONCURRENCY
     return SLO(
         tpot_ms=factor * p50,
-        source=f"default: {factor:g} x p50 TPOT of the first arm at c={first.concurrency}",
+        source=f"default: {factor:g} x p50 TPOT of the first arm at {axis.tag(first.concurrency)}",
     )
 
 
@@ -377,7 +541,7 @@ async def run_sweep(
     server: probe.Server,
     client: cl.Client,
     prompt_set: PromptSet,
-    levels: list[int],
+    levels: list[float],
     *,
     num_prompts: int,
     per_concurrency: int,
@@ -388,28 +552,41 @@ async def run_sweep(
     flush: bool = True,
     slo: SLO | None = None,
     derive_slo: bool = False,
+    open_loop: OpenLoop | None = None,
 ) -> SweepOutcome:
-    """Run every level in ascending order; `write(fields)` records each level as it ends.
+    """Run every level in ascending order; `write(level, fields)` records each as it ends.
 
+    levels: concurrencies, or request rates with `open_loop`.
     derive_slo: without an SLO, take default_slo() from the first level (bench ab).
     Raises Interrupted after writing the interrupted level.
     """
+    axis = RATE if open_loop else CONCURRENCY
     done: list[Level] = []
     slo = slo or SLO()
     if levels:
-        console.out(TABLE_HEAD if not arm else f"[{arm}]\n{TABLE_HEAD}")
+        head = table_head(axis)
+        console.out(head if not arm else f"[{arm}]\n{head}")
     for c in sorted(levels):
-        n = per_level_prompts(num_prompts, per_concurrency, c)
+        n = per_level_prompts(num_prompts, per_concurrency, math.ceil(c))
         level = await run_level(
-            server, client, prompt_set, c, n, load, console, flush=flush, slo=slo
+            server,
+            client,
+            prompt_set,
+            c,
+            n,
+            load,
+            console,
+            flush=flush,
+            slo=slo,
+            open_loop=open_loop,
         )
         if derive_slo and not slo.set and not done:
             slo.__dict__.update(default_slo(level).__dict__)
             level.fields.update(goodput_fields(level.results, level.duration, slo))
         done.append(level)
         f = level.fields
-        f["prompts_per_level"] = n
-        if n < PER_CONCURRENCY * c:
+        f["prompts_per_level"] = f.get("arrivals", n)
+        if open_loop is None and n < PER_CONCURRENCY * c:
             f["steady_state_note"] = (
                 f"{n} prompts at concurrency {c}: fewer than "
                 f"{PER_CONCURRENCY} x concurrency, so ramp-up and drain "
@@ -417,12 +594,14 @@ async def run_sweep(
             )
         write(c, f)
         console.out(table_row(f, c))
-        for note in level_notes(f, c):
+        for note in level_notes(f, c, axis):
             console.warn(note)
         if level.interrupted:
-            raise Interrupted(f"at concurrency {c}")
+            raise Interrupted(f"at {'request rate' if open_loop else 'concurrency'} {c:g}")
         if level.server_gone:
             return SweepOutcome(
-                done, f"the server at {server.base_url} stopped answering during concurrency {c}"
+                done,
+                f"the server at {server.base_url} stopped answering during "
+                f"{'request rate' if open_loop else 'concurrency'} {c:g}",
             )
     return SweepOutcome(done)

@@ -1,4 +1,4 @@
-"""A/B: start each preset in turn through the launcher, run the same sweep, compare.
+"""Arms of an A/B or compare run: presets started in turn through the launcher.
 
 Each arm is `python -m sgl_eagle_ext.launch --preset P ...` as a child process
 in its own session: wait for its `READY in` line, warm up, sweep every level,
@@ -24,7 +24,6 @@ from pathlib import Path
 from sgl_eagle_ext.common import proctree
 from sgl_eagle_ext.common.cli_args import pop_flag
 from sgl_eagle_ext.common.contract import API_KEY_ENV
-from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.launcher import cli as launch
 from sgl_eagle_ext.launcher import presets
 from sgl_eagle_ext.tools.bench import provenance
@@ -45,10 +44,12 @@ def free_port() -> int:
 
 @dataclass
 class ArmPlan:
-    label: str  # "A" or "B"
+    label: str  # "A", "B", ...
     preset: str
     launch_args: list[str]  # arguments of `python -m sgl_eagle_ext.launch`
     facts: dict = field(default_factory=dict)  # provenance: preset, args, env
+    # the servers' key: handed to the launcher in its environment, never on its command line
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def command(self) -> list[str]:
@@ -121,7 +122,7 @@ def plan_arm(
 class LauncherProcess:
     """One arm's launcher: start, wait for READY, stop with SIGTERM."""
 
-    def __init__(self, plan: ArmPlan, api_key: str | None = None):
+    def __init__(self, plan: ArmPlan):
         self.plan = plan
         self.lines: deque[str] = deque(maxlen=400)
         self.url: str | None = None
@@ -136,7 +137,7 @@ class LauncherProcess:
             bufsize=1,
             start_new_session=True,
             preexec_fn=proctree.die_with_parent,
-            env={**os.environ, API_KEY_ENV: api_key} if api_key else None,
+            env={**os.environ, API_KEY_ENV: plan.api_key} if plan.api_key else None,
         )
         self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
@@ -191,11 +192,3 @@ class LauncherProcess:
     @property
     def stopped_cleanly(self) -> bool:
         return self.proc.returncode in (0, 128 + signal.SIGTERM)
-
-
-def check_presets(a: str, b: str) -> None:
-    if a == b:
-        raise UserError(
-            f"--preset-a and --preset-b are both '{a}'.",
-            fix="compare two different presets, e.g. --preset-a baseline --preset-b eagle3-2step",
-        )

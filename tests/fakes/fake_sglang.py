@@ -6,8 +6,9 @@ OpenAI chat endpoint (streaming and not, `stream_options.include_usage`,
 /server_info, /health, /metrics (generation and verify counters), /flush_cache.
 Uses: measuring a client's ceiling (benchmarks/client_ceiling.py) and fault
 tests (HTTP errors, malformed chunks, cut or hung streams) without a model.
+A test double: it lives beside the tests, outside the shipped package.
 
-    python -m sgl_eagle_ext.bench.fake_server --port 31999 [--tokens-per-write 8]
+    python tests/fakes/fake_sglang.py --port 31999 [--tokens-per-write 8]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import json
 import math
+import socket
 import threading
 import time
 import uuid
@@ -23,7 +25,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-VERSION = "0.5.23"  # the release whose API this imitates
+from sgl_eagle_ext.common.releases import PRIMARY
+
+VERSION = PRIMARY.version  # the release whose API this imitates
 
 
 @dataclass
@@ -43,6 +47,7 @@ class FakeSGLang:
         tokenizer_path: str | None = None,
         accept_length: float = 0.0,
         delay_ms: float = 0.0,
+        delay_per_stream_ms: float = 0.0,
         tokens_per_write: int = 1,
         faults: Faults | None = None,
         prompt_tokens: int = 16,
@@ -52,6 +57,9 @@ class FakeSGLang:
         self.tokenizer_path = tokenizer_path or model
         self.accept_length = accept_length
         self.delay = delay_ms / 1e3
+        # A server that slows down with load: each write waits this much more per
+        # stream in flight (speculation that wins alone and loses under load).
+        self.per_stream = delay_per_stream_ms / 1e3
         self.per_write = max(1, tokens_per_write)
         self.faults = faults or Faults()
         self.prompt_tokens = prompt_tokens
@@ -61,12 +69,16 @@ class FakeSGLang:
         self.generation_tokens = 0
         self.verify_calls = 0
         self.active = 0
+        self.last_body: dict | None = None  # the last generation request, as sent
+        self.last_headers = {}
 
     def app(self) -> web.Application:
         app = web.Application()
         app.add_routes(
             [
                 web.post("/v1/chat/completions", self.chat),
+                web.post("/v1/completions", self.completions),
+                web.post("/generate", self.generate),
                 web.get("/v1/models", self.models),
                 web.get("/model_info", self.model_info),
                 web.get("/get_model_info", self.model_info),
@@ -149,12 +161,79 @@ class FakeSGLang:
         self.verify_calls += verify
         return verify
 
-    async def chat(self, req: web.Request):
+    async def _body(self, req: web.Request) -> dict | None:
         try:
             body = await req.json()
         except ValueError:
-            return web.json_response({"error": {"message": "bad JSON"}}, status=400)
+            return None
         self.requests += 1
+        self.last_body, self.last_headers = body, req.headers
+        return body
+
+    async def completions(self, req: web.Request):
+        """/v1/completions, streaming only: `choices[0].text` deltas, then usage."""
+        body = await self._body(req)
+        if body is None or not isinstance(body.get("prompt"), str) or not body.get("stream"):
+            return web.json_response({"error": {"message": "want a streamed prompt"}}, status=400)
+        if self._every(self.faults.fail_every):
+            return web.json_response({"error": {"message": "injected failure"}}, status=500)
+        n = int(body.get("max_tokens") or 16)
+
+        def chunk(sent: int, last: bool) -> dict:
+            c = {"index": 0, "text": self.token_text, "finish_reason": "length" if last else None}
+            return {"id": "c", "object": "text_completion", "choices": [c]}
+
+        usage = (body.get("stream_options") or {}).get("include_usage")
+        spec = bool(body.get("return_spec_tokens_details"))
+        return await self._stream_simple(req, body, n, chunk, usage, spec)
+
+    async def generate(self, req: web.Request):
+        """SGLang's /generate, streaming only: the whole text so far and meta_info per chunk."""
+        body = await self._body(req)
+        if body is None or not isinstance(body.get("text"), str) or not body.get("stream"):
+            return web.json_response({"error": {"message": "want a streamed text"}}, status=400)
+        if self._every(self.faults.fail_every):
+            return web.json_response({"error": {"message": "injected failure"}}, status=500)
+        n = int((body.get("sampling_params") or {}).get("max_new_tokens") or 16)
+
+        def chunk(sent: int, last: bool) -> dict:
+            meta = {
+                "id": "g",
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": sent,
+                "finish_reason": {"type": "length", "length": sent} if last else None,
+            }
+            if self.accept_length:
+                meta["spec_verify_ct"] = max(1, math.ceil(sent / self.accept_length))
+            return {"text": self.token_text * sent, "meta_info": meta, "index": 0}
+
+        return await self._stream_simple(req, body, n, chunk, usage=False)
+
+    async def _stream_simple(
+        self, req: web.Request, body: dict, n: int, chunk, usage: bool, spec: bool = False
+    ):
+        """One event per token from `chunk(tokens so far, last)`; no fault injection."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(req)
+        for sent in range(1, n + 1):
+            await resp.write(f"data: {json.dumps(chunk(sent, sent == n))}\n\n".encode())
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        verify = self._finish(n)
+        if spec and verify:
+            ext = {"spec_tokens_details": {"spec_verify_ct": verify}}
+            await resp.write(f"data: {json.dumps({'choices': [], 'sglext': ext})}\n\n".encode())
+        if usage:
+            u = {"prompt_tokens": self.prompt_tokens, "completion_tokens": n}
+            await resp.write(f"data: {json.dumps({'choices': [], 'usage': u})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def chat(self, req: web.Request):
+        body = await self._body(req)
+        if body is None:
+            return web.json_response({"error": {"message": "bad JSON"}}, status=400)
         if self._every(self.faults.fail_every):
             return web.json_response({"error": {"message": "injected failure"}}, status=500)
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
@@ -239,8 +318,8 @@ class FakeSGLang:
                 if len(batch) >= self.per_write or sent == n:
                     await resp.write(b"".join(batch))
                     batch = []
-                    if self.delay:
-                        await asyncio.sleep(self.delay)
+                    if self.delay or self.per_stream:
+                        await asyncio.sleep(self.delay + self.per_stream * self.active)
             verify = self._finish(sent)
             tail = [head + '{},"logprobs":null,"finish_reason":"' + finish + '"}]}\n\n']
             if verify and body.get("return_spec_tokens_details"):
@@ -281,9 +360,12 @@ class Background:
             self.fake.app(), access_log=None, handle_signals=False, shutdown_timeout=0.1
         )
         self.loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", self.port)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]
+        # Bind the socket here: port 0 picks a free port that we can read back.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.port = sock.getsockname()[1]
+        self.loop.run_until_complete(web.SockSite(runner, sock).start())
         self.runner = runner
         self._started.set()
         self.loop.run_forever()
@@ -309,7 +391,7 @@ class Background:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m sgl_eagle_ext.bench.fake_server", description=__doc__.split("\n\n")[0]
+        prog="python tests/fakes/fake_sglang.py", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=31999)

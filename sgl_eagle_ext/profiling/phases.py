@@ -1,0 +1,112 @@
+"""The phase table: what EAGLE3_PROFILE times, and which SGLang method it wraps for it.
+
+A decode cycle is one call of the EAGLE worker's step method: draft -> target
+verify forward -> accept/sample -> draft-extend. Each phase is the time between
+two MARKS; a mark is taken when a wrapped SGLang method is called (CALL) or
+returns (RETURN). A method is named by its ROLE here; which method a role is
+in a given SGLang release and worker generation is that release's
+`WorkerAnchors` row in common/releases.py (the only place that knows it), e.g.
+for SGLang 0.5.23 (v2 worker):
+
+    role            SGLang method
+    step            eagle_worker_v2:EAGLEWorkerV2.forward_batch_generation
+    draft           eagle_worker_v2:EagleDraftWorker.draft
+    target_forward  tp_worker:TpModelWorker.forward_batch_generation (is_verify=True only)
+    verify          eagle_worker_v2:EAGLEWorkerV2.verify
+    draft_extend    eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode
+    accept_join     batch_result_processor:SchedulerBatchResultProcessor._resolve_spec_v2_tokens
+
+`where(phase, release)` prints that answer for any release; the recorder
+(recorder/instrument.py, recorder/cycles.py) and the report read PHASES and
+SPANS from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CALL, RETURN = "call", "return"
+
+
+@dataclass(frozen=True)
+class Mark:
+    name: str  # key in a cycle's marks
+    role: str  # the wrapped SGLang method: a WorkerAnchors field (common/releases.py)
+    at: str  # CALL: before the method runs; RETURN: after it returns (or raises)
+    # Taken only for calls whose keyword argument of this name is true: the
+    # target's forward runs for prefill and decode too, verify passes is_verify=True.
+    only_if: str | None = None
+
+
+STEP_START = Mark("step_start", "step", CALL)
+STEP_END = Mark("step_end", "step", RETURN)
+DRAFT_START = Mark("draft_start", "draft", CALL)
+DRAFT_END = Mark("draft_end", "draft", RETURN)
+FWD_START = Mark("fwd_start", "target_forward", CALL, only_if="is_verify")
+FWD_END = Mark("fwd_end", "target_forward", RETURN, only_if="is_verify")
+VERIFY_END = Mark("verify_end", "verify", RETURN)
+EXTEND_START = Mark("extend_start", "draft_extend", CALL)
+EXTEND_END = Mark("extend_end", "draft_extend", RETURN)
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # "<name>_ms" in the log line, a row of the report
+    opens: Mark
+    closes: Mark
+    what: str
+
+
+PHASE_TABLE: tuple[Phase, ...] = (
+    Phase("draft", DRAFT_START, DRAFT_END, "every draft step, CUDA-graph replay included"),
+    Phase("verify_fwd", FWD_START, FWD_END, "the target model's forward over the draft tree"),
+    Phase(
+        "accept",
+        FWD_END,
+        VERIFY_END,
+        "accept/sample: from the verify forward's return to verify's return",
+    ),
+    Phase("draft_extend", EXTEND_START, EXTEND_END, "the draft's extend after decode"),
+)
+# The whole cycle (a prefill is one step too, counted apart); "other" in the log
+# line is the cycle minus the phases above: host work between them.
+CYCLE = Phase("cycle", STEP_START, STEP_END, "one call of the worker's step method")
+
+# Roles wrapped without marks: the step wrapper opens/closes the cycle itself and
+# reads accept counts (v1); accept_join reads them where v2 delivers them.
+STEP_ROLE, ACCEPT_JOIN_ROLE = "step", "accept_join"
+
+PHASES: tuple[str, ...] = tuple(p.name for p in PHASE_TABLE)  # in cycle order
+SPANS: dict[str, tuple[str, str]] = {
+    p.name: (p.opens.name, p.closes.name) for p in (*PHASE_TABLE, CYCLE)
+}
+
+
+def marks_of(role: str) -> tuple[str | None, str | None, str | None]:
+    """(mark at call, mark at return, only_if keyword) of the wrapper on `role`."""
+    marks = {m for p in PHASE_TABLE for m in (p.opens, p.closes) if m.role == role}
+    at = {m.at: m.name for m in marks}
+    filters = {m.only_if for m in marks}
+    assert len(filters) <= 1, f"marks of {role} disagree on their filter"
+    return at.get(CALL), at.get(RETURN), next(iter(filters), None)
+
+
+# Roles whose wrapper only takes marks (every role a phase boundary names, but the step).
+MARKED_ROLES: tuple[str, ...] = tuple(
+    dict.fromkeys(m.role for p in PHASE_TABLE for m in (p.opens, p.closes) if m.role != STEP_ROLE)
+)
+
+
+def where(phase: str, release) -> list[str]:
+    """Per worker of `release` (a releases.Release): which SGLang method opens and
+    closes `phase`, e.g. where("verify_fwd", BY_VERSION["0.5.23"])."""
+    p = next(x for x in (*PHASE_TABLE, CYCLE) if x.name == phase)
+
+    def side(worker, m: Mark) -> str:
+        cond = f" with {m.only_if}=True" if m.only_if else ""
+        return f"{'call of' if m.at == CALL else 'return from'} {getattr(worker, m.role)}{cond}"
+
+    return [
+        f"{w.worker}: {phase} opens at {side(w, p.opens)}; closes at {side(w, p.closes)}"
+        for w in release.workers
+    ]

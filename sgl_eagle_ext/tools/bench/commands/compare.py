@@ -1,0 +1,482 @@
+"""bench compare and bench ab: presets started in turn through the launcher, the
+same sweep on each, compared. One flow for both:
+
+  compare --arm P1 --arm P2 [--arm P3 ...]   N arms: per level the best arm and every
+                                             arm's ratio to it; each arm's crossover
+                                             against the first arm (the reference)
+  ab --preset-a A --preset-b B               two arms, with the A/B table (B/A ratios)
+                                             and a recommendation
+
+Per arm: start the launcher (bad input fails while planning, before any server
+starts), warm up, sweep every level (concurrencies, or request rates with the
+same seeded arrivals), generate the lossless-check outputs, stop it. Every arm
+gets the same prompts in the same seeded order, the same lengths and levels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sgl_eagle_ext.common.cli_args import number, pop_flag, port_number
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools.bench import (
+    arms,
+    compare,
+    lossless,
+    options,
+    probe,
+    prompts,
+    provenance,
+    records,
+    session,
+)
+from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench.progress import Console
+
+MAX_ARMS = len(string.ascii_uppercase)
+
+
+def add_launch(p) -> None:
+    """Launcher options shared by every arm."""
+    p.add_argument("--model-path", help="target model (passed to the launcher)")
+    p.add_argument("--draft-model-path", help="EAGLE-3 draft (speculative presets only)")
+    p.add_argument("--cpu", action="store_true", help="CPU harness overlay (launcher --cpu)")
+    p.add_argument(
+        "--overlay",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="launcher --overlay for every arm (repeatable)",
+    )
+    p.add_argument("--sglang-version", help="launcher --sglang-version")
+    p.add_argument("--force", action="store_true", help="launcher --force")
+    p.add_argument("--port", type=port_number, default=0, help="server port (default: a free one)")
+    p.add_argument(
+        "--startup-timeout",
+        type=number(0, strict=True),
+        default=3600.0,
+        help="seconds to wait for each server's READY (default 3600)",
+    )
+    p.add_argument("--log-dir", default="logs", help="server logs (default logs/)")
+    p.add_argument(
+        "--lossless-prompts",
+        type=int,
+        default=lossless.DEFAULT_PROMPTS,
+        help=f"prompts for the lossless check (default {lossless.DEFAULT_PROMPTS}; 0 skips it)",
+    )
+    p.add_argument("--lossless-max-tokens", type=int, default=lossless.DEFAULT_MAX_TOKENS)
+
+
+def register(sub) -> None:
+    a = sub.add_parser(
+        "ab",
+        help="start two presets in turn through the launcher, sweep both, "
+        "compare; includes the lossless check",
+        description="Arguments after `--` go to both servers (SGLang flags).",
+    )
+    options.add_common(a, 256, url=False)
+    options.add_sweep(a)
+    a.add_argument("--preset-a", default="baseline", help="reference preset (default baseline)")
+    a.add_argument("--preset-b", required=True, help="preset to evaluate, e.g. eagle3-2step")
+    add_launch(a)
+    a.set_defaults(run=run_ab, takes_extra=True)
+
+    c = sub.add_parser(
+        "compare",
+        help="start N presets in turn through the launcher, sweep each; per level the "
+        "best arm and every arm's ratio to it",
+        description="Arguments after `--` go to every server (SGLang flags).",
+    )
+    options.add_common(c, 256, url=False)
+    options.add_sweep(c)
+    c.add_argument(
+        "--arm",
+        action="append",
+        required=True,
+        metavar="PRESET",
+        help="a preset (name or .toml file) to run; repeat for each arm, the first is the "
+        "reference for crossovers and the lossless check (e.g. --arm baseline --arm "
+        "eagle3-2step --arm eagle3-adaptive)",
+    )
+    add_launch(c)
+    c.set_defaults(run=run_compare, takes_extra=True)
+
+
+def check_presets(a: str, b: str) -> None:
+    if a == b:
+        raise UserError(
+            f"--preset-a and --preset-b are both '{a}'.",
+            fix="compare two different presets, e.g. --preset-a baseline --preset-b eagle3-2step",
+        )
+
+
+def check_arms(presets: list[str]) -> None:
+    if len(presets) < 2:
+        raise UserError(
+            f"bench compare needs at least two --arm (got {len(presets)}).",
+            fix="e.g. --arm baseline --arm eagle3-2step",
+        )
+    if len(presets) > MAX_ARMS:
+        raise UserError(f"{len(presets)} arms: at most {MAX_ARMS}.", fix="drop some --arm")
+    dup = sorted({p for p in presets if presets.count(p) > 1})
+    if dup:
+        raise UserError(f"--arm {dup[0]} is given more than once.", fix="name each preset once")
+
+
+@dataclass
+class ArmRun:
+    plan: arms.ArmPlan
+    server: probe.Server
+    prov: dict
+    outcome: sw.SweepOutcome
+    outputs: list = field(default_factory=list)  # lossless-check generations
+
+    @property
+    def fields(self) -> dict[float, dict]:
+        return {lv.concurrency: lv.fields for lv in self.outcome.levels}
+
+
+@dataclass
+class Run:
+    """Everything an A/B or compare report needs."""
+
+    rec: records.Recorder
+    levels: list[float]
+    open_loop: sw.OpenLoop | None
+    slo: sw.SLO
+    ps: prompts.PromptSet
+    host: dict
+    check_prompts: list
+    arms: list[ArmRun]
+
+    @property
+    def axis(self) -> sw.Axis:
+        return sw.RATE if self.open_loop else sw.CONCURRENCY
+
+
+async def _arm(
+    server, args, console, rec, prov, plan, ps, levels, open_loop, slo, derive_slo, check_prompts
+):
+    """One arm's warm-up, sweep and lossless-check generations."""
+    load = session.load(args)
+    common = {
+        "arm": plan.preset,
+        "arm_label": plan.label,
+        "url": server.base_url,
+        **session.load_fields(load, args),
+    }
+    async with session.client(server, args) as client:
+        await sw.warm_up(client, ps, args.warmup, load, console)
+        outcome = await sw.run_sweep(
+            server,
+            client,
+            ps,
+            levels,
+            num_prompts=args.num_prompts,
+            per_concurrency=args.prompts_per_concurrency,
+            load=load,
+            console=console,
+            write=lambda c, f: rec.write(
+                "sweep", {**common, **sw.level_key(c, open_loop), **f}, prov
+            ),
+            arm=f"{plan.label}: {plan.preset}",
+            flush=not args.no_flush_cache,
+            slo=slo,
+            derive_slo=derive_slo,
+            open_loop=open_loop,
+        )
+        outputs = []
+        if check_prompts and not outcome.stopped:
+            console.info(
+                f"[{plan.label}] lossless-check generations: {len(check_prompts)} "
+                f"prompt(s), temperature 0"
+            )
+            outputs, interrupted = await lossless.generate(
+                client, check_prompts, args.lossless_max_tokens, console, f"{plan.label} lossless"
+            )
+            if interrupted:
+                raise sw.Interrupted("during the lossless generations")
+    return outcome, outputs
+
+
+def run_arms(args, extra: list[str], console: Console, presets: list[str], kind: str):
+    """Start, sweep and stop each preset in turn. Returns the Run, or an exit code when
+    an arm did not start or its server died (the finished levels are recorded)."""
+    levels, open_loop = options.load_levels(args)
+    # A key for the servers travels to each launcher in its environment: never on a
+    # printed line or a child's command line.
+    extra, key = pop_flag(extra, "--api-key")
+    args.api_key = key or args.api_key
+    ps = prompts.load(args.prompts)
+    rec = session.recorder(args)
+    log_dir = Path(args.log_dir)
+    port = args.port or arms.free_port()
+    labels = string.ascii_uppercase[: len(presets)]
+    plans = [
+        arms.plan_arm(
+            label,
+            preset,
+            cpu=args.cpu,
+            model_path=args.model_path,
+            draft_model_path=args.draft_model_path,
+            sglang_version=args.sglang_version,
+            force=args.force,
+            port=port,
+            log_file=log_dir / f"{kind}-{rec.run_id}-{label}-{Path(preset).stem}.log",
+            extra=extra,
+            overlays=args.overlay,
+        )
+        for label, preset in zip(labels, presets)
+    ]
+    host = provenance.host_facts()
+    slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
+    check_prompts = ps.take(args.lossless_prompts, args.seed) if args.lossless_prompts else []
+    title = "A/B" if kind == "ab" else "compare"
+    console.info(
+        f"{title} run {rec.run_id}: "
+        + ", ".join(f"{p.label} = {p.preset}" for p in plans)
+        + f"; levels: {sw.describe_levels(levels, open_loop)}; {args.max_tokens} tokens per "
+        f"request; prompts {ps.name}"
+    )
+    done: list[ArmRun] = []
+    for plan in plans:
+        console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
+        plan.api_key = args.api_key
+        proc = arms.LauncherProcess(plan)
+        try:
+            try:
+                url = proc.wait_ready(args.startup_timeout)
+            except arms.ArmFailed as e:
+                console.warn(str(e))
+                return session.EXIT_FAILED
+            server = session.connect(url, args)
+            console.info(f"[{plan.label}] ready: {session.describe(server)}")
+            prov = {
+                "host": host,
+                "server": provenance.server_facts(server, launch=plan.facts),
+                "prompts": session.prompt_facts(ps, args.seed),
+            }
+            outcome, outputs = asyncio.run(
+                _arm(
+                    server,
+                    args,
+                    console,
+                    rec,
+                    prov,
+                    plan,
+                    ps,
+                    levels,
+                    open_loop,
+                    slo,
+                    plan is plans[0],
+                    check_prompts,
+                )
+            )
+        finally:
+            code = proc.stop()
+            console.info(
+                f"[{plan.label}] {plan.preset} stopped "
+                f"({'cleanly' if proc.stopped_cleanly else f'exit code {code}'})"
+            )
+        done.append(ArmRun(plan, server, prov, outcome, outputs))
+        if outcome.stopped:
+            console.warn(
+                f"[{plan.label}] {outcome.stopped}; the finished levels are recorded, "
+                f"the comparison is abandoned"
+            )
+            return session.EXIT_FAILED
+    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done)
+
+
+def _summary_provenance(run: Run, preset: str) -> dict:
+    ref, last = run.arms[0], run.arms[-1]
+    return {
+        "host": run.host,
+        "prompts": ref.prov["prompts"],
+        "server": {
+            "url": " | ".join(a.server.base_url for a in run.arms),
+            "preset": preset,
+            "sglang_version": last.server.version,
+            "model_path": last.prov["server"].get("model_path")
+            or ref.prov["server"].get("model_path"),
+            "draft_model_path": next(
+                (
+                    a.prov["server"].get("draft_model_path")
+                    for a in run.arms
+                    if a.prov["server"].get("draft_model_path")
+                ),
+                None,
+            ),
+        },
+        "arms": {a.plan.label: a.prov["server"] for a in run.arms},
+    }
+
+
+def _plot_hint(console: Console, rec: records.Recorder) -> None:
+    if rec.written:
+        console.info(
+            f"records appended to {rec.jsonl} (and {rec.csv}); plot with: python -m "
+            f"{session.PROG} plot {rec.jsonl} --run-id {rec.run_id}"
+        )
+
+
+# ---------------------------------------------------------------- ab
+def run_ab(args, extra: list[str], console: Console) -> int:
+    check_presets(args.preset_a, args.preset_b)
+    run = run_arms(args, extra, console, [args.preset_a, args.preset_b], "ab")
+    return run if isinstance(run, int) else report_ab(args, console, run)
+
+
+def report_ab(args, console: Console, run: Run) -> int:
+    a, b = run.arms
+    pa, pb = a.plan, b.plan
+    axis, levels, slo, rec = run.axis, run.levels, run.slo, run.rec
+    rows, cmp = compare.side_by_side(levels, a.fields, b.fields, pa.preset, pb.preset, axis)
+    per = cmp["levels"]
+    xs = [p[axis.key] for p in per]
+    thr = compare.crossover(xs, [p["throughput_ratio"] for p in per])
+    good = compare.crossover(xs, [p["goodput_ratio"] for p in per])
+    ll = lossless.compare(run.check_prompts, a.outputs, b.outputs) if run.check_prompts else None
+    slo_text = slo.describe() if slo.set else ""
+    advice = compare.recommend(
+        pa.preset, pb.preset, thr, good, per, ll["verdict"] if ll else None, slo_text, axis
+    )
+    out = console.out
+    out("")
+    out(f"=== A/B {rec.run_id}: {pa.preset} (A) vs {pb.preset} (B) ===")
+    for line in rows:
+        out(line)
+    out(compare.crossover_line("throughput", thr, levels[-1], axis))
+    if slo_text:
+        out(compare.crossover_line(f"latency goodput ({slo_text})", good, levels[-1], axis))
+    if ll:
+        for line in lossless.verdict_lines(ll, pa.preset, pb.preset):
+            out(line)
+    else:
+        out("lossless: skipped (--lossless-prompts 0)")
+    out(f"recommendation: {advice}")
+    prov = _summary_provenance(run, f"{pa.preset} vs {pb.preset}")
+    if ll:
+        rec.write(
+            "lossless",
+            {
+                "status": "ok",
+                "arm": f"{pa.preset} vs {pb.preset}",
+                "max_tokens": args.lossless_max_tokens,
+                "temperature": 0.0,
+                **ll,
+            },
+            prov,
+        )
+    rec.write(
+        "ab",
+        {
+            "status": "ok",
+            "arm": f"{pa.preset} vs {pb.preset}",
+            "preset_a": pa.preset,
+            "preset_b": pb.preset,
+            "level_key": axis.key,
+            **(
+                {"burstiness": run.open_loop.burstiness, "duration": run.open_loop.duration}
+                if run.open_loop
+                else {}
+            ),
+            "levels": per,
+            "crossover_throughput": thr,
+            "crossover_goodput": good,
+            "slo": {"tpot_ms": slo.tpot_ms, "ttft_ms": slo.ttft_ms, "source": slo.source},
+            "lossless": ll["verdict"] if ll else None,
+            "verdict": thr["verdict"],
+            "recommendation": advice,
+            "max_tokens": args.max_tokens,
+        },
+        prov,
+    )
+    _plot_hint(console, rec)
+    return session.EXIT_FAILED if ll and ll["verdict"] == "DIFFERS" else 0
+
+
+# ---------------------------------------------------------------- compare
+def run_compare(args, extra: list[str], console: Console) -> int:
+    check_arms(args.arm)
+    run = run_arms(args, extra, console, list(args.arm), "compare")
+    return run if isinstance(run, int) else report_compare(args, console, run)
+
+
+def report_compare(args, console: Console, run: Run) -> int:
+    axis, levels, slo, rec = run.axis, run.levels, run.slo, run.rec
+    names = [a.plan.preset for a in run.arms]
+    per_arm = {a.plan.preset: a.fields for a in run.arms}
+    rows = compare.by_level(levels, per_arm)
+    good_rows = compare.by_level(levels, per_arm, "goodput_tok_s") if slo.set else []
+    ref = names[0]
+    crossovers, good_crossovers, verdicts = {}, {}, {}
+    for a in run.arms[1:]:
+        name = a.plan.preset
+        xs = [r["level"] for r in rows]
+        crossovers[name] = compare.crossover(
+            xs, [compare.ratio(r["values"][name], r["values"][ref]) for r in rows]
+        )
+        if good_rows:
+            good_crossovers[name] = compare.crossover(
+                [r["level"] for r in good_rows],
+                [compare.ratio(r["values"][name], r["values"][ref]) for r in good_rows],
+            )
+        if run.check_prompts:
+            verdicts[name] = lossless.compare(run.check_prompts, run.arms[0].outputs, a.outputs)
+    out = console.out
+    out("")
+    out(f"=== compare {rec.run_id}: {', '.join(names)} (reference {ref}) ===")
+    for line in compare.arms_table(rows, names, axis):
+        out(line)
+    out(compare.best_arm_line(rows, axis))
+    slo_text = slo.describe() if slo.set else ""
+    if good_rows:
+        out(compare.best_arm_line(good_rows, axis).replace("throughput", f"goodput ({slo_text})"))
+    for name, x in crossovers.items():
+        out(compare.crossover_line(f"throughput, {name} vs {ref}", x, levels[-1], axis))
+        if name in good_crossovers:
+            out(
+                compare.crossover_line(
+                    f"goodput, {name} vs {ref}", good_crossovers[name], levels[-1], axis
+                )
+            )
+    if not run.check_prompts:
+        out("lossless: skipped (--lossless-prompts 0)")
+    for name, ll in verdicts.items():
+        for line in lossless.verdict_lines(ll, ref, name):
+            out(line)
+    prov = _summary_provenance(run, " vs ".join(names))
+    rec.write(
+        "compare",
+        {
+            "status": "ok",
+            "arm": " vs ".join(names),
+            "arms": names,
+            "reference": ref,
+            "level_key": axis.key,
+            **(
+                {"burstiness": run.open_loop.burstiness, "duration": run.open_loop.duration}
+                if run.open_loop
+                else {}
+            ),
+            "levels": rows,
+            "goodput_levels": good_rows,
+            "crossover_throughput": crossovers,
+            "crossover_goodput": good_crossovers,
+            "slo": {"tpot_ms": slo.tpot_ms, "ttft_ms": slo.ttft_ms, "source": slo.source},
+            "lossless": {n: ll["verdict"] for n, ll in verdicts.items()},
+            "lossless_detail": {
+                n: {"differences": ll["differences"], "failed": ll["failed"]}
+                for n, ll in verdicts.items()
+            },
+            "max_tokens": args.max_tokens,
+        },
+        prov,
+    )
+    _plot_hint(console, rec)
+    return session.EXIT_FAILED if any(v["verdict"] == "DIFFERS" for v in verdicts.values()) else 0

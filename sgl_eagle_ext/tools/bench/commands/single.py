@@ -1,0 +1,102 @@
+"""bench single: one stream, fixed-length runs with spread and a 95% CI."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.tools.bench import options, prompts, session, single
+from sgl_eagle_ext.tools.bench.progress import Console
+
+
+def register(sub) -> None:
+    s = sub.add_parser("single", help="single-stream fixed-length runs with spread and 95%% CI")
+    options.add_common(s, 512)
+    s.add_argument("--runs", type=int, default=5, help="measured runs (default 5)")
+    s.add_argument("--warmup", type=int, default=2, help="warm-up runs, same length (default 2)")
+    s.add_argument(
+        "--vary-prompts",
+        action="store_true",
+        help="a different prompt per run (default: the same prompt every run)",
+    )
+    s.add_argument(
+        "--max-cv",
+        type=number(0),
+        default=0.05,
+        help="steady-state warning above this stdev/mean (default 0.05)",
+    )
+    s.add_argument("--label", default="", help="arm name stored in the records")
+    s.add_argument("--run-id", help="group this record with others (default: a new id)")
+    s.set_defaults(run=run)
+
+
+def run(args, extra: list[str], console: Console) -> int:
+    return asyncio.run(_run(args, console))
+
+
+def _accept(s: dict, acc: dict) -> None:
+    if acc.get("accept_length") is not None:
+        s["accept_length"], s["accept_length_source"] = acc["accept_length"], "metrics delta"
+    elif s["accept_length_requests"] is not None:
+        s["accept_length"] = s["accept_length_requests"]
+        s["accept_length_source"] = "per-request sum"
+    else:
+        s["accept_length"], s["accept_length_source"] = None, None
+
+
+async def _run(args, console: Console) -> int:
+    ps = prompts.load(args.prompts)
+    rec = session.recorder(args)
+    server = session.connect(args.url, args)
+    load = session.load(args)
+    prov = session.server_provenance(server, ps, args.seed)
+    console.info(f"single stream against {session.describe(server)}")
+    console.info(
+        f"{args.warmup} warm-up + {args.runs} run(s) of {load.max_tokens} tokens, EOS "
+        f"{'respected' if args.respect_eos else 'ignored'}, temperature "
+        f"{load.temperature:g}, prompts {ps.name}"
+    )
+    async with session.client(server, args) as client:
+        warm, done, interrupted, acc = await single.run(
+            server,
+            client,
+            ps,
+            runs=args.runs,
+            warmup=args.warmup,
+            load=load,
+            respect_eos=args.respect_eos,
+            vary_prompts=args.vary_prompts,
+            console=console,
+        )
+    if any(f["short"] for f in warm) and not args.respect_eos:
+        console.warn("a warm-up run came back short: the server may not honour ignore_eos")
+    s = single.summarize(done, args.max_cv)
+    _accept(s, acc)
+    for line in single.summary_lines(s, len(done)):
+        console.out(line)
+    for w in s["warnings"]:
+        console.warn(w)
+    if interrupted:
+        status = "interrupted"
+    elif not s["tok_s"]["n"]:
+        status = "failed"
+    else:
+        status = "errors" if s["failed"] else "ok"
+    rec.write(
+        "single",
+        {
+            "arm": args.label or None,
+            "status": status,
+            "url": server.base_url,
+            **session.load_fields(load, args),
+            "warmup": warm,
+            "runs_detail": done,
+            "runs_requested": args.runs,
+            **s,
+        },
+        prov,
+    )
+    if rec.written:
+        console.info(f"record appended to {rec.jsonl} (and {rec.csv})")
+    single.raise_if_interrupted(interrupted)
+    return 0 if status == "ok" else session.EXIT_FAILED

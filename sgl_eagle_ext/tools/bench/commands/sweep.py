@@ -1,0 +1,76 @@
+"""bench sweep: streaming requests per load level against one running server."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sgl_eagle_ext.tools.bench import options, prompts, session
+from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench.progress import Console
+
+
+def register(sub) -> None:
+    w = sub.add_parser(
+        "sweep",
+        help="streaming concurrency sweep: tok/s, TTFT/TPOT/ITL/E2E, "
+        "errors, accept length per level",
+    )
+    options.add_common(w, 256)
+    options.add_sweep(w)
+    w.add_argument("--label", default="", help="arm name stored in the records (for plot)")
+    w.add_argument(
+        "--run-id",
+        help="share a run id with another sweep (e.g. the other server "
+        "of a manual A/B) so `plot` draws both; default: a new id",
+    )
+    w.set_defaults(run=run)
+
+
+def run(args, extra: list[str], console: Console) -> int:
+    return asyncio.run(_run(args, console))
+
+
+async def _run(args, console: Console) -> int:
+    levels, open_loop = options.load_levels(args)
+    ps = prompts.load(args.prompts)
+    rec = session.recorder(args)
+    server = session.connect(args.url, args)
+    load = session.load(args)
+    prov = session.server_provenance(server, ps, args.seed)
+    slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
+    console.info(f"sweep against {session.describe(server)}")
+    console.info(
+        f"levels: {sw.describe_levels(levels, open_loop)}; {load.max_tokens} tokens per request; "
+        f"prompts {ps.name}"
+    )
+    common = {"arm": args.label or None, "url": server.base_url, **session.load_fields(load, args)}
+    async with session.client(server, args) as client:
+        await sw.warm_up(client, ps, args.warmup, load, console)
+        outcome = await sw.run_sweep(
+            server,
+            client,
+            ps,
+            levels,
+            num_prompts=args.num_prompts,
+            per_concurrency=args.prompts_per_concurrency,
+            load=load,
+            console=console,
+            write=lambda c, f: rec.write(
+                "sweep", {**common, **sw.level_key(c, open_loop), **f}, prov
+            ),
+            arm="",
+            flush=not args.no_flush_cache,
+            slo=slo,
+            open_loop=open_loop,
+        )
+    if rec.written:
+        console.info(f"{rec.written} record(s) appended to {rec.jsonl} (and {rec.csv})")
+    if outcome.stopped:
+        console.warn(f"sweep stopped: {outcome.stopped}; the finished levels are recorded")
+        return session.EXIT_FAILED
+    empty = [lv.concurrency for lv in outcome.levels if not lv.fields["completed"]]
+    if empty:
+        where = "request rate" if open_loop else "concurrency"
+        console.warn(f"no request succeeded at {where} {', '.join(f'{v:g}' for v in empty)}")
+        return session.EXIT_FAILED
+    return 0

@@ -1,0 +1,280 @@
+"""Argument groups shared by the bench subcommands, and their validation.
+
+Each subcommand module (commands/) builds its own parser from these groups:
+`server` (where and how to reach the server), `workload` (prompts, lengths,
+sampling, records) and `sweep` (load levels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.contract import API_KEY_ENV
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools.bench import client as cl
+from sgl_eagle_ext.tools.bench import limits, progress, prompts, records
+from sgl_eagle_ext.tools.bench import sweep as sw
+
+
+def levels(text: str, flag: str = "--concurrency") -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(
+            f"{flag} {text}: not a comma-separated list of integers.",
+            fix=f"e.g. {flag} 1,2,5,10,30",
+        ) from None
+    if not values or values[0] < 1:
+        raise UserError(
+            f"{flag} {text}: levels must be integers >= 1.",
+            fix=f"e.g. {flag} 1,2,5,10,30",
+        )
+    limits.check_concurrency(values[-1], flag)
+    return values
+
+
+def rates(text: str, flag: str = "--request-rates") -> list[float]:
+    try:
+        values = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(
+            f"{flag} {text}: not a comma-separated list of numbers.", fix=f"e.g. {flag} 1,2,4,8"
+        ) from None
+    if not values or values[0] <= 0 or not math.isfinite(values[-1]):
+        raise UserError(
+            f"{flag} {text}: request rates must be positive, finite numbers (req/s).",
+            fix=f"e.g. {flag} 0.5,1,2,4",
+        )
+    return values
+
+
+def load_levels(args: argparse.Namespace) -> tuple[list[float], sw.OpenLoop | None]:
+    """The sweep's levels: concurrencies (closed loop) or request rates (open loop)."""
+    rate_flag = "--request-rates" if args.request_rates else "--request-rate"
+    text = args.request_rates or (None if args.request_rate is None else str(args.request_rate))
+    if text is None:
+        for name in ("duration", "burstiness"):
+            if getattr(args, name) is not None:
+                raise UserError(
+                    f"--{name} only applies to open-loop load.",
+                    fix="add --request-rate R (or --request-rates 1,2,4), or drop it",
+                )
+        return levels(args.concurrency or DEFAULT_CONCURRENCY), None
+    if args.concurrency is not None:
+        raise UserError(
+            f"--concurrency and {rate_flag} both given: a sweep's levels are one or the other.",
+            fix="closed loop: --concurrency 1,2,4; open loop: --request-rates 1,2,4",
+        )
+    burst = 1.0 if args.burstiness is None else args.burstiness
+    positive("--burstiness", burst)
+    if args.duration is not None:
+        positive("--duration", args.duration)
+    return rates(text, rate_flag), sw.OpenLoop(burst, args.duration)
+
+
+def positive(name: str, value: float, zero_ok: bool = False) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise UserError(
+            f"{name} {value:g}: must be {'>= 0' if zero_ok else '> 0'}.",
+            fix=f"pass a {'non-negative' if zero_ok else 'positive'} {name}",
+        )
+
+
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+
+
+def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
+    """--url (unless the command takes other URLs), --api-key, and how requests look:
+    --endpoint, --header, --extra-body."""
+    if url:
+        p.add_argument(
+            "--url",
+            default="http://127.0.0.1:30000",
+            help="server base URL; a trailing /v1 is accepted (default http://127.0.0.1:30000)",
+        )
+    p.add_argument(
+        "--api-key",
+        # The key itself never appears in help, output or records.
+        default=os.environ.get(API_KEY_ENV) or os.environ.get(OPENAI_KEY_ENV),
+        help=f"bearer key of the server (default ${API_KEY_ENV}, else ${OPENAI_KEY_ENV})",
+    )
+    p.add_argument(
+        "--endpoint",
+        choices=list(cl.ENDPOINTS),
+        default=cl.CHAT,
+        help="chat: /v1/chat/completions (default; the server applies the chat template); "
+        "completions: /v1/completions; generate: SGLang's /generate (both: the prompt's "
+        "messages as plain text)",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra HTTP header on every request (repeatable); values are never recorded",
+    )
+    p.add_argument(
+        "--extra-body",
+        metavar="JSON",
+        help="JSON object merged into every request body, e.g. '{\"top_p\": 0.9}'",
+    )
+
+
+def request_headers(args: argparse.Namespace) -> dict[str, str]:
+    """--header NAME:VALUE values as a dict (one clear error for a malformed one)."""
+    out = {}
+    for h in getattr(args, "header", None) or ():
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+            shown = name.strip() if sep else "(no colon)"
+            raise UserError(
+                f"--header {shown}: not NAME:VALUE.", fix="e.g. --header 'X-Team: bench'"
+            )
+        out[name.strip()] = value.strip()
+    return out
+
+
+def extra_body(args: argparse.Namespace) -> dict:
+    text = getattr(args, "extra_body", None)
+    if not text:
+        return {}
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise UserError(
+            f"--extra-body: not valid JSON ({e}).", fix="e.g. --extra-body '{\"top_p\": 0.9}'"
+        ) from None
+    if not isinstance(obj, dict):
+        raise UserError(
+            "--extra-body: must be a JSON object.", fix="e.g. --extra-body '{\"top_p\": 0.9}'"
+        )
+    return obj
+
+
+def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
+    """Prompts, lengths, sampling, timeouts, records, verbosity."""
+    p.add_argument(
+        "--prompts",
+        default=prompts.MIXED,
+        help="coding, encyclopedic, mixed (default: both interleaved) or a JSONL "
+        'file ({"prompt": ...} or {"messages": [...]} per line)',
+    )
+    p.add_argument("--seed", type=int, default=0, help="prompt order (and sampling) seed")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=max_tokens,
+        help=f"tokens generated per request (default {max_tokens})",
+    )
+    p.add_argument("--temperature", type=number(0), default=0.0, help="sampling temperature (0)")
+    p.add_argument(
+        "--respect-eos",
+        action="store_true",
+        help="let the model stop at EOS (default: ignore EOS, fixed lengths)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=number(0, strict=True),
+        default=cl.DEFAULT_TIMEOUT,
+        help="seconds before one request counts as timed out (default 600)",
+    )
+    p.add_argument(
+        "--results",
+        default=str(records.DEFAULT_RESULTS),
+        help="JSONL file the records are appended to; the CSV goes next to it "
+        "(default bench-results/results.jsonl)",
+    )
+    p.add_argument("--no-records", action="store_true", help="write no records")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or chatter")
+    p.add_argument(
+        "--progress-every",
+        type=number(0),
+        default=progress.DEFAULT_EVERY,
+        metavar="SECONDS",
+        help="off a terminal: a progress line with an ETA this often "
+        f"(default {progress.DEFAULT_EVERY:g})",
+    )
+
+
+def add_common(p: argparse.ArgumentParser, max_tokens: int, url: bool = True) -> None:
+    add_server(p, url)
+    add_workload(p, max_tokens)
+
+
+DEFAULT_CONCURRENCY = ",".join(map(str, sw.DEFAULT_LEVELS))
+
+
+def add_sweep(p: argparse.ArgumentParser) -> None:
+    """Load levels and what each level sends."""
+    p.add_argument(
+        "--concurrency",
+        help=f"closed loop: levels, comma-separated (default {DEFAULT_CONCURRENCY})",
+    )
+    p.add_argument(
+        "--request-rate",
+        type=float,
+        help="open loop: one level, requests arriving at R req/s (Poisson unless --burstiness)",
+    )
+    p.add_argument(
+        "--request-rates",
+        metavar="R1,R2,...",
+        help="open loop: sweep these request rates (req/s), as --concurrency sweeps levels",
+    )
+    p.add_argument(
+        "--burstiness",
+        type=float,
+        help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson; "
+        "<1 burstier, >1 more regular), mean gap 1/R as in sglang.bench_serving",
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        help="open loop: seconds of arrivals per level (default: a request count, "
+        "--num-prompts or --prompts-per-concurrency x rate)",
+    )
+    p.add_argument(
+        "--num-prompts",
+        type=int,
+        default=0,
+        help="prompts per level (at least --prompts-per-concurrency x level)",
+    )
+    p.add_argument(
+        "--prompts-per-concurrency",
+        type=int,
+        default=sw.PER_CONCURRENCY,
+        help=f"minimum prompts per level as a multiple of its concurrency "
+        f"(default {sw.PER_CONCURRENCY}, SGLang's steady-state advice)",
+    )
+    p.add_argument("--warmup", type=int, default=2, help="warm-up requests before the sweep")
+    p.add_argument(
+        "--no-flush-cache", action="store_true", help="keep the prefix cache between levels"
+    )
+    p.add_argument(
+        "--slo-tpot-ms", type=number(0, strict=True), help="goodput: TPOT goal per request (ms)"
+    )
+    p.add_argument(
+        "--slo-ttft-ms", type=number(0, strict=True), help="goodput: TTFT goal per request (ms)"
+    )
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Range checks of whichever shared options this command has."""
+    request_headers(args)
+    extra_body(args)
+    if hasattr(args, "max_tokens"):
+        positive("--max-tokens", args.max_tokens)
+        positive("--request-timeout", args.request_timeout)
+        positive("--temperature", args.temperature, zero_ok=True)
+    for name in ("runs", "num_prompts", "lossless_prompts"):
+        if hasattr(args, name):
+            positive("--" + name.replace("_", "-"), getattr(args, name), zero_ok=name != "runs")
+    if hasattr(args, "warmup"):
+        positive("--warmup", args.warmup, zero_ok=True)
+    if hasattr(args, "progress_every"):
+        positive("--progress-every", args.progress_every, zero_ok=True)
+    if hasattr(args, "prompts_per_concurrency"):
+        positive("--prompts-per-concurrency", args.prompts_per_concurrency, zero_ok=True)

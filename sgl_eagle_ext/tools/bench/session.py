@@ -1,0 +1,88 @@
+"""What every subcommand's run builds from its arguments: the recorder, the load,
+the streaming client, the server's one-line description and the provenance."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sgl_eagle_ext.tools.bench import client as cl
+from sgl_eagle_ext.tools.bench import options, probe, prompts, provenance, records
+from sgl_eagle_ext.tools.bench import sweep as sw
+
+PROG = "sgl_eagle_ext.bench"
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def recorder(args: argparse.Namespace) -> records.Recorder:
+    # Known secret values are redacted from every record wherever they turn up
+    # (SGLang's /server_info echoes its own command line, --api-key included).
+    secrets = (getattr(args, "api_key", None) or "", *options.request_headers(args).values())
+    return records.Recorder(
+        None if args.no_records else Path(args.results),
+        getattr(args, "run_id", None),
+        secrets=secrets,
+    )
+
+
+def load(args: argparse.Namespace) -> sw.Load:
+    return sw.Load(args.max_tokens, args.temperature, not args.respect_eos, args.seed)
+
+
+def load_fields(ld: sw.Load, args: argparse.Namespace) -> dict:
+    """What every request of a record asked for (secret-named --extra-body keys hidden)."""
+    body = options.extra_body(args)
+    return {
+        "max_tokens": ld.max_tokens,
+        "temperature": ld.temperature,
+        "ignore_eos": ld.ignore_eos,
+        "seed": ld.seed,
+        "endpoint": args.endpoint,
+        **({"extra_body": provenance.redact_info(body)} if body else {}),
+    }
+
+
+def prompt_facts(ps: prompts.PromptSet, seed: int) -> dict:
+    return {"set": ps.name, "sha256": ps.sha256, "count": len(ps.prompts), "seed": seed}
+
+
+def connect(url: str, args: argparse.Namespace) -> probe.Server:
+    return probe.Server(url, args.api_key, options.request_headers(args)).connect()
+
+
+def client(server: probe.Server, args: argparse.Namespace) -> cl.Client:
+    return cl.Client(
+        server.base_url,
+        api_key=args.api_key,
+        model=server.model_id,
+        timeout=args.request_timeout,
+        spec_details_field=server.release.chat_spec_details_field,
+        extra_body=options.extra_body(args),
+        endpoint=args.endpoint,
+        headers=options.request_headers(args),
+        incremental=bool(server.info.get("incremental_streaming_output")),
+    )
+
+
+def describe(server: probe.Server) -> str:
+    spec = server.info.get("speculative_algorithm")
+    how = (
+        (
+            f"{spec} steps {server.info.get('speculative_num_steps')}, topk "
+            f"{server.info.get('speculative_eagle_topk')}, "
+            f"{server.info.get('speculative_num_draft_tokens')} draft tokens"
+        )
+        if spec
+        else "no speculation"
+    )
+    return f"{server.base_url} ({server.model_id}; SGLang {server.version or '?'}; {how})"
+
+
+def server_provenance(server: probe.Server, ps: prompts.PromptSet, seed: int) -> dict:
+    """Where a record's figures come from: this host, the server, the prompt set."""
+    return {
+        "host": provenance.host_facts(),
+        "server": provenance.server_facts(server),
+        "prompts": prompt_facts(ps, seed),
+    }

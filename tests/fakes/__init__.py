@@ -1,0 +1,1 @@
+"""Test doubles: not part of the shipped package (tests and benchmarks only)."""
