@@ -65,7 +65,9 @@ def redact_args(args: list[str]) -> list[str]:
 def redact_command(text: str) -> str:
     """A command line given as one string (SGLang's `launch_command`)."""
     try:
-        return shlex.join(redact_args(shlex.split(text)))
+        return " ".join(
+            t if t.endswith(REDACTED) else shlex.quote(t) for t in redact_args(shlex.split(text))
+        )
     except ValueError:  # unbalanced quotes: hide whatever follows a secret-named flag
         return re.sub(r"(--[\w-]*(?:key|token|secret|password|auth)[\w-]*[= ])\S+", r"\1***", text)
 
