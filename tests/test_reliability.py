@@ -184,3 +184,65 @@ def test_one_redaction_rule():
         ("S 1",),
     )
     assert "S 1" not in json.dumps(info) and "--port 1" in info["launch_command"]
+
+
+# ------------------------------------------------------------------ the launcher's key
+
+
+def test_the_launcher_takes_the_key_off_every_command_line(tmp_path, capsys, tiny_models):
+    from sgl_eagle_ext.launcher import cli as launch
+
+    key_file = tmp_path / "key"
+    key_file.write_text("K3Y-FILE\n")
+    base = ["--preset", "eagle3-2step", "--cpu", "--model-path", str(tiny_models["target"])]
+    base += ["--draft-model-path", str(tiny_models["draft-mostly"]), "--dry-run"]
+    for extra in (["--api-key-file", str(key_file)], ["--", "--api-key", "K3Y-FILE"]):
+        assert launch.main([*base, *extra]) == 0
+        out = capsys.readouterr().out
+        assert "K3Y-FILE" not in out
+        assert "EAGLE_EXT_API_KEY='***'" in out  # it travels in the environment
+        assert "--api-key" not in out.splitlines()[-1]  # not on the server's command line
+
+
+# ------------------------------------------------------------------ timeouts worded
+
+
+def test_a_timeout_says_timed_out_not_no_answer_within(tmp_path):
+    import socket
+
+    from sgl_eagle_ext.common import http
+
+    with socket.socket() as s:  # accepts, never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        reply = http.request(f"http://127.0.0.1:{s.getsockname()[1]}/x", timeout=0.5)
+    assert reply.status == 0 and "timed out after 0.5 s" in reply.error
+
+
+# ------------------------------------------------------------------ report streams
+
+
+def test_the_report_streams_its_log(tmp_path):
+    """A 60 MB log: read line by line, the report's peak memory stays far below the
+    file's size (a whole-file read holds it about three times over)."""
+    import subprocess
+
+    from tests.test_report import profile_line
+
+    log = tmp_path / "big.log"
+    noise = "[2026-11-29 10:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 12, #queue-req: 0\n"
+    block = noise * 999 + profile_line(1, 30.0, 28.5, [2] * 19 + [3]) + "\n"
+    with open(log, "w") as f:
+        while f.tell() < 60 * 2**20:
+            f.write(block)
+    code = (
+        "import contextlib, io, resource, sys\n"
+        "from sgl_eagle_ext.profiling import report\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    rc = report.main([{str(log)!r}, '--json'])\n"
+        "print(rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    rc, peak_mb = map(int, p.stdout.split())
+    assert rc == 0, p.stderr
+    assert peak_mb < 100, f"peak {peak_mb} MB for a 60 MB log"

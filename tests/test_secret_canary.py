@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common.redaction import redact_args
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.server
@@ -60,7 +61,8 @@ def run_tool(args: list[str], env: dict, cwd: Path, timeout: float = 600) -> str
         cwd=cwd,
         timeout=timeout,
     )
-    return f"$ {args}\n(exit {p.returncode})\n{p.stdout}{p.stderr}"
+    # the header shows the command as typed, key hidden: only the tool's own output counts
+    return f"$ {redact_args(args)}\n(exit {p.returncode})\n{p.stdout}{p.stderr}"
 
 
 def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
