@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from sgl_eagle_ext.common import proctree
+from sgl_eagle_ext.common.redaction import redact_text
 
 # Startup phases, recognised from SGLang's own log lines (all supported
 # releases); the first pattern that matches a line sets the phase.
@@ -231,8 +232,7 @@ class ServerProcess:
         return log
 
     def _line(self, line: str, end: str, log) -> None:
-        for secret in self.redact:
-            line = line.replace(secret, "***")
+        line = redact_text(line, self.redact)
         self.last_progress = time.monotonic()  # a tqdm '\r' update is progress too
         if line.strip():
             if end == "\n" or not self.tail or self.tail[-1] != line:
