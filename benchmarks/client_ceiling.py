@@ -61,8 +61,10 @@ def wait_up(url: str, timeout: float = 30) -> None:
 
 def default_tokenizer() -> str | None:
     """bench_serving needs a tokenizer for its random dataset: the tiny target's."""
-    root = Path(os.environ.get("EAGLE_EXT_MODELS_DIR", "~/.cache/sgl-eagle-ext/tiny-models"))
-    target = root.expanduser() / "target"
+    from sgl_eagle_ext.cpu import tiny_models
+
+    root = Path(os.environ.get("EAGLE_EXT_MODELS_DIR", tiny_models.DEFAULT_DIR)).expanduser()
+    target = root / f"v{tiny_models.BUILD_VERSION}" / "target"  # tiny_models.build's layout
     return str(target) if (target / "tokenizer.json").is_file() else None
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from sgl_eagle_ext.common import http
+from sgl_eagle_ext.profiling import names
 from sgl_eagle_ext.profiling.recorder import config, instrument
 from sgl_eagle_ext.profiling.recorder.clock import make_clock
 from sgl_eagle_ext.profiling.recorder.profiler import Profiler
@@ -94,7 +95,7 @@ def per_cycle_us(cuda: bool) -> float:
 
 def host_cost(cuda: bool) -> tuple[float, float]:
     plain = min(per_cycle_us(cuda) for _ in range(3))
-    cfg = config.from_env({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "1e9"})
+    cfg = config.from_env({names.ENV: "1", names.ENV_INTERVAL_S: "1e9"})
     instrument.PROFILER = Profiler(cfg, make_clock(cuda), rank_fn=lambda: 0)
     for name, role in ROLES.items():
         owner, attr, original = instrument.resolve_anchor(f"{__name__}:Worker.{name}")
@@ -114,7 +115,7 @@ def free_port() -> int:
 
 def server_tok_s(models: dict, profile: bool, prompts: list[str], tokens: int) -> float:
     port = free_port()
-    env = {**os.environ, "EAGLE3_PROFILE": "1" if profile else "0"}
+    env = {**os.environ, names.ENV: "1" if profile else "0"}
     cmd = [
         sys.executable,
         "-m",

@@ -41,7 +41,8 @@ def tiny_models() -> dict[str, Path]:
 @pytest.fixture
 def short_draft(tiny_models, tmp_path) -> Path:
     """draft-mostly with max_position_embeddings 1024, shorter than the target's 2048:
-    the seeds' context-length mismatch on the tiny pair (weights linked, not copied)."""
+    the first users' context-length mismatch (draft shorter than target) on the tiny pair
+    (weights linked, not copied)."""
     import json
 
     short = tmp_path / "short-draft"

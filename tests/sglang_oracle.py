@@ -167,14 +167,66 @@ def _aux_with(mod, cls_name, inner_name, case, ds) -> dict:
     return {"layers_to_capture": list(holder.model.layers_to_capture), **_boundaries(inner)}
 
 
+def _wheel_rule(pkg: str):
+    """get_context_length compiled out of a pristine wheel's source (with its keys)."""
+    import ast
+
+    for rel in ("srt/utils/hf_transformers/common.py", "srt/utils/hf_transformers_utils.py"):
+        path = os.path.join(pkg, rel)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        body = [
+            n
+            for n in tree.body
+            if (isinstance(n, ast.FunctionDef) and n.name == "get_context_length")
+            or (
+                isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "CONTEXT_LENGTH_KEYS" for t in n.targets)
+            )
+        ]
+        if len(body) == 2:
+            ns: dict = {}
+            exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
+            return ns["get_context_length"]
+    raise LookupError(f"no get_context_length in {pkg}")
+
+
+def wheel_context_case(root: str, rule, case: dict) -> dict:
+    """The release's own rule on the config as this python's transformers loads it."""
+    from transformers import AutoConfig
+
+    out = {}
+    for role in ("target", "draft"):
+        if case.get(role) is None:
+            continue
+        path = tempfile.mkdtemp(dir=root)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(case[role], f)
+        try:
+            cfg = AutoConfig.from_pretrained(path)
+        except (ValueError, KeyError) as e:  # a model type only SGLang registers
+            out[role] = {"skip": str(e)[:200]}
+            continue
+        text = getattr(cfg, "text_config", None) or cfg
+        out[role] = {"len": int(rule(text))}
+    return out
+
+
 def main() -> None:
-    """argv: CASES.json [PKG]. With PKG (a pristine wheel's `sglang` directory), only
-    the aux cases run, on methods compiled from PKG's source."""
+    """argv: CASES.json [PKG]. With PKG (a pristine wheel's `sglang` directory, whose
+    package cannot be imported here): the aux cases on methods compiled from PKG's
+    source, and the context limits by PKG's get_context_length on configs loaded by
+    this python's transformers (5.x, as every release pins)."""
     with open(sys.argv[1]) as f:
         cases = json.load(f)
     if len(sys.argv) > 2:
         pkg = sys.argv[2]
         out = {"pkg": pkg, "aux": [aux_case(c, pkg) for c in cases.get("aux", [])]}
+        rule = _wheel_rule(pkg)
+        with tempfile.TemporaryDirectory() as root:
+            out["context"] = [wheel_context_case(root, rule, c) for c in cases.get("context", [])]
         print("ORACLE " + json.dumps(out))
         return
     import sglang

@@ -410,7 +410,7 @@ def test_lossless_compare():
         (["single", "--max-tokens", "0"], "--max-tokens 0: must be > 0"),
         (["single", "--prompts", "/nonexistent/p.jsonl"], "no such file, and not a shipped set"),
         (["sweep", "--url", "ftp://x"], "not an http(s) URL"),
-        (["plot", "/nonexistent/r.jsonl"], "no such file"),
+        (["plot", "/nonexistent/r.jsonl"], "no such file"),  # checked before matplotlib
         (["ab", "--preset-a", "baseline", "--preset-b", "baseline"], "both 'baseline'"),
         (
             ["ab", "--preset-b", "eagle3-3step", "--cpu", "--model-path", "/tmp"],
@@ -758,6 +758,7 @@ def test_lossless_between_two_endpoints(fake, tmp_path, capsys):
     assert bad["url_b"] == other.url and bad["provenance"]["arms"]["B"]["url"] == other.url
 
 
+@pytest.mark.harness  # bench plot: matplotlib (the test extra)
 def test_plot_draws_both_arms(tmp_path, capsys):
     rec = records.Recorder(tmp_path / "r.jsonl", run_id="R1")
     prov = {
@@ -794,6 +795,8 @@ def test_plot_draws_both_arms(tmp_path, capsys):
 
 
 def test_plot_without_matplotlib_is_one_line(monkeypatch, tmp_path, capsys):
+    rec = records.Recorder(tmp_path / "r.jsonl", run_id="R1")
+    rec.write("sweep", {"arm": "a", "status": "ok", "concurrency": 1}, {})
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert cli.main(["plot", str(tmp_path / "r.jsonl")]) == 2
     err = capsys.readouterr().err
@@ -994,11 +997,6 @@ def test_compare_n_arms_best_arm_ratios_and_crossover(fake_arms, tmp_path, capsy
     assert c["crossover_throughput"]["slow"]["verdict"] == "never"
     assert c["lossless"] == {"spec": "IDENTICAL", "slow": "IDENTICAL"}
     assert all(r["run_id"] == c["run_id"] for r in recs)
-    # the plot draws all three arms
-    png = tmp_path / "c.png"
-    assert cli.main(["plot", str(res), "-o", str(png)]) == 0
-    assert "baseline: 2 level(s), spec: 2 level(s), slow: 2 level(s)" in capsys.readouterr().out
-    assert png.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, capsys):
@@ -1018,9 +1016,20 @@ def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, cap
     assert [lv["request_rate"] for lv in ab["levels"]] == [50.0, 100.0]
     assert [r["request_rate"] for r in recs[:4]] == [50.0, 100.0, 50.0, 100.0]
     assert [r["arrivals"] for r in recs[:4]] == [8, 8, 8, 8]
-    png = tmp_path / "ab.png"
+
+
+@pytest.mark.harness  # bench plot: matplotlib (the test extra)
+def test_plot_draws_every_arm_of_a_compare_over_request_rates(fake_arms, tmp_path, capsys):
+    for name in ("baseline", "spec", "other"):
+        fake_arms(name)
+    res = tmp_path / "c.jsonl"
+    args = ["compare", "--arm", "baseline", "--arm", "spec", "--arm", "other"]
+    assert cli.main(compare_args(res, tmp_path, *args, "--request-rates", "50,100")) == 0
+    capsys.readouterr()
+    png = tmp_path / "c.png"
     assert cli.main(["plot", str(res), "-o", str(png)]) == 0
-    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert "baseline: 2 level(s), spec: 2 level(s), other: 2 level(s)" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 20_000
 
 
 @pytest.mark.parametrize(
@@ -1036,6 +1045,7 @@ def test_compare_bad_arms(capsys, arms, words):
 
 
 # ------------------------------------------------------------------ packaging
+@pytest.mark.harness  # builds a wheel: setuptools with bdist_wheel
 def test_wheel_ships_no_test_double(tmp_path):
     """The built wheel holds the bench package but no fake server; matplotlib is an extra."""
     import shutil
@@ -1230,6 +1240,8 @@ def test_other_endpoints_and_v1_url_on_cpu_server(spec_server, tmp_path, endpoin
         "2",
         "--num-prompts",
         "2",
+        "--prompts-per-concurrency",
+        "0",
         "--max-tokens",
         "8",
         "--warmup",
@@ -1284,8 +1296,9 @@ def test_server_killed_mid_sweep(spec_server, tmp_path):
     recs = read_records(res)
     assert [(r["concurrency"], r["status"]) for r in recs] == [(1, "ok"), (2, "server died")]
     died = recs[1]
-    assert died["requests"] == 2 and died["completed"] < 2
+    assert died["requests"] == 2 and died["completed"] < 2 and died["cut_short"] is True
     assert set(died["errors"]) <= {"connection lost", "stream ended early", "connection refused"}
+    assert "SERVER DIED: cut short" in out
     assert len(read_csv(tmp_path / "r.csv")) == 2
 
 
@@ -1388,4 +1401,88 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
     plot = run_bench("plot", str(res), "--run-id", run_id, "-o", str(png), timeout=120)
     assert plot.returncode == 0, plot.stderr
     assert png.read_bytes()[:8] == PNG_MAGIC
+    assert "baseline: 2 level(s), eagle3-3step: 2 level(s)" in plot.stdout
+
+
+@pytest.mark.server
+def test_compare_two_arms_over_request_rates_on_cpu(tiny_models, tmp_path):
+    """bench compare: two presets through the launcher, open-loop levels, the same
+    arrivals and prompts on both, the N-arm report and a plot."""
+    res = tmp_path / "cmp.jsonl"
+    out = run_bench(
+        "compare",
+        "--arm",
+        "baseline",
+        "--arm",
+        "eagle3-3step",
+        "--cpu",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models[TARGET_DRAFT]),
+        "--request-rates",
+        "2,8",
+        "--num-prompts",
+        "2",
+        "--prompts-per-concurrency",
+        "0",
+        "--max-tokens",
+        "6",
+        "--warmup",
+        "0",
+        "--lossless-prompts",
+        "1",
+        "--lossless-max-tokens",
+        "6",
+        "--results",
+        str(res),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        timeout=1500,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    for words in (
+        "A = baseline, B = eagle3-3step; levels: request rates 2,8 req/s (open loop, Poisson",
+        "[A] baseline stopped (cleanly)",
+        "[B] eagle3-3step stopped (cleanly)",
+        "=== compare ",
+        "best arm by throughput: ",
+        "crossover by throughput, eagle3-3step vs baseline: ",
+        "lossless: IDENTICAL: 1/1 outputs of eagle3-3step match baseline",
+    ):
+        assert words in text, text
+    recs = read_records(res)
+    assert [r["kind"] for r in recs] == ["sweep"] * 4 + ["compare"]
+    sweeps, cmp = recs[:4], recs[4]
+    assert [(r["arm"], r["request_rate"]) for r in sweeps] == [
+        ("baseline", 2.0),
+        ("baseline", 8.0),
+        ("eagle3-3step", 2.0),
+        ("eagle3-3step", 8.0),
+    ]
+    for r in sweeps:
+        assert (r["status"], r["completed"], r["output_tokens"], r["arrivals"]) == ("ok", 2, 12, 2)
+        assert r["concurrency"] is None and r["burstiness"] == 1.0
+    # the same arrivals on both arms: the offered rate of a level is the schedule's
+    assert sweeps[0]["offered_rate"] == pytest.approx(sweeps[2]["offered_rate"])
+    assert sweeps[0]["accept_length"] is None and 2.0 <= sweeps[2]["accept_length"] <= 4.0
+    assert cmp["arms"] == ["baseline", "eagle3-3step"] and cmp["level_key"] == "request_rate"
+    assert [lv["level"] for lv in cmp["levels"]] == [2.0, 8.0]
+    for lv, a, b in zip(cmp["levels"], sweeps[:2], sweeps[2:]):
+        best = max(a["output_tok_s"], b["output_tok_s"])
+        assert lv["ratio_to_best"]["baseline"] == pytest.approx(a["output_tok_s"] / best)
+        assert lv["ratio_to_best"]["eagle3-3step"] == pytest.approx(b["output_tok_s"] / best)
+    assert cmp["crossover_throughput"]["eagle3-3step"]["verdict"] in (
+        "always",
+        "never",
+        "until",
+        "mixed",
+    )
+    assert cmp["lossless"] == {"eagle3-3step": "IDENTICAL"}
+    port = int(sweeps[0]["url"].rsplit(":", 1)[1])
+    assert not http.listener_pids(port)
+    png = tmp_path / "cmp.png"
+    plot = run_bench("plot", str(res), "-o", str(png), timeout=120)
+    assert plot.returncode == 0, plot.stderr
     assert "baseline: 2 level(s), eagle3-3step: 2 level(s)" in plot.stdout

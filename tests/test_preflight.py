@@ -1,4 +1,4 @@
-"""Preflight: the seeds' Kimi-K2.5 case, aux-layer conventions per release, shapes, bad
+"""Preflight: the Kimi-K2.5 case the project's first users hit (a 128k draft for a 256k target), aux-layer conventions per release, shapes, bad
 input, host checks, and SGLang's context-length rule against our reimplementation."""
 
 from __future__ import annotations
@@ -133,10 +133,10 @@ def tree_digest(root: Path) -> dict:
     }
 
 
-# ------------------------------------------------------------------ the seeds' case
+# ------------------------------- the first users' case: Kimi-K2.5 with a 128k-context draft
 
 
-def test_seeds_case_is_a_context_error_with_both_fixes_and_exit_1(pair, capsys):
+def test_kimi_short_draft_is_a_context_error_with_both_fixes_and_exit_1(pair, capsys):
     t, d = pair()
     rc = preflight_main(["--model-path", str(t), "--draft-model-path", str(d), "--no-host"])
     out = capsys.readouterr().out
@@ -767,7 +767,7 @@ def test_config_view_matches_transformers_configs(sources):
         assert rule(hf) == rule(context_rule.ConfigView(cfg)), rope
 
 
-def test_seeds_target_uses_text_config_and_yarn_exception():
+def test_kimi_target_uses_text_config_and_yarn_exception():
     cfg = kimi_target()["text_config"]
     assert context_rule.derive(cfg).value == 262144  # factor 64 ignored: original_max... set
     assert (
@@ -800,7 +800,7 @@ def test_tiny_pair_passes_preflight(tiny_models):
 
 @pytest.mark.server
 def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_draft, tmp_path):
-    """The seeds' mismatch on the tiny pair: real SGLang refuses the short draft (after
+    """The first users' context mismatch (draft shorter than target) on the tiny pair: real SGLang refuses the short draft (after
     loading the target), and starts with the --fix overlay; the original stays as it was."""
     import shlex
 

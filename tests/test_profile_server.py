@@ -63,6 +63,11 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     assert stop == 128 + signal.SIGTERM
 
     assert "EAGLE3_PROFILE: on (SGLang" in launcher.log_text()
+    # the shipped eagle3-3step preset's main path: installed once, a clean log
+    # (tests/test_profile_presets.py checks the other presets)
+    log = launcher.log_text()
+    assert log.count("EAGLE3_PROFILE: on (SGLang") == 1
+    assert "Traceback" not in log and "Failed to execute general plugin" not in log
     records = [r for r in profile_records(lines) if r["cycles"]]
     decode = [DECODE_BATCH.search(ln) for ln in lines if "Decode batch" in ln]
     assert records and decode

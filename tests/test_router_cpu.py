@@ -26,7 +26,7 @@ import pytest
 from conftest import READY_TIMEOUT, free_port
 
 from sgl_eagle_ext.common import http
-from sgl_eagle_ext.launcher import readiness
+from sgl_eagle_ext.launcher import server_process
 from sgl_eagle_ext.tools import healthcheck, router
 
 MAX_NEW = 8
@@ -170,7 +170,7 @@ def test_a_worker_that_never_gets_ready_stops_the_start(start_router):
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run = start_router("--worker-url", dead, "--worker-timeout", "3")
-    assert run.proc.wait(timeout=120) == readiness.EXIT_WATCHDOG, run.output
+    assert run.proc.wait(timeout=120) == server_process.EXIT_WATCHDOG, run.output
     assert f"{dead} (no answer)" in run.output
 
 

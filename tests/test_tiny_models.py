@@ -10,6 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 from conftest import readable
 
 from sgl_eagle_ext.cpu import tiny_models as tm
@@ -23,6 +24,7 @@ def digests(root: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.harness  # torch builds the tiny models
 def test_build_is_deterministic(tiny_models, tmp_path):
     session = tiny_models["target"].parent
     fresh = Path(tm.build(tmp_path, force=True)["target"]).parent
@@ -36,6 +38,7 @@ def test_readable_check_rejects_noise():
     assert not readable(" the \ufffd model")
 
 
+@pytest.mark.harness  # torch builds the tiny models
 def test_target_continues_every_demo_prompt_with_readable_text(tiny_models):
     from tokenizers import Tokenizer
 

@@ -40,15 +40,23 @@ class WorkerAnchors:
     # iteration under the overlap scheduler); None: the step's own result
     # carries them (v1, synchronous).
     accept_join: str | None
+    # The scheduler's "no batch" housekeeping, called in a loop while idle: the
+    # profiler flushes its partial window there.
+    idle: str | None = None
 
     def anchors(self) -> dict[str, str]:
-        roles = ("step", "draft", "verify", "target_forward", "draft_extend", "accept_join")
+        roles = ("step", "draft", "verify", "target_forward", "draft_extend", "accept_join", "idle")
         return {r: getattr(self, r) for r in roles if getattr(self, r)}
 
 
 _TP = "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation"
 _V1 = "sglang.srt.speculative.eagle_worker:EAGLEWorker"
 _V2 = "sglang.srt.speculative.eagle_worker_v2"
+_IDLE_0510 = (
+    "sglang.srt.managers.scheduler_runtime_checker_mixin:"
+    "SchedulerRuntimeCheckerMixin.self_check_during_idle"
+)
+_IDLE = "sglang.srt.managers.scheduler:Scheduler.on_idle"  # 0.5.13+
 V1_WORKER = WorkerAnchors(
     "v1",
     step=f"{_V1}.forward_batch_generation",
@@ -57,10 +65,11 @@ V1_WORKER = WorkerAnchors(
     target_forward=_TP,
     draft_extend=f"{_V1}.forward_draft_extend_after_decode",
     accept_join=None,
+    idle=_IDLE_0510,
 )
 
 
-def _v2_worker(accept_join: str) -> WorkerAnchors:
+def _v2_worker(accept_join: str, idle: str) -> WorkerAnchors:
     return WorkerAnchors(
         "v2",
         step=f"{_V2}:EAGLEWorkerV2.forward_batch_generation",
@@ -69,17 +78,20 @@ def _v2_worker(accept_join: str) -> WorkerAnchors:
         target_forward=_TP,
         draft_extend=f"{_V2}:EagleDraftWorker._draft_extend_for_decode",
         accept_join=accept_join,
+        idle=idle,
     )
 
 
 # 0.5.10.post1 runs v2 only with SGLANG_ENABLE_SPEC_V2=1 (and topk 1).
 V2_WORKER_0510 = _v2_worker(
     "sglang.srt.managers.scheduler_output_processor_mixin:"
-    "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids"
+    "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids",
+    _IDLE_0510,
 )
 V2_WORKER = _v2_worker(
     "sglang.srt.managers.scheduler_components.batch_result_processor:"
-    "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
+    "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+    _IDLE,
 )
 
 
@@ -149,6 +161,53 @@ _ENV_OVERRIDES_0519 = (
 
 
 @dataclass(frozen=True)
+class AdaptiveSpec:
+    """SGLang's `--speculative-adaptive` in one release (speculative/adaptive_spec_params.py).
+
+    SGLang turns adaptive off with one warning line ("speculative_adaptive disabled: ...")
+    and serves static speculation when any of `turned_off_by` holds; the preflight
+    (launcher/preflight/adaptive.py) reports them before launch instead.
+    """
+
+    # Smallest candidate step the config loader accepts: 0 (no drafting for that
+    # bucket, the trivial 1-token verify) from 0.5.16; 0.5.13.post1 wants steps > 0.
+    min_step: int
+    # (what, flag, value that triggers it) read from adaptive_unsupported_reason:
+    # value None = the bare boolean flag; "!=1" = any value but 1; ">1" = above 1.
+    turned_off_by: tuple[tuple[str, str, str | None], ...]
+    # --speculative-num-steps must be one of the config's candidate steps (a hard
+    # ValueError at startup otherwise; unset: SGLang takes the middle candidate).
+    initial_steps_in_candidates: bool = True
+
+
+_ADAPTIVE_OFF_COMMON = (
+    ("topk other than 1", "speculative-eagle-topk", "!=1"),
+    ("multi-layer EAGLE", "enable-multi-layer-eagle", None),
+    ("two-batch overlap", "enable-two-batch-overlap", None),
+    ("PD multiplexing", "enable-pdmux", None),
+)
+_ADAPTIVE_0513 = AdaptiveSpec(
+    min_step=1,
+    turned_off_by=(
+        ("DP attention", "enable-dp-attention", None),
+        *_ADAPTIVE_OFF_COMMON,
+    ),
+)
+_ADAPTIVE_0516 = AdaptiveSpec(min_step=0, turned_off_by=_ADAPTIVE_0513.turned_off_by)
+# 0.5.23: attention DP is `attn_dp_enabled_of` (--attn-dp-size > 1; the deprecated
+# --enable-dp-attention maps onto it), and a platform-specific EAGLE worker
+# (non-CUDA platforms) also turns adaptive off.
+_ADAPTIVE_0523 = AdaptiveSpec(
+    min_step=0,
+    turned_off_by=(
+        ("DP attention", "enable-dp-attention", None),
+        ("DP attention", "attn-dp-size", ">1"),
+        *_ADAPTIVE_OFF_COMMON,
+    ),
+)
+
+
+@dataclass(frozen=True)
 class Release:
     version: str
     # "v1": EAGLEWorker (speculative/eagle_worker.py) runs EAGLE-3 by default;
@@ -209,6 +268,8 @@ class Release:
     metric_generation_tokens: str = "sglang:generation_tokens_total"
     metric_spec_verify_calls: str | None = "sglang:spec_verify_calls_total"
     chat_spec_details_field: str | None = "return_spec_tokens_details"
+    # --speculative-adaptive (EAGLE/EAGLE3 chains): None where the release has none.
+    adaptive: AdaptiveSpec | None = None
 
     @property
     def patches(self) -> tuple[str, ...]:
@@ -288,6 +349,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.13.post1",
         spec_worker="v2",
+        adaptive=_ADAPTIVE_0513,
         plugin_entry_point=True,
         resolve_once=False,
         torch="2.11.0",
@@ -298,6 +360,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.16",
         spec_worker="v2",
+        adaptive=_ADAPTIVE_0516,
         plugin_entry_point=True,
         resolve_once=False,
         torch="2.11.0",
@@ -311,6 +374,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.19",
         spec_worker="v2",
+        adaptive=_ADAPTIVE_0516,
         plugin_entry_point=True,
         torch="2.13.0",
         renames=_GRAPH_FLAGS_V16,
@@ -324,6 +388,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.21",
         spec_worker="v2",
+        adaptive=_ADAPTIVE_0516,
         plugin_entry_point=True,
         torch="2.13.0",
         renames=_GRAPH_FLAGS_V16,
@@ -344,6 +409,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.23",
         spec_worker="v2",
+        adaptive=_ADAPTIVE_0523,
         plugin_entry_point=True,
         torch="2.14.1",
         renames=_GRAPH_FLAGS_V16,

@@ -6,8 +6,8 @@ idempotent. Each fix checks its anchor in SGLang and logs one line when the
 anchor is missing, instead of failing somewhere deeper. Releases with the v1
 EAGLE worker (0.5.10.post1) get the extra fixes of v1_fixes.py; torchvision on
 a CPU torch build is handled in every process by torchvision_ops.py (a .pth
-file the installer writes). Facts behind each step:
-shared/reference/cpu-harness-facts.md.
+file the installer writes). Each fix's docstring says what it works around and
+in which releases.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def in_server_process() -> None:
         harness.install_server()
 
 
-def in_scheduler_process(tp_rank="?") -> None:
+def in_scheduler_process(tp_rank="?", server_args=None) -> None:
     from sgl_eagle_ext.in_sglang import nccl_report
 
     nccl_report.report_rank(tp_rank)  # the NCCL settings this rank really has
@@ -40,4 +40,4 @@ def in_scheduler_process(tp_rank="?") -> None:
     if profile_names.enabled(os.environ):  # per-phase profiling of the EAGLE worker
         from sgl_eagle_ext.profiling import recorder
 
-        recorder.install_from_env()
+        recorder.install_from_env(server_args=server_args)

@@ -13,20 +13,30 @@ import sys
 from sgl_eagle_ext.profiling import names
 
 
-def _called_from_scheduler(max_depth: int = 12) -> bool:
+def _scheduler_frame(max_depth: int = 12):
+    """SGLang's run_scheduler_process frame above us, or None."""
     frame = sys._getframe(1)
     for _ in range(max_depth):
         if frame is None:
-            return False
+            return None
         if frame.f_code.co_name == "run_scheduler_process":
-            return True
+            return frame
         frame = frame.f_back
-    return False
+    return None
+
+
+def _called_from_scheduler(max_depth: int = 12) -> bool:
+    return _scheduler_frame(max_depth + 1) is not None
 
 
 def register() -> None:
-    if not names.enabled(os.environ) or not _called_from_scheduler():
+    if not names.enabled(os.environ):
+        return
+    frame = _scheduler_frame()
+    if frame is None:
         return
     from sgl_eagle_ext.profiling import recorder
 
-    recorder.install_from_env()
+    # run_scheduler_process(server_args, ...) in every release: the flags decide
+    # whether a wrapped EAGLE worker runs at all.
+    recorder.install_from_env(server_args=frame.f_locals.get("server_args"))

@@ -13,7 +13,8 @@ def run_scheduler_process(*args, **kwargs):
 
     # (server_args, port_args, gpu_id, tp_rank, ...) in every supported release
     tp_rank = kwargs.get("tp_rank", args[3] if len(args) > 3 else "?")
-    injection.in_scheduler_process(tp_rank)
+    server_args = kwargs.get("server_args", args[0] if args else None)
+    injection.in_scheduler_process(tp_rank, server_args)
 
     from sglang.srt.managers.scheduler import run_scheduler_process as sglang_run
 

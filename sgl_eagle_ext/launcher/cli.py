@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -26,12 +25,14 @@ from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
 from sgl_eagle_ext.launcher import nccl, presets, readiness
-from sgl_eagle_ext.launcher.server_process import ServerProcess, Stopped, supervised
+from sgl_eagle_ext.launcher.server_process import ServerProcess, run_supervised, serve_until_exit
 
 PROG = "sgl_eagle_ext.launch"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 SPEC_CHECK_PROMPT = "The quick brown fox"
 LOW_ACCEPT = 1.2  # below this the draft is barely contributing
+# Releases whose CUDA graphs capture the default aux layers (patches/: cuda-graph-aux-layers).
+GRAPH_BUG_RELEASES = ", ".join(r.version for r in releases.RELEASES if r.graph_resets_aux_layers)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -112,6 +113,12 @@ def parser() -> argparse.ArgumentParser:
         "--api-key-file",
         help=f"file holding the server's API key (or set ${API_KEY_ENV}); keeps it off "
         "every command line, unlike `-- --api-key K`",
+    )
+    p.add_argument(
+        "--adaptive-config",
+        metavar="FILE",
+        help="adaptive presets: the JSON table of candidate steps per batch size "
+        "(default: the preset's; write one with python -m sgl_eagle_ext.tune)",
     )
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument(
@@ -209,6 +216,63 @@ def apply_overlay(preset: presets.Preset, name: str) -> presets.Preset:
     return preset.merged_with(presets.load(path=path))
 
 
+ADAPTIVE = "speculative-adaptive"
+ADAPTIVE_CONFIG = "speculative-adaptive-config"
+
+
+def resolve_adaptive(preset: presets.Preset, release: releases.Release, args, extra) -> None:
+    """Gate an adaptive launch by the release table and point its config at a real file:
+    --adaptive-config, else the preset's (relative: to a file of its chain, or launch/)."""
+    extra_flags = {presets.canonical_flag(t, release) for t in extra}
+    if not (preset.server.get(ADAPTIVE) is True or ADAPTIVE in extra_flags):
+        if args.adaptive_config:
+            raise UserError(
+                f"--adaptive-config: preset '{preset.name}' is not adaptive.",
+                fix="use --preset eagle3-adaptive (or add speculative-adaptive = true)",
+            )
+        return
+    if release.adaptive is None:
+        raise UserError(
+            f"preset '{preset.name}': SGLang {release.version} has no --speculative-adaptive "
+            "(0.5.13.post1 or newer); use a fixed preset such as eagle3-3step there."
+        )
+    if ADAPTIVE_CONFIG in extra_flags:
+        return  # the user's own argument, passed untouched (the preflight checks it)
+    given = args.adaptive_config or preset.server.get(ADAPTIVE_CONFIG)
+    if not given:
+        return
+    path = Path(str(given)).expanduser()
+    if not args.adaptive_config and not path.is_absolute():
+        roots = [Path(f).parent for f in reversed(preset.chain)] + [Path(str(presets.PRESET_DIR))]
+        path = next((r / path for r in roots if (r / path).is_file()), path)
+    if not path.is_file():
+        where = "--adaptive-config" if args.adaptive_config else f"preset '{preset.name}'"
+        raise UserError(
+            f"{where}: adaptive config {given} does not exist.",
+            fix="give an existing JSON file (python -m sgl_eagle_ext.tune writes one)",
+        )
+    from sgl_eagle_ext.launcher.preflight import adaptive
+
+    buckets, found = adaptive.load(path, release)
+    if buckets is None:
+        first = next(f for f in found if f.severity == "error")
+        field = f" field {first.field}:" if first.field else ""
+        raise UserError(f"adaptive config {path}:{field} {first.message}", fix=first.fix)
+    preset.server[ADAPTIVE_CONFIG] = str(path.resolve())
+    union = sorted({s for steps in buckets.values() for s in steps})
+    start = preset.server.get("speculative-num-steps")
+    if "speculative-num-steps" not in extra_flags and start not in union:
+        # SGLang refuses a starting step outside the table; take its own unset rule
+        chosen = union[len(union) // 2]
+        print(
+            f"{PROG}: note: adaptive config {path} has no {start}-step candidate; "
+            f"starting at {chosen} steps (SGLang's choice for this table)",
+            file=sys.stderr,
+        )
+        preset.server["speculative-num-steps"] = chosen
+        preset.server["speculative-num-draft-tokens"] = chosen + 1
+
+
 def build_plan(args, extra: list[str]):
     """Preset + release + paths -> (preset, release, how, server_args, env)."""
     if not (args.preset or args.preset_file):
@@ -224,6 +288,7 @@ def build_plan(args, extra: list[str]):
     if args.cpu or args.demo:
         preset = apply_overlay(preset, "cpu")
     release, how = releases.resolve(args.sglang_version, force=args.force)
+    resolve_adaptive(preset, release, args, extra)
 
     if args.demo:
         from sgl_eagle_ext.cpu import tiny_models
@@ -231,6 +296,8 @@ def build_plan(args, extra: list[str]):
         built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
         if not (args.model_path or args.draft_model_path):  # the pair the manifest describes
             args.demo_manifest = Path(built["target"]).parent / "manifest.json"
+            # the drafts' low rope theta is part of their design (tiny_models)
+            args.skip = [*args.skip, "rope.theta-differs"]
         args.model_path = args.model_path or str(built["target"])
         args.draft_model_path = args.draft_model_path or str(built[f"draft-{args.demo_draft}"])
 
@@ -328,7 +395,7 @@ def spec_check(base_url: str, api_key: str | None) -> None:
         print(
             f"{PROG}: warning: spec check: accept length {acc:.2f}: the draft is barely "
             f"accepted (wrong aux hidden-state layers, a draft for another target, or the "
-            f"0.5.10 CUDA-graph capture-layer bug; run the preflight)",
+            f"CUDA-graph capture-layer bug of SGLang {GRAPH_BUG_RELEASES}; run the preflight)",
             flush=True,
         )
     else:
@@ -377,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(ours)
     if args.list_presets:
         for name, file in sorted(presets.shipped().items()):
-            print(f"{name:14} {presets.load(name=name).description}  ({file})")
+            print(f"{name:16} {presets.load(name=name).description}  ({file})")
         return 0
 
     preset, release, how, server_args, env = build_plan(args, extra)
@@ -437,52 +504,44 @@ def main(argv: list[str] | None = None) -> int:
         f"{PROG}: preset {preset.name}, SGLang {release.version} ({how}); log {log_path}",
         flush=True,
     )
-    with supervised(server, PROG):  # leaving this block stops the whole tree
-        try:
-            server.start()
-            took = readiness.wait_ready(
-                server,
-                base_url,
-                port,
-                api_key=api_key,
-                stall_timeout=args.stall_timeout,
-                startup_timeout=args.startup_timeout,
-            )
-            reports.print(expected_nccl)
-            if args.nccl_debug:
-                print_nccl_debug(debug_dir)
+
+    def start_and_serve() -> int:
+        server.start()
+        took = readiness.wait_ready(
+            server,
+            base_url,
+            port,
+            api_key=api_key,
+            stall_timeout=args.stall_timeout,
+            startup_timeout=args.startup_timeout,
+        )
+        reports.print(expected_nccl)
+        if args.nccl_debug:
+            print_nccl_debug(debug_dir)
+        print(
+            f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
+            f"SGLang {release.version}, pid {server.pid}, log {log_path})",
+            flush=True,
+        )
+        if args.demo:
+            manifest = getattr(args, "demo_manifest", None)
+            expected = manifest and demo.expected_accept(manifest, args.demo_draft, server_args)
+            demo.run(base_url, api_key, log_path, args.demo_draft, expected)
+            return 0
+        from sgl_eagle_ext.launcher.preflight.scaleout import is_worker_node
+
+        if is_worker_node(server_args):  # multi-node: its port answers health checks only
             print(
-                f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
-                f"SGLang {release.version}, pid {server.pid}, log {log_path})",
+                f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
+                f"parallel ranks only; send requests to node 0",
                 flush=True,
             )
-            if args.demo:
-                manifest = getattr(args, "demo_manifest", None)
-                expected = manifest and demo.expected_accept(manifest, args.demo_draft, server_args)
-                demo.run(base_url, api_key, log_path, args.demo_draft, expected)
-                return 0
-            from sgl_eagle_ext.launcher.preflight.scaleout import is_worker_node
+        elif preset.speculative and not args.no_spec_check:
+            spec_check(base_url, api_key)
+        return serve_until_exit(server, PROG, "server")
 
-            if is_worker_node(server_args):  # multi-node: its port answers health checks only
-                print(
-                    f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
-                    f"parallel ranks only; send requests to node 0",
-                    flush=True,
-                )
-            elif preset.speculative and not args.no_spec_check:
-                spec_check(base_url, api_key)
-            while server.alive():
-                time.sleep(0.5)
-            print(f"{PROG}: the server exited with code {server.returncode()}", file=sys.stderr)
-            return readiness.EXIT_SERVER_FAILED
-        except readiness.StartupFailed as e:
-            print(f"{PROG}: error: {e}", file=sys.stderr)
-            server.print_tail(PROG, "server")
-            print(f"{PROG}: stopping the server process tree", file=sys.stderr, flush=True)
-            return e.code
-        except Stopped as e:
-            print(f"\n{PROG}: {e}: stopping the server process tree", file=sys.stderr, flush=True)
-            return e.code
+    # Leaving run_supervised stops the whole tree, however it is left.
+    return run_supervised(server, PROG, "server", start_and_serve)
 
 
 if __name__ == "__main__":

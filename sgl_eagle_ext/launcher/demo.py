@@ -22,9 +22,9 @@ from sgl_eagle_ext.profiling import names
 MAX_NEW_TOKENS = 16  # the manifest's expected accept lengths are for 16 new tokens
 BENCH_PROMPT = "Speculative decoding works by"
 BENCH_TOKENS = 32
-BENCH_RUNS = 3
+BENCH_RUNS = 2
 # Profile windows every few decode cycles: a short demo still logs several.
-PROFILE_ENV = {names.ENV: "1", names.ENV_CYCLES: "2"}
+PROFILE_ENV = {names.ENV: "1", names.ENV_CYCLES: "4"}
 SETTING_FLAGS = (
     "--speculative-num-steps",
     "--speculative-eagle-topk",

@@ -12,16 +12,12 @@ from __future__ import annotations
 import time
 
 from sgl_eagle_ext.common.http import listener_pids, request
-from sgl_eagle_ext.launcher.server_process import ServerProcess
-
-EXIT_SERVER_FAILED = 1
-EXIT_WATCHDOG = 3
-
-
-class StartupFailed(Exception):
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
+from sgl_eagle_ext.launcher.server_process import (
+    EXIT_SERVER_FAILED,
+    EXIT_WATCHDOG,
+    ServerProcess,
+    StartupFailed,
+)
 
 
 def wait_ready(

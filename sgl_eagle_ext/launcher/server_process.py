@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,6 +42,19 @@ PHASES: tuple[tuple[re.Pattern, str], ...] = tuple(
     )
 )
 LINE_END = re.compile(rb"[\r\n]")
+
+
+# Exit codes of the launcher and the router (README: "Exit codes"); Stopped: 128+signal.
+EXIT_SERVER_FAILED = 1
+EXIT_WATCHDOG = 3
+
+
+class StartupFailed(Exception):
+    """The child did not get ready: it exited, stalled, or something else holds its port."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
 
 
 class Stopped(Exception):
@@ -72,6 +86,31 @@ def supervised(child: ServerProcess, prog: str):
             print(f"{prog}: warning: processes still alive: {sorted(left)}", file=sys.stderr)
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def run_supervised(child: ServerProcess, prog: str, what: str, body: Callable[[], int]) -> int:
+    """body()'s exit code, with `child` supervised (see supervised()): a StartupFailed
+    prints the error and the child's last log lines, SIGINT/SIGTERM (Stopped) one
+    line; either way the child's whole tree is stopped and the error's code returned."""
+    with supervised(child, prog):
+        try:
+            return body()
+        except StartupFailed as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            child.print_tail(prog, what)
+            print(f"{prog}: stopping the {what} process tree", file=sys.stderr, flush=True)
+            return e.code
+        except Stopped as e:
+            print(f"\n{prog}: {e}: stopping the {what} process tree", file=sys.stderr, flush=True)
+            return e.code
+
+
+def serve_until_exit(child: ServerProcess, prog: str, what: str) -> int:
+    """After READY: wait for the child to end; it was meant to run until stopped."""
+    while child.alive():
+        time.sleep(0.5)
+    print(f"{prog}: the {what} exited with code {child.returncode()}", file=sys.stderr)
+    return EXIT_SERVER_FAILED
 
 
 class ServerProcess:

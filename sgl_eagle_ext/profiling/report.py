@@ -15,6 +15,11 @@ share, accept length, tokens/s, and the break-even accept length
 i.e. the tokens a cycle must yield to match the baseline; `--target-tps T`
 adds the accept length a stream needs to reach T tokens/s. Truncated or
 garbled lines are counted and skipped.
+
+Adaptive speculation: each batch size is also split by the draft steps its
+cycles ran (`steps=` of the windows; 0 = no drafting), and SGLang's own
+"Switch adaptive runtime state" lines are listed with when and why the server
+switched (profiling/adaptive_log.py).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.profiling import adaptive_log
 from sgl_eagle_ext.profiling.names import ENV, ENV_FILE, TAG
 from sgl_eagle_ext.profiling.phases import PHASES
 
@@ -54,6 +60,7 @@ class Group:
     hist: Counter = field(default_factory=Counter)
     sglang_accept: list = field(default_factory=list)  # from Decode batch lines
     sglang_tps: list = field(default_factory=list)
+    by_steps: dict = field(default_factory=dict)  # draft steps -> Group (adaptive)
 
     def mean(self, phase: str) -> float:
         return self.ms_weighted[phase] / self.cycles if self.cycles else 0.0
@@ -66,6 +73,9 @@ class Parsed:
     decode_lines: int = 0
     skipped: int = 0
     prefill: list = field(default_factory=list)  # (n, mean ms)
+    adaptive: adaptive_log.AdaptiveLog = field(
+        default_factory=lambda: adaptive_log.AdaptiveLog([], [])
+    )
 
 
 # -- reading -------------------------------------------------------------------
@@ -91,6 +101,8 @@ def record_from_line(line: str) -> dict:
     }
     n, ms = f["prefill"].split("/")
     rec["prefill"] = {"n": int(n), "ms_mean": float(ms)}
+    if "steps" in f:
+        rec["steps"] = _mix(f["steps"])
     if rec["cycles"]:
         rec["phases"] = {p: _triplet(f[f"{p}_ms"]) for p in ROWS}
         for item in f["share"].split(","):
@@ -108,7 +120,15 @@ def add_record(parsed: Parsed, rec: dict) -> None:
         return
     bs_mix = {int(k): v for k, v in rec["bs"].items()}
     bs = max(bs_mix, key=bs_mix.get)
-    g = parsed.groups[bs]
+    _merge(parsed.groups[bs], rec, bs_mix)
+    steps_mix = {int(k): v for k, v in (rec.get("steps") or {}).items()}
+    if steps_mix:
+        steps = max(steps_mix, key=steps_mix.get)
+        by = parsed.groups[bs].by_steps
+        _merge(by.setdefault(steps, Group()), rec, bs_mix)
+
+
+def _merge(g: Group, rec: dict, bs_mix: dict) -> None:
     n = rec["cycles"]
     g.cycles += n
     g.windows += 1
@@ -155,6 +175,11 @@ def _lines(path: Path):
 def parse(paths: list[Path]) -> Parsed:
     parsed = Parsed()
     for path in paths:
+        # two streamed passes (the adaptive switches, then the records): memory stays
+        # flat however large the log
+        log = adaptive_log.read(line.rstrip("\r\n") for line in _lines(path))
+        parsed.adaptive.switches += log.switches
+        parsed.adaptive.disabled += log.disabled
         for line in _lines(path):
             line = line.rstrip("\r\n")
             try:
@@ -194,35 +219,12 @@ def figures(parsed: Parsed, args, baseline: Parsed | None) -> list[dict]:
     rows = []
     for bs in sorted(parsed.groups):
         g = parsed.groups[bs]
-        row: dict = {"bs": bs, "cycles": g.cycles, "windows": g.windows, "mixed_windows": g.mixed}
-        if g.cycles:
-            cycle = g.mean("cycle")
-            row["phases"] = {
-                p: {
-                    "mean_ms": g.mean(p),
-                    "p50_ms": g.p50_weighted[p] / g.cycles,
-                    "p90_ms": g.p90_weighted[p] / g.cycles,
-                    "share_pct": 100 * g.mean(p) / cycle if cycle else 0.0,
-                }
-                for p in ROWS
-            }
-            n_req = sum(g.hist.values())
-            acc = sum(k * v for k, v in g.hist.items()) / n_req if n_req else None
-            row["accept_len"] = acc
-            row["tok_s"] = 1000 * acc * bs / cycle if acc and cycle else None
-            base = baseline_ms_per_token(args, baseline, bs)
-            if base:
-                row["baseline_ms_per_token"] = base
-                row["break_even_accept_len"] = cycle / base
-                if acc:
-                    row["speedup"] = acc * base / cycle
-            if args.target_tps:
-                row["target_tps"] = args.target_tps
-                row["accept_len_for_target"] = args.target_tps * cycle / 1000
-        if g.sglang_accept:
-            row["sglang_accept_len"] = sum(g.sglang_accept) / len(g.sglang_accept)
-        if g.sglang_tps:
-            row["sglang_gen_tps"] = sum(g.sglang_tps) / len(g.sglang_tps)
+        row = group_figures(g, bs, args, baseline)
+        if g.by_steps:
+            row["by_steps"] = [
+                {"steps": k, "no_draft": k == 0, **group_figures(sub, bs, args, baseline)}
+                for k, sub in sorted(g.by_steps.items())
+            ]
         rows.append(row)
     return rows
 
@@ -235,6 +237,39 @@ def finite_or_null(obj):
     if isinstance(obj, list):
         return [finite_or_null(v) for v in obj]
     return obj
+
+
+def group_figures(g: Group, bs: int, args, baseline: Parsed | None) -> dict:
+    row: dict = {"bs": bs, "cycles": g.cycles, "windows": g.windows, "mixed_windows": g.mixed}
+    if g.cycles:
+        cycle = g.mean("cycle")
+        row["phases"] = {
+            p: {
+                "mean_ms": g.mean(p),
+                "p50_ms": g.p50_weighted[p] / g.cycles,
+                "p90_ms": g.p90_weighted[p] / g.cycles,
+                "share_pct": 100 * g.mean(p) / cycle if cycle else 0.0,
+            }
+            for p in ROWS
+        }
+        n_req = sum(g.hist.values())
+        acc = sum(k * v for k, v in g.hist.items()) / n_req if n_req else None
+        row["accept_len"] = acc
+        row["tok_s"] = 1000 * acc * bs / cycle if acc and cycle else None
+        base = baseline_ms_per_token(args, baseline, bs)
+        if base:
+            row["baseline_ms_per_token"] = base
+            row["break_even_accept_len"] = cycle / base
+            if acc:
+                row["speedup"] = acc * base / cycle
+        if args.target_tps:
+            row["target_tps"] = args.target_tps
+            row["accept_len_for_target"] = args.target_tps * cycle / 1000
+    if g.sglang_accept:
+        row["sglang_accept_len"] = sum(g.sglang_accept) / len(g.sglang_accept)
+    if g.sglang_tps:
+        row["sglang_gen_tps"] = sum(g.sglang_tps) / len(g.sglang_tps)
+    return row
 
 
 def print_table(rows: list[dict], parsed: Parsed) -> None:
@@ -276,6 +311,8 @@ def print_table(rows: list[dict], parsed: Parsed) -> None:
                 f"  accept length for {row['target_tps']:.1f} tok/s per stream: "
                 f"{row['accept_len_for_target']:.2f}"
             )
+        if row.get("by_steps"):
+            print_by_steps(row["by_steps"])
         if "sglang_accept_len" in row or "sglang_gen_tps" in row:
             acc = row.get("sglang_accept_len")
             print(
@@ -291,6 +328,47 @@ def print_table(rows: list[dict], parsed: Parsed) -> None:
                     if s
                 )
             )
+
+
+def print_by_steps(subrows: list[dict]) -> None:
+    print(
+        f"  {'by draft steps':16}{'cycles':>8}{'cycle ms':>10}{'draft ms':>10}"
+        f"{'accept':>8}{'tok/s':>9}{'tau*':>7}{'vs base':>9}"
+    )
+    for r in subrows:
+        ph = r.get("phases", {})
+
+        def num(v, fmt):
+            return format(v, fmt) if v is not None else "-"
+
+        label = f"{r['steps']} (no draft)" if r["no_draft"] else str(r["steps"])
+        print(
+            f"  {label:16}{r['cycles']:8d}"
+            f"{num(ph.get('cycle', {}).get('mean_ms'), '10.2f')}"
+            f"{num(ph.get('draft', {}).get('mean_ms'), '10.2f')}"
+            f"{num(r.get('accept_len'), '8.2f')}{num(r.get('tok_s'), '9.1f')}"
+            f"{num(r.get('break_even_accept_len'), '7.2f')}"
+            f"{num(r.get('speedup'), '8.2f')}x"
+        )
+
+
+def print_adaptive(log: adaptive_log.AdaptiveLog, limit: int = 20) -> None:
+    for why in log.disabled:
+        print(f"\nSGLang turned adaptive speculation OFF: {why} (static speculation served)")
+    if not log.switches:
+        return
+    reasons = Counter(s.reason for s in log.switches)
+    print(
+        f"\n== adaptive switches (SGLang's 'Switch adaptive runtime state'): "
+        f"{len(log.switches)}, " + ", ".join(f"{n} by {r}" for r, n in sorted(reasons.items()))
+    )
+    shown = log.switches if len(log.switches) <= limit else log.switches[: limit // 2]
+    for s in shown:
+        print(f"  {s.describe()}")
+    if len(log.switches) > limit:
+        print(f"  ... {len(log.switches) - limit} more ...")
+        for s in log.switches[-limit // 2 :]:
+            print(f"  {s.describe()}")
 
 
 @cli(PROG)
@@ -325,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"{name} {value}: must be positive.")
     parsed = parse(args.logs)
     baseline = parse(args.baseline_log) if args.baseline_log else None
-    if not parsed.profile_records and not parsed.decode_lines:
+    if not (parsed.profile_records or parsed.decode_lines or parsed.adaptive.switches):
         raise UserError(
             f"no {TAG} or Decode batch lines in {', '.join(map(str, args.logs))}"
             f" ({parsed.skipped} garbled).",
@@ -340,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                 "profile_windows": parsed.profile_records,
                 "decode_lines": parsed.decode_lines,
                 "skipped_lines": parsed.skipped,
+                "adaptive": parsed.adaptive.to_json(),
             },
             sys.stdout,
             indent=2,
@@ -348,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
     else:
         print_table(rows, parsed)
+        print_adaptive(parsed.adaptive)
     return 0
 
 

@@ -34,8 +34,14 @@ from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.http import check_port_free, probe_host
 from sgl_eagle_ext.common.paths import check_writable_file, read_secret_file
-from sgl_eagle_ext.launcher import readiness
-from sgl_eagle_ext.launcher.server_process import ServerProcess, Stopped, supervised
+from sgl_eagle_ext.launcher.server_process import (
+    EXIT_SERVER_FAILED,
+    EXIT_WATCHDOG,
+    ServerProcess,
+    StartupFailed,
+    run_supervised,
+    serve_until_exit,
+)
 
 PROG = "sgl_eagle_ext.router"
 ROUTER_MODULE = "sglang_router.launch_router"
@@ -128,10 +134,10 @@ def wait_workers(
             return
         now = time.monotonic()
         if timeout and now - t0 > timeout:
-            raise readiness.StartupFailed(
+            raise StartupFailed(
                 f"worker(s) not ready after {now - t0:.0f} s: "
                 + ", ".join(f"{u} ({why})" for u, why in pending.items()),
-                readiness.EXIT_WATCHDOG,
+                EXIT_WATCHDOG,
             )
         if now - last_report >= report_every:
             last_report = now
@@ -156,14 +162,12 @@ def wait_router(
     while True:
         code = router.returncode()
         if code is not None:
-            raise readiness.StartupFailed(
-                f"the router exited with code {code} during startup", readiness.EXIT_SERVER_FAILED
+            raise StartupFailed(
+                f"the router exited with code {code} during startup", EXIT_SERVER_FAILED
             )
         elapsed = time.monotonic() - t0
         if timeout and elapsed > timeout:
-            raise readiness.StartupFailed(
-                f"the router is not ready after {elapsed:.0f} s", readiness.EXIT_WATCHDOG
-            )
+            raise StartupFailed(f"the router is not ready after {elapsed:.0f} s", EXIT_WATCHDOG)
         reply = http.request(f"{base_url}/readiness", api_key=api_key, timeout=10)
         if reply.status == 200:  # sglang-router 0.3: {"status": "ready", "healthy_workers": N, ...}
             body = reply.body if isinstance(reply.body, dict) else {}
@@ -234,28 +238,21 @@ def main(argv: list[str] | None = None) -> int:
         redact=[api_key or ""],
         echo=not args.quiet,
     )
-    with supervised(router, PROG):  # leaving this block stops the router
-        try:
-            print(f"{PROG}: waiting for {len(urls)} worker(s) to pass /health_generate", flush=True)
-            wait_workers(urls, args.worker_timeout, api_key=api_key)
-            router.start()
-            took = wait_router(router, base_url, len(urls), args.startup_timeout, api_key=api_key)
-            print(
-                f"{PROG}: READY in {took:.1f} s: {base_url} -> {len(urls)} worker(s), policy "
-                f"{args.policy} (pid {router.pid}, log {log_path})",
-                flush=True,
-            )
-            while router.alive():
-                time.sleep(0.5)
-            print(f"{PROG}: the router exited with code {router.returncode()}", file=sys.stderr)
-            return readiness.EXIT_SERVER_FAILED
-        except readiness.StartupFailed as e:
-            print(f"{PROG}: error: {e}", file=sys.stderr)
-            router.print_tail(PROG, "router")
-            return e.code
-        except Stopped as e:
-            print(f"\n{PROG}: {e}: stopping the router", file=sys.stderr, flush=True)
-            return e.code
+
+    def start_and_serve() -> int:
+        print(f"{PROG}: waiting for {len(urls)} worker(s) to pass /health_generate", flush=True)
+        wait_workers(urls, args.worker_timeout, api_key=api_key)
+        router.start()
+        took = wait_router(router, base_url, len(urls), args.startup_timeout, api_key=api_key)
+        print(
+            f"{PROG}: READY in {took:.1f} s: {base_url} -> {len(urls)} worker(s), policy "
+            f"{args.policy} (pid {router.pid}, log {log_path})",
+            flush=True,
+        )
+        return serve_until_exit(router, PROG, "router")
+
+    # Leaving run_supervised stops the router, however it is left.
+    return run_supervised(router, PROG, "router", start_and_serve)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,15 @@ from pathlib import Path
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.cli_args import last_value
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.launcher.preflight import aux_layers, context, host, model_dirs, scaleout, shapes
+from sgl_eagle_ext.launcher.preflight import (
+    adaptive,
+    aux_layers,
+    context,
+    host,
+    model_dirs,
+    scaleout,
+    shapes,
+)
 from sgl_eagle_ext.launcher.preflight.findings import INFO, WARNING, Finding, Report
 from sgl_eagle_ext.tools import patches, wheels
 
@@ -159,6 +167,7 @@ def run(
         )
 
     report.add(*_safely(report, "scaleout", [], scaleout.check, server_args, env))
+    report.add(*_safely(report, "adaptive", [], adaptive.check, server_args, release))
     if host_checks:
         tp = scaleout.gpus_per_node(server_args)  # this node's share of tp * pp
         try:

@@ -2,7 +2,8 @@
 
 Modules: config (switches), clock (CUDA events / host clock, no syncs),
 cycles (marks -> durations), window (summary, log line format), profiler
-(per-process state), metrics (Prometheus), instrument (the wrappers).
+(per-process state), metrics (Prometheus), syncs (what the sync check counts),
+instrument (the wrappers).
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ from __future__ import annotations
 import os
 
 
-def install_from_env(version: str | None = None) -> bool:
-    """Instrument this process if EAGLE3_PROFILE=1; safe to call more than once."""
+def install_from_env(version: str | None = None, server_args=None) -> bool:
+    """Instrument this process if EAGLE3_PROFILE=1. Decided once per process: the
+    scheduler entry and SGLang's plugin entry point (0.5.13+) both call it, and the
+    second call neither patches nor registers the Prometheus counters again."""
     from sgl_eagle_ext.profiling.recorder import config, instrument, metrics
 
+    if instrument.decided() is not None:
+        return instrument.decided()
     cfg = config.from_env()
     if not cfg.enabled:
         return False
@@ -21,5 +26,9 @@ def install_from_env(version: str | None = None) -> bool:
     if os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
         device_is_cuda = False
     return instrument.instrument(
-        cfg, version=version, device_is_cuda=device_is_cuda, metrics=metrics.from_environment()
+        cfg,
+        version=version,
+        device_is_cuda=device_is_cuda,
+        metrics=metrics.from_environment,  # made only when profiling goes on
+        server_args=server_args,
     )

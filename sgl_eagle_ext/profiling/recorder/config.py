@@ -6,7 +6,7 @@ EAGLE3_PROFILE_RANKS=0        ranks that profile and log: "0" (default), "all", 
 EAGLE3_PROFILE_INTERVAL_S=5   log a window at least this many seconds apart ...
 EAGLE3_PROFILE_CYCLES=0       ... or every N decode cycles when N > 0
 EAGLE3_PROFILE_FILE=PATH      also append each window as a JSON line ({rank} is replaced)
-EAGLE3_PROFILE_SYNC_CHECK=1   count explicit synchronize calls inside cycles (syncs=)
+EAGLE3_PROFILE_SYNC_CHECK=1   count syncs inside cycles (syncs=; what is counted: syncs.py)
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ class Cycle:
     accepted: list[int] | None = None  # per request, tokens incl. the bonus token
     syncs: int = 0  # explicit synchronize calls seen inside (sync check)
     captured: bool = False  # a mark fell inside CUDA-graph capture: not timed
+    # Draft steps the cycle ran (adaptive speculation changes them at run time;
+    # 0 = no drafting, a plain decode through the 1-token verify). None: unknown.
+    steps: int | None = None
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Resolved:
     ms: dict[str, float]  # SPANS names present -> milliseconds
     accepted: list[int]
     syncs: int
+    steps: int | None = None
 
 
 class CycleTracker:
@@ -94,4 +98,4 @@ class CycleTracker:
             if a in c.marks and b in c.marks:
                 ms[name] = self.clock.elapsed_ms(c.marks[a], c.marks[b])
         self.clock.release(*c.marks.values())
-        return Resolved(c.kind, c.bs, c.draft_tokens, ms, c.accepted or [], c.syncs)
+        return Resolved(c.kind, c.bs, c.draft_tokens, ms, c.accepted or [], c.syncs, c.steps)

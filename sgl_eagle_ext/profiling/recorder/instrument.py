@@ -9,6 +9,7 @@ as usual. Wrappers only take marks (clock.py) and never synchronize.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import inspect
 import logging
@@ -20,6 +21,7 @@ from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling import phases
 from sgl_eagle_ext.profiling.names import LOGGER, TAG
+from sgl_eagle_ext.profiling.recorder import syncs
 from sgl_eagle_ext.profiling.recorder.clock import make_clock
 from sgl_eagle_ext.profiling.recorder.config import Config
 from sgl_eagle_ext.profiling.recorder.profiler import RESULT_ATTR, Profiler
@@ -31,10 +33,18 @@ SYNC_ANCHORS = (
     "torch.cuda:Stream.synchronize",
 )
 
+# Server flags that make SGLang run an EAGLE worker no anchor wraps: profiling
+# would say "on" and record nothing, so it fails closed instead.
+UNWRAPPED_WORKERS = {"enable_multi_layer_eagle": "MultiLayerEagleWorkerV2"}
+IDLE_ROLE = "idle"  # WorkerAnchors.idle: the scheduler's housekeeping while it has no batch
+
 PROFILER: Profiler | None = None
 # The release's GenerationBatchResult field with the accept counts (Release.accept_counts_attr).
 _accept_attr = releases.PRIMARY.accept_counts_attr
 _patched: list[tuple[object, str, object, bool]] = []  # (owner, name, original, was_own)
+# This process's decision (True: instrumented, False: refused), made once: the
+# scheduler entry and SGLang's plugin entry point (0.5.13+) both ask.
+_decision: bool | None = None
 
 
 def _announce(level: int, msg: str, *args) -> None:
@@ -89,6 +99,10 @@ def _kind(batch) -> str | None:
     mode = getattr(batch, "forward_mode", None)
     if mode is None or mode.is_idle():
         return None
+    if getattr(batch, "is_extend_in_batch", False):
+        # DP attention: another rank extends, so this decode batch takes the worker's
+        # prefill path (no verify, no accept counts to join).
+        return "prefill"
     if mode.is_decode():
         return "decode"
     if mode.is_extend():
@@ -111,6 +125,11 @@ def _accepted_from(result) -> list[int] | None:
     return None
 
 
+def _int_attr(obj, name: str) -> int | None:
+    value = getattr(obj, name, None)
+    return value if isinstance(value, int) else None
+
+
 # -- wrappers ----------------------------------------------------------------------
 def _step(wrapped, instance, args, kwargs):
     prof = PROFILER
@@ -125,6 +144,9 @@ def _step(wrapped, instance, args, kwargs):
     try:
         result = wrapped(*args, **kwargs)
     finally:
+        if cycle is not None:  # what this cycle ran: adaptive switches at its start
+            cycle.steps = _int_attr(instance, "speculative_num_steps")
+            cycle.draft_tokens = _int_attr(instance, "speculative_num_draft_tokens") or 0
         prof.end()
     if cycle is not None and kind == "decode" and result is not None:
         accepted = _accepted_from(result)  # v1: already on the CPU in the result
@@ -177,11 +199,21 @@ def _count_sync(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
+def _idle(wrapped, instance, args, kwargs):
+    """The scheduler has no batch: write the partial window (a short run logs too)."""
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        if PROFILER is not None:
+            PROFILER.flush_idle()
+
+
 # role (a WorkerAnchors field) -> its wrapper; the marks come from the phase table.
 WRAPPERS = {
     phases.STEP_ROLE: _step,
     **{role: _phase(*phases.marks_of(role)) for role in phases.MARKED_ROLES},
     phases.ACCEPT_JOIN_ROLE: _accept_join,
+    IDLE_ROLE: _idle,
 }
 
 
@@ -190,13 +222,41 @@ def is_instrumented() -> bool:
     return bool(_patched)
 
 
+def decided() -> bool | None:
+    """This process's decision so far (None: not asked yet)."""
+    return _decision
+
+
 def instrument(
-    config: Config, version: str | None = None, device_is_cuda: bool | None = None, metrics=None
+    config: Config,
+    version: str | None = None,
+    device_is_cuda: bool | None = None,
+    metrics=None,
+    server_args=None,
 ) -> bool:
-    """Patch the installed SGLang for profiling. Idempotent; False when refused."""
+    """Patch the installed SGLang for profiling. Idempotent (decided once per process,
+    one log line); False when refused. `metrics`: the counters, or a callable making
+    them (called only when profiling goes on)."""
+    global _decision
+    if _decision is None:
+        _decision = _instrument(config, version, device_is_cuda, metrics, server_args)
+    return _decision
+
+
+def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
     global PROFILER, _accept_attr
     if _patched:
         return True
+    for flag, worker in UNWRAPPED_WORKERS.items():
+        if getattr(server_args, flag, False):
+            _announce(
+                logging.WARNING,
+                "%s: disabled, serving unprofiled: --%s runs %s, which profiling does not wrap",
+                TAG,
+                flag.replace("_", "-"),
+                worker,
+            )
+            return False
     try:
         release, _ = releases.resolve(version)
     except UserError as e:
@@ -220,35 +280,54 @@ def instrument(
                     e,
                 )
                 return False
-    if config.sync_check:
-        plan += [("sync", *resolve_anchor(a)) for a in SYNC_ANCHORS]
     if device_is_cuda is None:
         import torch
 
         device_is_cuda = torch.cuda.is_available()
+    sync_counted = syncs.select(config.sync_check, device_is_cuda)
+    if sync_counted == syncs.EXPLICIT:
+        plan += [("sync", *resolve_anchor(a)) for a in SYNC_ANCHORS]
+    if callable(metrics):
+        metrics = metrics()
     _accept_attr = release.accept_counts_attr
     PROFILER = Profiler(config, make_clock(device_is_cuda), metrics=metrics)
+    PROFILER.sync_counted = sync_counted
+    if sync_counted == syncs.DEVICE:
+        syncs.watch_device_syncs(PROFILER.count_sync)
     seen = set()
     for role, owner, name, original in plan:
         if (id(owner), name) in seen:  # an anchor shared by two workers
             continue
         seen.add((id(owner), name))
         _wrap(owner, name, original, _count_sync if role == "sync" else WRAPPERS[role])
+    atexit.register(flush)  # the partial window, when the scheduler exits normally
     _announce(
         logging.INFO,
-        "%s: on (SGLang %s, workers %s, clock %s, ranks %s)",
+        "%s: on (SGLang %s, workers %s, clock %s, ranks %s, sync check %s)",
         TAG,
         release.version,
         "+".join(w.worker for w in release.workers),
         PROFILER.clock_kind,
         "all" if config.ranks is None else ",".join(map(str, sorted(config.ranks))),
+        sync_counted,
     )
     return True
 
 
+def flush() -> None:
+    """Write what was measured (process exit); never raises."""
+    try:
+        if PROFILER is not None:
+            PROFILER.poll()
+            PROFILER.emit()
+    except Exception:  # at exit, logging may be half torn down
+        pass
+
+
 def uninstrument() -> None:
     """Restore every original, newest patch first; flush what was measured."""
-    global PROFILER
+    global PROFILER, _decision
+    _decision = None
     if PROFILER is not None:
         PROFILER.poll()
         PROFILER.emit()

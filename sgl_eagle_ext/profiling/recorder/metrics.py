@@ -42,10 +42,18 @@ class PrometheusMetrics:
                 self.accepted.inc(sum(c.accepted))
 
 
+_made: PrometheusMetrics | None = None
+
+
 def from_environment():
+    """The process's counters (made once: a second registration would raise
+    DuplicateTimeseries in prometheus_client's registry)."""
+    global _made
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return None
-    try:
-        return PrometheusMetrics()
-    except ImportError:
-        return None
+    if _made is None:
+        try:
+            _made = PrometheusMetrics()
+        except ImportError:
+            return None
+    return _made

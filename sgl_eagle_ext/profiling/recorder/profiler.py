@@ -14,6 +14,9 @@ from sgl_eagle_ext.profiling.recorder.cycles import Cycle, CycleTracker, Resolve
 
 logger = logging.getLogger(LOGGER)
 RESULT_ATTR = "_eagle_ext_cycle"  # set on GenerationBatchResult to join accept counts
+# The scheduler's idle loop spins: a window is flushed once it has been idle this long
+# (a short gap between batches does not split a window).
+IDLE_FLUSH_S = 0.5
 
 
 def current_rank() -> int:
@@ -38,6 +41,8 @@ class Profiler:
         self.window_decode = 0  # decode cycles in the window (kept, not recounted)
         self.window_t0 = time.monotonic()
         self.records = 0
+        self.idle_since: float | None = None
+        self.sync_counted = "off"  # what syncs= counts (syncs.py), set by the instrumentor
 
     # -- hot path: marks only ------------------------------------------------
     def begin(self, kind: str, bs: int, draft_tokens: int) -> Cycle | None:
@@ -46,6 +51,7 @@ class Profiler:
             self.active = self.config.profiles_rank(self.rank)
         if not self.active:
             return None
+        self.idle_since = None
         self.poll()
         return self.tracker.begin(kind, bs, draft_tokens)
 
@@ -80,11 +86,44 @@ class Profiler:
         if self.window and due:
             self.emit()
 
+    def flush_idle(self, now: float | None = None) -> dict | None:
+        """Called while the scheduler has no batch: once idle for IDLE_FLUSH_S, resolve
+        what completed and write the partial window (a short run is logged too)."""
+        if not self.active or self.rank is None:
+            return None
+        now = time.monotonic() if now is None else now
+        if self.idle_since is None:
+            self.idle_since = now
+            return None
+        if now - self.idle_since < IDLE_FLUSH_S:
+            return None
+        self.poll()
+        if self.window and not self.tracker.pending:
+            return self.emit()
+        return None
+
     def emit(self) -> dict | None:
+        """Log the window: one record per (batch size, draft steps) of its decode
+        cycles, so runs whose steps change at run time (adaptive) never mix; prefill
+        counts go with the first. Returns the last record."""
         if not self.window:
             return None
-        rec = window.summarize(self.window, self.rank or 0, self.clock_kind, self.tracker.dropped)
-        rec["ts"] = time.time()
+        keyed: dict[tuple, list[Resolved]] = {}
+        for c in self.window:
+            if c.kind == "decode":
+                keyed.setdefault((c.bs, c.steps), []).append(c)
+        parts = list(keyed.values()) or [[]]
+        parts[0] = parts[0] + [c for c in self.window if c.kind != "decode"]
+        rec = None
+        for part in parts:
+            rec = window.summarize(part, self.rank or 0, self.clock_kind, self.tracker.dropped)
+            rec["sync_counted"] = self.sync_counted
+            rec["ts"] = time.time()
+            self._write(rec)
+        self.window, self.window_decode, self.window_t0 = [], 0, time.monotonic()
+        return rec
+
+    def _write(self, rec: dict) -> None:
         logger.info(window.log_line(rec))
         if self.config.file:
             path = self.config.file.replace("{rank}", str(self.rank or 0))
@@ -94,6 +133,4 @@ class Profiler:
                 os.write(fd, line.encode())
             finally:
                 os.close(fd)
-        self.window, self.window_decode, self.window_t0 = [], 0, time.monotonic()
         self.records += 1
-        return rec

@@ -4,18 +4,26 @@ Log line format (stable; one line per window per profiled rank; fields are
 space-separated key=value, lists are comma-separated, mean/p50/p90 triplets are
 slash-separated, times in ms):
 
-  EAGLE3_PROFILE v=1 rank=0 cycles=40 bs=1:40 draft_tokens=16:40
+  EAGLE3_PROFILE v=1 rank=0 cycles=40 bs=1:40 draft_tokens=16:40 steps=2:40
     cycle_ms=25.10/24.90/27.00 draft_ms=... verify_fwd_ms=... accept_ms=...
     draft_extend_ms=... other_ms=...
     share=draft:4.0,verify_fwd:90.0,accept:2.0,draft_extend:3.0,other:1.0
     accept_len=2.05 accept_hist=1:10,2:20,3:10 tok_s=81.70
-    prefill=3/120.00 syncs=0 dropped=0 clock=cuda
+    prefill=3/120.00 syncs=0 syncs_counted=device-syncs dropped=0 clock=cuda
 
 (printed on one line). `accept_len` is tokens per request per verify cycle,
 bonus token included (SGLang's definition); `accept_hist` counts requests by
 accepted tokens; `tok_s` = accepted tokens / summed cycle time, the decode
 speed the window implies; `share` is each phase's percentage of summed cycle
-time, `other` the remainder (host work between phases).
+time, `other` the remainder (host work between phases). `syncs` is off unless
+EAGLE3_PROFILE_SYNC_CHECK=1; `syncs_counted` then says what was counted inside cycles
+(recorder/syncs.py): `device-syncs` (CUDA: every synchronizing CUDA call, implicit
+ones such as .cpu()/.tolist()/.item() included, via torch.cuda.set_sync_debug_mode) or
+`explicit-synchronize-calls` (no CUDA: only torch.cuda synchronize() calls). A window is logged as
+one line per (batch size, draft steps) it saw (profiler.py), so `bs` and `steps`
+hold one value each; `steps=0` cycles (adaptive speculation stopped drafting)
+are no-draft cycles: draft 0 ms, accept length 1. `steps` is absent when the
+worker did not say.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ def summarize(cycles: list[Resolved], rank: int, clock: str, dropped: int = 0) -
         "cycles": len(decode),
         "bs": dict(Counter(c.bs for c in decode)),
         "draft_tokens": dict(Counter(c.draft_tokens for c in decode)),
+        "steps": dict(Counter(c.steps for c in decode if c.steps is not None)),
         "prefill": {
             "n": len(prefill),
             "ms_mean": float(np.mean([c.ms["cycle"] for c in prefill])) if prefill else 0.0,
@@ -96,6 +105,8 @@ def log_line(rec: dict) -> str:
         f"bs={_mix(Counter(rec['bs']))}",
         f"draft_tokens={_mix(Counter(rec['draft_tokens']))}",
     ]
+    if rec.get("steps"):
+        parts.append(f"steps={_mix(Counter(rec['steps']))}")
     if rec["cycles"]:
         ph = rec["phases"]
         parts.append(f"cycle_ms={_triplet(ph['cycle'])}")
@@ -106,5 +117,9 @@ def log_line(rec: dict) -> str:
         parts.append(f"accept_hist={_mix(Counter(rec['accept_hist']))}")
         parts.append(f"tok_s={rec['tok_s']:.2f}" if rec["tok_s"] is not None else "tok_s=na")
     parts.append(f"prefill={rec['prefill']['n']}/{rec['prefill']['ms_mean']:.2f}")
-    parts += [f"syncs={rec['syncs']}", f"dropped={rec['dropped']}", f"clock={rec['clock']}"]
+    counted = rec.get("sync_counted", "off")
+    parts.append(
+        "syncs=off" if counted == "off" else f"syncs={rec['syncs']} syncs_counted={counted}"
+    )
+    parts += [f"dropped={rec['dropped']}", f"clock={rec['clock']}"]
     return " ".join(parts)

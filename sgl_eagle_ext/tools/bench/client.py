@@ -58,6 +58,8 @@ class RequestResult:
     tokens_from_usage: bool = False  # False: counted content chunks (no usage chunk came)
     finish_reason: str | None = None
     spec_verify_ct: int | None = None  # verify cycles (sglext.spec_tokens_details)
+    spec_details: dict | None = None  # the whole sglext.spec_tokens_details (histograms)
+    max_tokens: int | None = None  # the tokens this request asked for
     malformed: int = 0  # stream lines that were not valid SSE/JSON chunks
 
     @property
@@ -197,6 +199,7 @@ class StreamParser:
                 spec = spec[0] if spec else None
             if isinstance(spec, dict) and isinstance(spec.get("spec_verify_ct"), int):
                 r.spec_verify_ct = spec["spec_verify_ct"]
+                r.spec_details = spec
         if not known and "usage" not in obj:
             r.malformed += 1
 
@@ -227,6 +230,7 @@ class StreamParser:
             r.finish_reason = finish.get("type") if isinstance(finish, dict) else str(finish)
         if isinstance(meta.get("spec_verify_ct"), int):
             r.spec_verify_ct = meta["spec_verify_ct"]
+            r.spec_details = {k: v for k, v in meta.items() if k.startswith("spec_")}
 
 
 def messages_text(messages: list[dict]) -> str:
@@ -330,7 +334,7 @@ class Client:
         ignore_eos: bool = True,
         seed: int | None = None,
     ) -> RequestResult:
-        r = RequestResult(index=index, prompt_id=prompt_id)
+        r = RequestResult(index=index, prompt_id=prompt_id, max_tokens=max_tokens)
         body = self.payload(messages, max_tokens, temperature, ignore_eos, seed)
         parser = StreamParser(r, self.endpoint, self.incremental)
         r.start = time.perf_counter()

@@ -1,0 +1,190 @@
+"""Adaptive speculation against the baseline and the best fixed EAGLE-3 preset, side by side.
+
+    .venv/bin/python benchmarks/adaptive_vs_fixed.py [--levels 1,2,4] [--rounds 2] [--fixed eagle3-3step]
+
+On the CPU harness (real SGLang 0.5.23, tiny model pair), in one run, each arm is a
+server started through the launcher (`--cpu`, EAGLE3_PROFILE=1) and swept with
+`bench sweep` (same prompts, seed and lengths for every arm):
+
+  baseline                       no speculation
+  eagle3-2step/3step/5step       fixed presets, mostly-accepted draft (best at concurrency 1
+                                 is "the best fixed EAGLE preset")
+  eagle3-adaptive  never draft   the shipped table; must not fall below the baseline
+  eagle3-adaptive  mostly draft  must keep the fixed presets' gain at one stream
+
+Prints tok/s per arm and level and the two ratios the project holds adaptive to:
+adaptive(never) / baseline at every level (goal >= 0.95) and adaptive(mostly) / best
+fixed at concurrency 1 (goal >= 0.95), plus how many cycles adaptive ran at each step
+count (its profile windows) and SGLang's switch lines. Figures, not assertions: wall-clock
+speeds on a shared CPU are noisy; --repeat runs each sweep more than once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sgl_eagle_ext.profiling import adaptive_log  # noqa: E402
+from sgl_eagle_ext.profiling.report import record_from_line  # noqa: E402
+
+READY = re.compile(r"READY in [\d.]+ s: (\S+)")
+FIXED = ("eagle3-2step", "eagle3-3step", "eagle3-5step")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(preset: str, draft: str | None, models: Path, out: Path, round_no: int = 0):
+    log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}.log"
+    cmd = [sys.executable, "-m", "sgl_eagle_ext.launch", "--preset", preset, "--cpu"]
+    cmd += ["--no-spec-check", "--quiet", "--model-path", str(models / "target")]
+    if draft:
+        cmd += ["--draft-model-path", str(models / f"draft-{draft}")]
+    cmd += ["--log-file", str(log), "--", "--port", str(free_port())]
+    env = {**os.environ, "EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "2"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
+    )
+    for line in proc.stdout:
+        m = READY.search(line)
+        if m:
+            return proc, m.group(1), log
+    raise SystemExit(f"{preset} ({draft}) did not start; see {log}")
+
+
+def stop(proc) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def sweep(url: str, label: str, args, results: Path, levels: str) -> dict[int, float]:
+    cmd = [sys.executable, "-m", "sgl_eagle_ext.bench", "sweep", "--url", url]
+    cmd += ["--concurrency", levels, "--max-tokens", str(args.max_tokens)]
+    cmd += ["--prompts-per-concurrency", str(args.prompts_per_level), "--warmup", "1"]
+    cmd += ["--seed", "7", "--label", label, "--results", str(results), "--quiet"]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    tps: dict[int, list[float]] = {}
+    for line in results.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("arm") == label and rec.get("output_tok_s"):
+            tps.setdefault(int(rec["concurrency"]), []).append(rec["output_tok_s"])
+    return {c: sum(v) / len(v) for c, v in tps.items()}
+
+
+def steps_mix(log: Path) -> Counter:
+    cycles = Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        if "EAGLE3_PROFILE v=" in line:
+            try:
+                rec = record_from_line(line)
+            except (ValueError, KeyError, IndexError):
+                continue
+            for k, v in (rec.get("steps") or {}).items():
+                cycles[int(k)] += v
+    return cycles
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--levels", default="1,2,4", help="concurrency levels (CPU harness: <= 8)")
+    p.add_argument(
+        "--fixed-levels", default="1", help="levels for the fixed presets (the goal is at 1)"
+    )
+    p.add_argument("--max-tokens", type=int, default=24)
+    p.add_argument("--prompts-per-level", type=int, default=2, help="prompts x concurrency")
+    p.add_argument("--repeat", type=int, default=1, help="sweeps per arm (averaged)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the whole arm list this many times, interleaved (averages out the drift "
+        "of a shared machine's load between arms)",
+    )
+    p.add_argument("--fixed", default=",".join(FIXED), help="fixed presets to run (mostly draft)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench-results" / "adaptive_vs_fixed")
+    p.add_argument("--models-dir", type=Path, default=None)
+    args = p.parse_args()
+    from sgl_eagle_ext.cpu import tiny_models
+
+    models = Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser()
+    tiny_models.build(models)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    fixed = [f for f in args.fixed.split(",") if f]
+    arms = [("baseline", None)] + [(f, "mostly") for f in fixed]
+    arms += [("eagle3-adaptive", "never"), ("eagle3-adaptive", "mostly")]
+    runs_of: dict[str, list[dict[int, float]]] = {}
+    logs: dict[str, list[Path]] = {}
+    t0 = time.monotonic()
+    for round_no in range(args.rounds):
+        for preset, draft in arms:
+            name = preset if draft is None else f"{preset}/{draft}"
+            proc, url, log = start(preset, draft, models, args.out, round_no)
+            try:
+                levels = args.fixed_levels if preset in fixed else args.levels
+                for _ in range(args.repeat):
+                    runs_of.setdefault(name, []).append(sweep(url, name, args, results, levels))
+            finally:
+                stop(proc)
+            logs.setdefault(name, []).append(log)
+            last = runs_of[name][-1]
+            print(
+                f"round {round_no + 1} {name:26} "
+                + "  ".join(f"c={c}: {v:6.2f}" for c, v in sorted(last.items())),
+                flush=True,
+            )
+    table = {
+        name: {c: sum(r[c] for r in rs) / len(rs) for c in rs[0]} for name, rs in runs_of.items()
+    }
+
+    levels = sorted(table["baseline"])
+    print(f"\n== output tok/s per arm and concurrency ({time.monotonic() - t0:.0f} s, CPU harness)")
+    print(f"{'arm':26}" + "".join(f"{'c=' + str(c):>10}" for c in levels))
+    for name, row in table.items():
+        print(
+            f"{name:26}" + "".join(f"{row[c]:10.2f}" if c in row else f"{'-':>10}" for c in levels)
+        )
+    best = max(fixed, key=lambda f: table[f"{f}/mostly"].get(1, 0))
+    print("\n== ratios")
+    for c in levels:
+        r = table["eagle3-adaptive/never"][c] / table["baseline"][c]
+        print(f"adaptive(never) / baseline      c={c}: {r:5.2f}x  (goal >= 0.95)")
+    r = table["eagle3-adaptive/mostly"][1] / table[f"{best}/mostly"][1]
+    print(f"adaptive(mostly) / {best}(mostly)  c=1: {r:5.2f}x  (goal >= 0.95; best fixed at c=1)")
+    r = table[f"{best}/mostly"][1] / table["baseline"][1]
+    print(f"{best}(mostly) / baseline  c=1: {r:5.2f}x")
+    for name in ("eagle3-adaptive/never", "eagle3-adaptive/mostly"):
+        mix = sum((steps_mix(log) for log in logs[name]), Counter())
+        total = sum(mix.values()) or 1
+        sw = adaptive_log.AdaptiveLog([], [])
+        for log in logs[name]:
+            sw.switches += adaptive_log.read(log.read_text(errors="replace").splitlines()).switches
+        print(
+            f"\n{name}: decode cycles by draft steps "
+            + ", ".join(f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in sorted(mix.items()))
+            + f"; {len(sw.switches)} switches"
+        )
+    print(f"\nrecords: {results}; server logs: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""python -m sgl_eagle_ext.tune: measure what the adaptive table needs on this host, and write it.
+
+    python -m sgl_eagle_ext.tune logs/eagle3-*.log --baseline-log logs/baseline-*.log \
+        --out launch/adaptive/mine.json
+    python -m sgl_eagle_ext.tune spec.log --baseline-tps 82.2 --grid      # + fixed presets
+
+Inputs are server logs (or EAGLE3_PROFILE_FILE records) of EAGLE-3 servers run with
+EAGLE3_PROFILE=1 under the load to tune for: fixed chains (eagle3-3step, -5step) and
+adaptive servers both count, split by (batch size, draft steps). The baseline time per
+token comes from a baseline server's log (SGLang's Decode batch lines, per batch size),
+or --baseline-tps / --baseline-ms-per-token for one stream. Prints, per batch size and
+step count, predicted accept length, cycle time, tok/s, break-even accept length and
+gain against the baseline (tools/tune/model.py), the candidate steps chosen per bucket
+and why (choose.py); --out writes the adaptive config (checked by SGLang's rules for
+--sglang-version); --grid ranks fixed settings (steps x topk x draft tokens) for one
+stream. Launch the result with
+    python -m sgl_eagle_ext.launch --preset eagle3-adaptive --adaptive-config FILE ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.tools.tune import choose, grid, measure, model
+
+PROG = "sgl_eagle_ext.tune"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p.add_argument("logs", nargs="+", type=Path, help="EAGLE-3 server logs (EAGLE3_PROFILE=1)")
+    base = p.add_mutually_exclusive_group()
+    base.add_argument(
+        "--baseline-log", type=Path, action="append", help="a baseline server's log (repeatable)"
+    )
+    base.add_argument("--baseline-tps", type=float, help="baseline tokens/s of one stream")
+    base.add_argument("--baseline-ms-per-token", type=float, help="baseline ms/token, one stream")
+    p.add_argument("--max-steps", type=int, default=7, help="largest step count considered (7)")
+    p.add_argument(
+        "--floor-margin",
+        type=float,
+        default=1.15,
+        help="keep 0 steps as a floor at one stream when the best gain is below this (1.15)",
+    )
+    p.add_argument(
+        "--min-gain",
+        type=float,
+        default=1.03,
+        help="a step count pays only above this predicted gain over the baseline (1.03)",
+    )
+    p.add_argument("--out", type=Path, help="write the adaptive config (JSON) here")
+    p.add_argument(
+        "--sglang-version", help="check the config for this release (default: the installed one)"
+    )
+    p.add_argument("--grid", action="store_true", help="also rank fixed settings for one stream")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def reasons_table(preds: dict, picks: dict) -> list[str]:
+    lines = [
+        f"{'bs':>4} {'steps':>5} {'accept':>7} {'cycle ms':>9} {'tok/s':>9} "
+        f"{'tau*':>6} {'gain':>6}  note"
+    ]
+    for bs, rows in preds.items():
+        pick = picks[bs]
+        for p in rows:
+            notes = []
+            if p.steps in pick.steps:
+                notes.append("candidate")
+            if pick.best is p:
+                notes.append("best")
+            if not p.measured:
+                notes.append("cycle fitted")
+            if p.baseline_proxy:
+                notes.append("baseline = 0-step cycle")
+            lines.append(
+                f"{bs:4d} {p.steps:5d} {p.accept_len:7.2f} {p.cycle_ms:9.2f} {p.tok_s:9.1f} "
+                f"{_fmt(p.break_even, '6.2f')} {_fmt(p.gain, '5.2f')}x  {', '.join(notes)}"
+            )
+        lines.append(f"{'':4} -> bucket candidates {pick.steps}: {pick.why}")
+    return lines
+
+
+@cli(PROG)
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    for value, name in (
+        (args.baseline_tps, "--baseline-tps"),
+        (args.baseline_ms_per_token, "--baseline-ms-per-token"),
+    ):
+        if value is not None and value <= 0:
+            raise UserError(f"{name} {value}: must be positive.")
+    if not 1 <= args.max_steps <= 16:
+        raise UserError(f"--max-steps {args.max_steps}: must be 1..16.")
+    release, _ = releases.resolve(args.sglang_version)
+    runs = [measure.read(p) for p in args.logs]
+    cells: dict = {}
+    for run in runs:
+        if run.spec.get("speculative_eagle_topk", 1) not in (1, None):
+            continue  # a tree: its steps are not a chain's (the grid still ranks it)
+        for key, cell in run.cells.items():
+            merged = cells.setdefault(key, measure.Cell())
+            merged.cycles += cell.cycles
+            merged.ms.update(cell.ms)
+            merged.hist.update(cell.hist)
+    if not cells:
+        raise UserError(
+            f"no EAGLE3_PROFILE decode windows in {', '.join(map(str, args.logs))}.",
+            fix="run the EAGLE-3 server with EAGLE3_PROFILE=1 under load, then pass its log",
+        )
+    baseline = measure.baseline_ms([measure.read(p) for p in args.baseline_log or []])
+    if args.baseline_log and not baseline:
+        raise UserError(
+            f"no SGLang Decode batch lines in {', '.join(map(str, args.baseline_log))}.",
+            fix="pass the log of a baseline server that served load (launcher: logs/baseline-*.log)",
+        )
+    one = args.baseline_ms_per_token or (1000 / args.baseline_tps if args.baseline_tps else None)
+    preds = model.predict(cells, baseline, args.max_steps, one)
+    min_step = release.adaptive.min_step if release.adaptive else 0
+    picks = {
+        bs: choose.choose(rows, min_step, args.floor_margin, args.min_gain)
+        for bs, rows in preds.items()
+    }
+    table = choose.buckets(list(picks.values()))
+    alphas = model.position_acceptance(cells)
+    out: dict = {
+        "position_acceptance": alphas,
+        "predictions": {
+            bs: [
+                vars(p) | {"tok_s": p.tok_s, "break_even": p.break_even, "gain": p.gain}
+                for p in rows
+            ]
+            for bs, rows in preds.items()
+        },
+        "buckets": table,
+    }
+    if args.grid:
+        out["grid"] = grid.rank(runs, cells, baseline.get(1, one), args.max_steps)
+    if args.out:
+        if not table:
+            raise UserError(
+                "no bucket could be tuned (no baseline for any measured batch size).",
+                fix="pass --baseline-log (a baseline server's log under the same load)",
+                code=1,
+            )
+        about = (
+            f"written by python -m {PROG} on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC "
+            f"from {', '.join(p.name for p in args.logs)}; baseline: "
+            + (
+                ", ".join(p.name for p in args.baseline_log)
+                if args.baseline_log
+                else f"{1000 / one:.1f} tok/s one stream"
+                if one
+                else "0-step cycles"
+            )
+            + f"; per-position acceptance {', '.join(f'{a:.2f}' for a in alphas)}"
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(choose.config_text(table, about), encoding="utf-8")
+        from sgl_eagle_ext.launcher.preflight import adaptive
+
+        checked, found = adaptive.load(args.out, release)
+        if checked is None:  # our own output refused by the release's rules: a bug
+            raise UserError(f"{args.out}: {found[0].message}", code=1)
+        out["written"] = str(args.out)
+    if args.json:
+        json.dump(out, sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    print(
+        "per-position acceptance (pooled): "
+        + (", ".join(f"a{j + 1}={a:.2f}" for j, a in enumerate(alphas)) or "none measured")
+    )
+    print("\n".join(reasons_table(preds, picks)))
+    print("\nadaptive table: " + json.dumps(table))
+    if args.grid:
+        print("\n" + "\n".join(grid.render(out["grid"])))
+    if args.out:
+        union = sorted({s for v in table.values() for s in v})
+        print(
+            f"\nwrote {args.out}; launch: python -m sgl_eagle_ext.launch --preset eagle3-adaptive "
+            f"--adaptive-config {args.out} ... (starting steps {union[len(union) // 2]})"
+        )
+    return 0

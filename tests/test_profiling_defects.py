@@ -1,0 +1,186 @@
+"""Issue 10's profiling defects, each at the unit it lives in (the server-level proof is
+tests/test_profile_presets.py): an unwrapped worker fails closed, DP-attention extend
+batches are prefill cycles, `syncs=` says what it counts, installing twice is one
+install, the partial window is flushed when the scheduler goes idle, and the advisory
+spec check never stops a ready server."""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+import types
+import warnings
+
+import pytest
+
+from sgl_eagle_ext.profiling.recorder import config, instrument, syncs, window
+from sgl_eagle_ext.profiling.recorder.clock import HostClock
+from sgl_eagle_ext.profiling.recorder.profiler import IDLE_FLUSH_S, Profiler
+
+ON = config.from_env({"EAGLE3_PROFILE": "1"})
+
+
+@pytest.fixture
+def clean():
+    instrument.uninstrument()
+    yield
+    instrument.uninstrument()
+
+
+def test_multi_layer_eagle_fails_closed_with_one_line(clean, caplog):
+    caplog.set_level(logging.WARNING, logger="sgl_eagle_ext.profile")
+    args = types.SimpleNamespace(enable_multi_layer_eagle=True)
+    for _ in range(2):  # the scheduler entry and the plugin entry point both ask
+        assert not instrument.instrument(ON, device_is_cuda=False, server_args=args)
+    (line,) = [r.message for r in caplog.records]
+    assert "disabled" in line and "MultiLayerEagleWorkerV2" in line
+    assert "--enable-multi-layer-eagle" in line
+    assert not instrument.is_instrumented()
+
+
+@pytest.mark.harness
+def test_install_twice_is_one_install_and_one_metrics_registration(clean, monkeypatch, tmp_path):
+    from sgl_eagle_ext.profiling import recorder
+    from sgl_eagle_ext.profiling.recorder import metrics
+
+    monkeypatch.setenv("EAGLE3_PROFILE", "1")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    made = []
+    monkeypatch.setattr(metrics, "PrometheusMetrics", lambda: made.append(1) or object())
+    monkeypatch.setattr(metrics, "_made", None)
+    assert recorder.install_from_env()
+    assert recorder.install_from_env()  # plugin entry point after the scheduler entry
+    assert made == [1]
+
+
+@pytest.mark.harness
+def test_metrics_made_once_per_process(monkeypatch, tmp_path):
+    """Without the cache the second registration raises DuplicateTimeseries."""
+    from sgl_eagle_ext.profiling.recorder import metrics
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setattr(metrics, "_made", None)
+    first = metrics.from_environment()
+    assert first is not None and metrics.from_environment() is first
+
+
+class _Mode:
+    def __init__(self, decode):
+        self.decode = decode
+
+    def is_idle(self):
+        return False
+
+    def is_decode(self):
+        return self.decode
+
+    def is_extend(self):
+        return not self.decode
+
+
+def test_dp_attention_extend_in_batch_is_a_prefill_cycle():
+    decode = types.SimpleNamespace(forward_mode=_Mode(True), is_extend_in_batch=False)
+    mixed = types.SimpleNamespace(forward_mode=_Mode(True), is_extend_in_batch=True)
+    assert instrument._kind(decode) == "decode"
+    assert instrument._kind(mixed) == "prefill"  # resolved without accept counts
+
+
+def test_prefill_path_cycle_is_not_dropped():
+    prof = Profiler(ON, HostClock(), rank_fn=lambda: 0)
+    prof.begin("prefill", 2, 4)  # what _step opens for an is_extend_in_batch decode batch
+    prof.end()
+    prof.poll()
+    assert prof.window and not prof.tracker.pending and prof.tracker.dropped == 0
+
+
+def test_partial_window_flushed_when_idle(caplog):
+    caplog.set_level(logging.INFO, logger="sgl_eagle_ext.profile")
+    prof = Profiler(
+        config.from_env({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "10"}), HostClock()
+    )
+    prof.rank_fn = lambda: 0
+    for _ in range(3):  # a short run: fewer cycles than a window
+        cycle = prof.begin("decode", 1, 4)
+        prof.end()
+        prof.join(cycle, [2])
+    prof.poll()
+    assert prof.records == 0
+    assert prof.flush_idle(now=100.0) is None  # idle starts
+    assert prof.flush_idle(now=100.0 + IDLE_FLUSH_S / 2) is None  # a gap between batches
+    rec = prof.flush_idle(now=100.0 + IDLE_FLUSH_S)
+    assert rec is not None and rec["cycles"] == 3 and prof.records == 1
+    assert [r for r in caplog.records if "EAGLE3_PROFILE v=1" in r.message]
+    assert prof.flush_idle(now=200.0) is None  # nothing new: no empty windows
+
+
+def test_sync_check_selection():
+    assert syncs.select(False, True) == syncs.OFF
+    assert syncs.select(True, True) == syncs.DEVICE
+    assert syncs.select(True, False) == syncs.EXPLICIT
+
+
+def test_device_sync_warnings_are_counted_and_swallowed(monkeypatch):
+    modes = []
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(set_sync_debug_mode=modes.append))
+    passed = []
+    monkeypatch.setattr(warnings, "showwarning", lambda *a, **k: passed.append(a[0]))
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))
+    counted = []
+    syncs.watch_device_syncs(lambda: counted.append(1), torch=fake_torch)
+    assert modes == ["warn"]
+    for _ in range(2):  # the same call site twice: counted twice ("always")
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+    warnings.warn("something else", UserWarning, stacklevel=1)
+    assert len(counted) == 2
+    assert [str(m) for m in passed] == ["something else"]
+
+
+@pytest.mark.harness
+def test_explicit_sync_check_on_cpu_wraps_synchronize(clean):
+    cfg = config.from_env({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_SYNC_CHECK": "1"})
+    assert instrument.instrument(cfg, device_is_cuda=False)
+    assert instrument.PROFILER.sync_counted == syncs.EXPLICIT
+    import torch
+    import wrapt
+
+    assert isinstance(vars(torch.cuda)["synchronize"], wrapt.FunctionWrapper)
+
+
+def test_syncs_field_says_what_was_counted():
+    prof = Profiler(ON, HostClock(), rank_fn=lambda: 0)
+    prof.begin("prefill", 1, 4)
+    prof.end()
+    prof.poll()
+    off = window.log_line(prof.emit())
+    assert " syncs=off " in off and "syncs_counted" not in off
+    prof.sync_counted = syncs.EXPLICIT
+    prof.begin("prefill", 1, 4)
+    prof.end()
+    prof.poll()
+    line = window.log_line(prof.emit())
+    assert " syncs=0 syncs_counted=explicit-synchronize-calls " in line
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.send_response(500)
+        self.end_headers()
+        self.wfile.write(b"boom")
+
+    def log_message(self, *args):
+        pass
+
+
+def test_advisory_spec_check_warns_and_never_stops_the_server(capsys):
+    from sgl_eagle_ext.launcher import cli
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), _Failing)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        assert cli.spec_check(f"http://127.0.0.1:{srv.server_port}", None) is None
+    finally:
+        srv.shutdown()
+    err = capsys.readouterr().err
+    assert "warning: spec check skipped" in err and "500" in err
