@@ -1,4 +1,5 @@
-"""Hostile input to every command line: ports, URLs, numbers, presets, configs,
+"""Hostile input to every command line (launch, preflight, report, bench, router,
+healthcheck, patches, tune): ports, URLs, numbers, presets, configs,
 logs, output paths. Each must end with exit 2 and one clear error line, never a
 traceback, and start nothing. The commands run in-process (their real `main`),
 so an exception that escapes them fails the test instead of printing."""
@@ -23,6 +24,7 @@ from sgl_eagle_ext.profiling import report
 from sgl_eagle_ext.tools import healthcheck, router
 from sgl_eagle_ext.tools.bench import cli as bench
 from sgl_eagle_ext.tools.patches import cli as patches
+from sgl_eagle_ext.tools.tune import cli as tune
 from tests.test_preflight import DRAFT_TENSORS, eagle3_draft, kimi_target, model_dir
 
 ROOT = os.geteuid() == 0
@@ -289,6 +291,17 @@ CASES = [
     ("healthcheck url [::1", healthcheck.main, lambda f: ["--url", "http://[::1"], "http://[::1"),
     ("healthcheck url port -5", healthcheck.main, lambda f: ["--url", "http://h:-5"], "-5"),
     ("healthcheck timeout nan", healthcheck.main, lambda f: ["--timeout", "nan"], "nan"),
+    # -- tune
+    ("tune a dir", tune.main, lambda f: [str(f["dir"])], "is a directory"),
+    (
+        "tune baseline-tps nan",
+        tune.main,
+        lambda f: [str(f["file"]), "--baseline-tps", "nan"],
+        "nan",
+    ),
+    ("tune min-gain -1", tune.main, lambda f: [str(f["file"]), "--min-gain", "-1"], "-1"),
+    ("tune deep JSON log", tune.main, lambda f: [str(f["deep_jsonl"])], "no EAGLE3_PROFILE"),
+    ("tune 5000-digit log", tune.main, lambda f: [str(f["huge_jsonl"])], "no EAGLE3_PROFILE"),
     # -- patches
     (
         "patches unknown release",

@@ -156,7 +156,7 @@ def checked(rec):
     return rec
 
 
-def _lines(path: Path):
+def read_lines(path: Path):
     """The file's lines, read as a stream (server logs run to gigabytes)."""
     if path.is_dir():
         raise UserError(
@@ -177,10 +177,10 @@ def parse(paths: list[Path]) -> Parsed:
     for path in paths:
         # two streamed passes (the adaptive switches, then the records): memory stays
         # flat however large the log
-        log = adaptive_log.read(line.rstrip("\r\n") for line in _lines(path))
+        log = adaptive_log.read(line.rstrip("\r\n") for line in read_lines(path))
         parsed.adaptive.switches += log.switches
         parsed.adaptive.disabled += log.disabled
-        for line in _lines(path):
+        for line in read_lines(path):
             line = line.rstrip("\r\n")
             try:
                 if line.startswith("{") and '"cycles"' in line:
