@@ -13,8 +13,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_eagle_ext.tools import wheels
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools import wheels
 from sgl_eagle_ext.tools.patches import gnu_patch
 from sgl_eagle_ext.tools.patches.manifest import Patch, for_release, load
 
@@ -27,6 +27,7 @@ BACKUP_DIR = ".sgl_eagle_ext_backup"  # inside the sglang package directory
 @dataclass(frozen=True)
 class Target:
     """An `sglang` package directory and the release it holds."""
+
     pkg: Path
     version: str
 
@@ -43,21 +44,26 @@ def target(sglang_dir: str | Path | None = None, version: str | None = None) -> 
     if sglang_dir is None:
         pkg = wheels.installed_source()
         if pkg is None:
-            raise UserError("SGLang is not installed in this Python environment.",
-                            fix="install it, or pass --sglang-dir DIR (the `sglang` package "
-                                "directory to patch)")
+            raise UserError(
+                "SGLang is not installed in this Python environment.",
+                fix="install it, or pass --sglang-dir DIR (the `sglang` package "
+                "directory to patch)",
+            )
     else:
         pkg = Path(sglang_dir).expanduser().resolve()
         if (pkg / "sglang" / "srt").is_dir():
             pkg = pkg / "sglang"  # accept the directory above the package too
         if not (pkg / "srt").is_dir():
-            raise UserError(f"--sglang-dir {sglang_dir}: not an sglang package directory "
-                            f"(no srt/ inside).",
-                            fix="give the `sglang` folder, e.g. .../site-packages/sglang")
+            raise UserError(
+                f"--sglang-dir {sglang_dir}: not an sglang package directory (no srt/ inside).",
+                fix="give the `sglang` folder, e.g. .../site-packages/sglang",
+            )
     version = version or wheels.source_version(pkg)
     if not version:
-        raise UserError(f"{pkg}/_version.py: cannot tell which SGLang release this is.",
-                        fix="pass --sglang-version V")
+        raise UserError(
+            f"{pkg}/_version.py: cannot tell which SGLang release this is.",
+            fix="pass --sglang-version V",
+        )
     return Target(pkg, version)
 
 
@@ -77,11 +83,14 @@ def apply(patch: Patch, tgt: Target) -> str:
     if now == APPLIED:
         return "already applied"
     if now == CONFLICTING:
-        raise UserError(f"patch {patch.id} does not apply cleanly to {tgt.pkg} "
-                        f"(SGLang {tgt.version}); nothing was changed.\n    "
-                        + "\n    ".join(out.splitlines()[-6:]),
-                        fix="reinstall a pristine SGLang of that release, or check local edits "
-                            "to the files the patch touches", code=1)
+        raise UserError(
+            f"patch {patch.id} does not apply cleanly to {tgt.pkg} "
+            f"(SGLang {tgt.version}); nothing was changed.\n    "
+            + "\n    ".join(out.splitlines()[-6:]),
+            fix="reinstall a pristine SGLang of that release, or check local edits "
+            "to the files the patch touches",
+            code=1,
+        )
     backup = tgt.backup(patch)
     try:
         backup.mkdir(parents=True, exist_ok=True)
@@ -89,13 +98,18 @@ def apply(patch: Patch, tgt: Target) -> str:
             dest = backup / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(tgt.root / rel, dest)
-        (backup / "patch.json").write_text(json.dumps(
-            {"id": patch.id, "version": tgt.version, "files": list(patch.files)}, indent=1))
+        (backup / "patch.json").write_text(
+            json.dumps(
+                {"id": patch.id, "version": tgt.version, "files": list(patch.files)}, indent=1
+            )
+        )
         ok, out = gnu_patch.run(patch.diff(tgt.version), tgt.root, dry_run=False)
     except OSError as e:
-        raise UserError(f"cannot patch {tgt.pkg}: {e}.",
-                        fix="run as a user who may write to the SGLang installation",
-                        code=1) from None
+        raise UserError(
+            f"cannot patch {tgt.pkg}: {e}.",
+            fix="run as a user who may write to the SGLang installation",
+            code=1,
+        ) from None
     if not ok:  # the dry run passed, so this is a write failure: put the originals back
         for rel in patch.files:
             shutil.copy2(backup / rel, tgt.root / rel)
@@ -110,9 +124,12 @@ def revert(patch: Patch, tgt: Target) -> str:
     backup = tgt.backup(patch)
     if now == CONFLICTING:
         hint = f"; the pre-patch files are in {backup}" if backup.is_dir() else ""
-        raise UserError(f"patch {patch.id} cannot be reverted cleanly in {tgt.pkg}: the files "
-                        f"changed since it was applied{hint}; nothing was changed.",
-                        fix="reinstall SGLang, or restore the files from the backup", code=1)
+        raise UserError(
+            f"patch {patch.id} cannot be reverted cleanly in {tgt.pkg}: the files "
+            f"changed since it was applied{hint}; nothing was changed.",
+            fix="reinstall SGLang, or restore the files from the backup",
+            code=1,
+        )
     ok, out = gnu_patch.run(patch.diff(tgt.version), tgt.root, reverse=True, dry_run=False)
     if not ok:
         raise UserError(f"reverting {patch.id} failed while writing: {out}", code=1)

@@ -13,20 +13,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sgl_eagle_ext.tools import patches
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.tools import patches
 
 PROG = "sgl_eagle_ext.patches"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}",
-                                description="SGLang source patches (patches/manifest.toml).")
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG}", description="SGLang source patches (patches/manifest.toml)."
+    )
     p.add_argument("action", choices=("check", "apply", "revert"))
-    p.add_argument("--sglang-dir", help="the `sglang` package directory (default: the "
-                                        "installed SGLang)")
-    p.add_argument("--sglang-version", help="the release in --sglang-dir (default: read from "
-                                            "its _version.py)")
+    p.add_argument(
+        "--sglang-dir", help="the `sglang` package directory (default: the installed SGLang)"
+    )
+    p.add_argument(
+        "--sglang-version", help="the release in --sglang-dir (default: read from its _version.py)"
+    )
     p.add_argument("--id", action="append", default=[], help="only this patch (repeatable)")
     return p
 
@@ -38,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     todo = patches.for_release(tgt.version)
     unknown = set(args.id) - {p.id for p in todo}
     if unknown:
-        raise UserError(f"--id {', '.join(sorted(unknown))}: no such patch for SGLang "
-                        f"{tgt.version}.", fix="see `check` for the patches of this release")
+        raise UserError(
+            f"--id {', '.join(sorted(unknown))}: no such patch for SGLang {tgt.version}.",
+            fix="see `check` for the patches of this release",
+        )
     todo = [p for p in todo if not args.id or p.id in args.id]
     print(f"SGLang {tgt.version} at {tgt.pkg}")
     if not todo:
