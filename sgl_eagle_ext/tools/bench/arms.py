@@ -3,7 +3,7 @@
 Each arm is `python -m sgl_eagle_ext.launch --preset P ...` as a child process
 in its own session: wait for its `READY in` line, warm up, sweep every level,
 generate the lossless-check outputs, then stop it with SIGTERM (the launcher
-stops the whole server tree) before the next arm starts. Both arms get the same
+stops the whole server tree) before the next arm starts. Every arm gets the same
 prompts in the same seeded order, the same lengths and levels.
 """
 

@@ -19,6 +19,7 @@ from html import escape
 from pathlib import Path
 
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import goodput, plot, records, request_log, spec_view
 
 STYLE = """
@@ -220,7 +221,7 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
     buckets = spec_view.by_input_bucket(rows)
     positions = {"SGLang per request": spec_view.position_rates(spec_view.hist_from_requests(rows))}
     if profile_logs:
-        positions["EAGLE3_PROFILE"] = spec_view.position_rates(
+        positions[profile_names.TAG] = spec_view.position_rates(
             spec_view.hist_from_profile([Path(p) for p in profile_logs])
         )
     if buckets or any(positions.values()):

@@ -19,6 +19,8 @@ import io
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from sgl_eagle_ext.profiling import names as profile_names
+
 DEFAULT_EDGES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
@@ -236,7 +238,7 @@ def main(args, console) -> int:
     buckets = by_input_bucket(rows)
     positions = {"SGLang per request": position_rates(hist_from_requests(rows))}
     if args.profile_log:
-        positions["EAGLE3_PROFILE"] = position_rates(
+        positions[profile_names.TAG] = position_rates(
             hist_from_profile([Path(p) for p in args.profile_log])
         )
     if not buckets and not any(positions.values()):
