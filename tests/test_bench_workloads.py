@@ -1067,3 +1067,36 @@ def test_compare_bad_dataset_fails_before_any_arm_starts(fake_arm_servers, tmp_p
     err = capsys.readouterr().err
     assert code == 2 and f"{bad}:1: needs a 'conversations' list" in err, err
     assert waited == []
+
+
+@pytest.mark.parametrize(
+    "where, words",
+    [
+        ("results", "the same file as --results"),
+        ("dir", "is a directory"),
+        ("unwritable", "cannot be created under"),
+    ],
+)
+def test_save_requests_path_checked_before_any_request(
+    recording_fake, tmp_path, capsys, where, words
+):
+    res = tmp_path / "r.jsonl"
+    target = {
+        "results": res,
+        "dir": tmp_path,
+        "unwritable": tmp_path / "a-file" / "requests.jsonl",  # under a file: never a dir
+    }[where]
+    (tmp_path / "a-file").write_text("")
+    code = run_main(
+        "sweep",
+        "--url",
+        recording_fake.url,
+        "--results",
+        str(res),
+        "--save-requests",
+        str(target),
+        "--quiet",
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "Traceback" not in err, err
+    assert recording_fake.fake.bodies == [] and not res.exists()

@@ -44,6 +44,7 @@ class LocalTokenizer(Counter):
         from transformers import AutoTokenizer  # optional: only when the model dir is here
 
         self.tok = AutoTokenizer.from_pretrained(str(path))
+        self.tok.model_max_length = 1 << 30  # counting only: no "longer than the model" warning
         self.name = f"tokenizer of {path}"
 
     def count(self, text: str) -> int:

@@ -16,6 +16,7 @@ level itself (conversations instead of independent requests).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import datasets, multiturn, request_log, tokens
@@ -56,6 +57,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="append one JSON line per request (TTFT, ITLs, E2E, tokens, accept length) "
         "for `bench goodput` / `bench speculation` / `bench report`",
     )
+
+
+def check_paths(args) -> None:
+    """--save-requests: writable and not the results file, checked before anything runs."""
+    if getattr(args, "save_requests", None):
+        results = None if getattr(args, "no_records", False) else getattr(args, "results", None)
+        request_log.check_writable(Path(args.save_requests), results)
 
 
 def wanted(args) -> bool:

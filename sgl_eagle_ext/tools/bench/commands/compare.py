@@ -223,6 +223,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     an arm did not start or its server died (the finished levels are recorded)."""
     levels, open_loop = options.load_levels(args)
     ps = prompts.load(args.prompts)
+    workload.check_paths(args)
     # --dataset/--input-len/...: checked now, before any server starts
     wl = workload.WorkloadSet(args, None, args.max_tokens) if workload.wanted(args) else None
     if wl is not None and wl.multi_turn and open_loop is not None:

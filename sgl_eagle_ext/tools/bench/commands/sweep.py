@@ -35,6 +35,7 @@ def run(args, extra: list[str], console: Console) -> int:
 async def _run(args, console: Console) -> int:
     levels, open_loop = options.load_levels(args)
     ps = prompts.load(args.prompts)
+    workload.check_paths(args)
     rec = session.recorder(args)
     server = session.connect(args.url, args)
     load = session.load(args)
