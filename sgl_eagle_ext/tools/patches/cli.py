@@ -16,21 +16,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sgl_eagle_ext.tools import patches
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.tools import patches
 
 PROG = "sgl_eagle_ext.patches"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}",
-                                description="SGLang source patches (patches/manifest.toml).")
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG}", description="SGLang source patches (patches/manifest.toml)."
+    )
     p.add_argument("action", choices=("check", "apply", "revert"))
-    p.add_argument("--sglang-dir", help="the `sglang` package directory (default: the "
-                                        "installed SGLang)")
-    p.add_argument("--sglang-version", help="the release in --sglang-dir (default: read from "
-                                            "its _version.py)")
+    p.add_argument(
+        "--sglang-dir", help="the `sglang` package directory (default: the installed SGLang)"
+    )
+    p.add_argument(
+        "--sglang-version", help="the release in --sglang-dir (default: read from its _version.py)"
+    )
     p.add_argument("--id", action="append", default=[], help="only this patch (repeatable)")
     return p
 
@@ -40,15 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     tgt = patches.target(args.sglang_dir, args.sglang_version)
     if tgt.version not in releases.BY_VERSION:
-        raise UserError(f"SGLang {tgt.version}: not a release this project knows; nothing "
-                        f"was checked or changed.",
-                        fix=f"supported releases: {', '.join(releases.BY_VERSION)} "
-                            f"(sgl_eagle_ext/common/releases.py)")
+        raise UserError(
+            f"SGLang {tgt.version}: not a release this project knows; nothing "
+            f"was checked or changed.",
+            fix=f"supported releases: {', '.join(releases.BY_VERSION)} "
+            f"(sgl_eagle_ext/common/releases.py)",
+        )
     todo = patches.for_release(tgt.version)
     unknown = set(args.id) - {p.id for p in todo}
     if unknown:
-        raise UserError(f"--id {', '.join(sorted(unknown))}: no such patch for SGLang "
-                        f"{tgt.version}.", fix="see `check` for the patches of this release")
+        raise UserError(
+            f"--id {', '.join(sorted(unknown))}: no such patch for SGLang {tgt.version}.",
+            fix="see `check` for the patches of this release",
+        )
     todo = [p for p in todo if not args.id or p.id in args.id]
     print(f"SGLang {tgt.version} at {tgt.pkg}")
     if not todo:
@@ -58,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "check":
         pending = patches.Transaction(tgt.pkg, tgt.pkg / patches.BACKUP_DIR).pending()
         if pending:
-            print(f"  an interrupted `patches {pending.get('op')}` is pending: the next apply "
-                  f"or revert rolls it back first")
+            print(
+                f"  an interrupted `patches {pending.get('op')}` is pending: the next apply "
+                f"or revert rolls it back first"
+            )
         failed = 0
         for p in todo:
             st, out = patches.state(p, tgt)

@@ -147,7 +147,9 @@ class Transaction:
                 code=1,
             ) from None
         self.tidy()
-        what = "no SGLang file had changed" if entry["stage"] != "changing" else (
-            f"{len(entry['files'])} file(s) restored"
+        what = (
+            "no SGLang file had changed"
+            if entry["stage"] != "changing"
+            else (f"{len(entry['files'])} file(s) restored")
         )
         return f"rolled back an interrupted `patches {entry['op']}` ({what})"
