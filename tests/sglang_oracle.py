@@ -167,14 +167,81 @@ def _aux_with(mod, cls_name, inner_name, case, ds) -> dict:
     return {"layers_to_capture": list(holder.model.layers_to_capture), **_boundaries(inner)}
 
 
+def _wheel_rule(pkg: str):
+    """get_context_length compiled out of a pristine wheel's source (with its keys)."""
+    import ast
+
+    for rel in ("srt/utils/hf_transformers/common.py", "srt/utils/hf_transformers_utils.py"):
+        path = os.path.join(pkg, rel)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        body = [
+            n
+            for n in tree.body
+            if (isinstance(n, ast.FunctionDef) and n.name == "get_context_length")
+            or (
+                isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "CONTEXT_LENGTH_KEYS" for t in n.targets)
+            )
+        ]
+        if len(body) == 2:
+            ns: dict = {}
+            exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
+            return ns["get_context_length"]
+    raise LookupError(f"no get_context_length in {pkg}")
+
+
+def load_text_configs(root: str, case: dict) -> dict:
+    """Each config of a case as this python's transformers loads it (SGLang's
+    hf_text_config: the text sub-config when nested), or the reason it cannot."""
+    from transformers import AutoConfig
+
+    out = {}
+    for role in ("target", "draft"):
+        if case.get(role) is None:
+            continue
+        path = tempfile.mkdtemp(dir=root)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(case[role], f)
+        try:
+            cfg = AutoConfig.from_pretrained(path)
+        except (ValueError, KeyError) as e:  # a model type only SGLang registers
+            out[role] = str(e)[:200]
+            continue
+        out[role] = getattr(cfg, "text_config", None) or cfg
+    return out
+
+
+def wheel_context_case(rule, loaded: dict) -> dict:
+    """The release's own rule on the configs as transformers loaded them."""
+    return {
+        role: {"skip": cfg} if isinstance(cfg, str) else {"len": int(rule(cfg))}
+        for role, cfg in loaded.items()
+    }
+
+
 def main() -> None:
-    """argv: CASES.json [PKG]. With PKG (a pristine wheel's `sglang` directory), only
-    the aux cases run, on methods compiled from PKG's source."""
+    """argv: CASES.json [PKG...]. With PKGs (pristine wheels' `sglang` directories, whose
+    packages cannot be imported here): the aux cases on methods compiled from each PKG's
+    source, and the context limits by PKG's get_context_length on configs loaded by
+    this python's transformers (5.x, as every release pins)."""
     with open(sys.argv[1]) as f:
         cases = json.load(f)
-    if len(sys.argv) > 2:
-        pkg = sys.argv[2]
-        out = {"pkg": pkg, "aux": [aux_case(c, pkg) for c in cases.get("aux", [])]}
+    if len(sys.argv) > 2:  # one or more pristine wheels, one process for all
+        with tempfile.TemporaryDirectory() as root:
+            loaded = [load_text_configs(root, c) for c in cases.get("context", [])]
+        out = {"wheels": []}
+        for pkg in sys.argv[2:]:
+            rule = _wheel_rule(pkg)
+            out["wheels"].append(
+                {
+                    "pkg": pkg,
+                    "aux": [aux_case(c, pkg) for c in cases.get("aux", [])],
+                    "context": [wheel_context_case(rule, x) for x in loaded],
+                }
+            )
         print("ORACLE " + json.dumps(out))
         return
     import sglang

@@ -410,11 +410,7 @@ def test_lossless_compare():
         (["single", "--max-tokens", "0"], "--max-tokens 0: must be > 0"),
         (["single", "--prompts", "/nonexistent/p.jsonl"], "no such file, and not a shipped set"),
         (["sweep", "--url", "ftp://x"], "not an http(s) URL"),
-        pytest.param(
-            ["plot", "/nonexistent/r.jsonl"],
-            "no such file",
-            marks=pytest.mark.harness,  # matplotlib (the test extra) is checked first
-        ),
+        (["plot", "/nonexistent/r.jsonl"], "no such file"),  # checked before matplotlib
         (["ab", "--preset-a", "baseline", "--preset-b", "baseline"], "both 'baseline'"),
         (
             ["ab", "--preset-b", "eagle3-3step", "--cpu", "--model-path", "/tmp"],
@@ -799,6 +795,8 @@ def test_plot_draws_both_arms(tmp_path, capsys):
 
 
 def test_plot_without_matplotlib_is_one_line(monkeypatch, tmp_path, capsys):
+    rec = records.Recorder(tmp_path / "r.jsonl", run_id="R1")
+    rec.write("sweep", {"arm": "a", "status": "ok", "concurrency": 1}, {})
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert cli.main(["plot", str(tmp_path / "r.jsonl")]) == 2
     err = capsys.readouterr().err
@@ -961,7 +959,6 @@ def compare_args(res: Path, tmp_path: Path, *arms_and_levels: str) -> list[str]:
     ]
 
 
-@pytest.mark.harness  # bench plot: matplotlib (the test extra)
 def test_compare_n_arms_best_arm_ratios_and_crossover(fake_arms, tmp_path, capsys):
     # "spec" wins alone and slows down with load; "baseline" barely does; "slow" never wins
     fake_arms("baseline", delay_ms=12, delay_per_stream_ms=0.2)
@@ -1000,14 +997,8 @@ def test_compare_n_arms_best_arm_ratios_and_crossover(fake_arms, tmp_path, capsy
     assert c["crossover_throughput"]["slow"]["verdict"] == "never"
     assert c["lossless"] == {"spec": "IDENTICAL", "slow": "IDENTICAL"}
     assert all(r["run_id"] == c["run_id"] for r in recs)
-    # the plot draws all three arms
-    png = tmp_path / "c.png"
-    assert cli.main(["plot", str(res), "-o", str(png)]) == 0
-    assert "baseline: 2 level(s), spec: 2 level(s), slow: 2 level(s)" in capsys.readouterr().out
-    assert png.read_bytes()[:8] == PNG_MAGIC
 
 
-@pytest.mark.harness  # bench plot: matplotlib (the test extra)
 def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, capsys):
     fake_arms("baseline")
     fake_arms("spec", accept_length=2.0, token_text=" z")
@@ -1025,9 +1016,20 @@ def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, cap
     assert [lv["request_rate"] for lv in ab["levels"]] == [50.0, 100.0]
     assert [r["request_rate"] for r in recs[:4]] == [50.0, 100.0, 50.0, 100.0]
     assert [r["arrivals"] for r in recs[:4]] == [8, 8, 8, 8]
-    png = tmp_path / "ab.png"
+
+
+@pytest.mark.harness  # bench plot: matplotlib (the test extra)
+def test_plot_draws_every_arm_of_a_compare_over_request_rates(fake_arms, tmp_path, capsys):
+    for name in ("baseline", "spec", "other"):
+        fake_arms(name)
+    res = tmp_path / "c.jsonl"
+    args = ["compare", "--arm", "baseline", "--arm", "spec", "--arm", "other"]
+    assert cli.main(compare_args(res, tmp_path, *args, "--request-rates", "50,100")) == 0
+    capsys.readouterr()
+    png = tmp_path / "c.png"
     assert cli.main(["plot", str(res), "-o", str(png)]) == 0
-    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert "baseline: 2 level(s), spec: 2 level(s), other: 2 level(s)" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 20_000
 
 
 @pytest.mark.parametrize(
@@ -1238,6 +1240,8 @@ def test_other_endpoints_and_v1_url_on_cpu_server(spec_server, tmp_path, endpoin
         "2",
         "--num-prompts",
         "2",
+        "--prompts-per-concurrency",
+        "0",
         "--max-tokens",
         "8",
         "--warmup",

@@ -23,7 +23,7 @@ import pytest
 
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.cpu.harness import STANDIN_DIR
-from sgl_eagle_ext.launcher.preflight import aux_layers, context, model_dirs
+from sgl_eagle_ext.launcher.preflight import aux_layers, context, context_rule, model_dirs
 from sgl_eagle_ext.tools import wheels
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -243,18 +243,29 @@ def harness(request, tmp_path_factory) -> dict:
     return answer
 
 
-@pytest.fixture(scope="module", params=WHEEL_ONLY)
-def wheel_oracle(request, tmp_path_factory) -> dict:
-    pkg = wheels.source(request.param)  # cached pristine wheel (never downloaded here)
-    assert pkg is not None, f"no cached wheel of {request.param}: python -m sgl_eagle_ext.wheels"
+@pytest.fixture(scope="module")
+def wheel_answers(tmp_path_factory) -> dict:
+    """The four wheel-only releases, answered by one oracle process."""
+    pkgs = {v: wheels.source(v) for v in WHEEL_ONLY}  # cached (never downloaded here)
+    missing = [v for v, p in pkgs.items() if p is None]
+    assert not missing, f"no cached wheel of {missing}: python -m sgl_eagle_ext.wheels VERSION"
     tmp = tmp_path_factory.mktemp("w")
     path = tmp / "cases.json"
-    path.write_text(json.dumps({"aux": aux_corpus()}))
+    path.write_text(json.dumps(_cases()))
     proc = subprocess.run(
-        [sys.executable, str(ORACLE), str(path), str(pkg)], capture_output=True, text=True
+        [sys.executable, str(ORACLE), str(path), *map(str, pkgs.values())],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {"version": request.param, **json.loads(proc.stdout.split("ORACLE ", 1)[1])}
+    answers = json.loads(proc.stdout.split("ORACLE ", 1)[1])["wheels"]
+    return {v: {"version": v, **a} for v, a in zip(pkgs, answers, strict=True)}
+
+
+@pytest.fixture(params=WHEEL_ONLY)
+def wheel_oracle(request, wheel_answers) -> dict:
+    return wheel_answers[request.param]
 
 
 # ---------------------------------------------------------------- preflight's side
@@ -384,3 +395,28 @@ def test_boundary_captures_per_release(tmp_path, version, arch, n, ids, refused)
     found = aux_layers.check(target, draft, _release(version), set(), False, None)
     errors = {f.id for f in found if f.severity == "error"}
     assert bool(errors & {"aux.embedding", "aux.out-of-range"}) == refused, errors
+
+
+def wheel_context_disagreements(answer: dict, tmp: Path) -> list[str]:
+    """Derived limits only: without the release's ModelConfig there is no draft check
+    to compare, but the check is `effective > draft limit` in every release."""
+    bad = []
+    for i, (case, sg) in enumerate(zip(_cases()["context"], answer["context"], strict=True)):
+        for role in ("target", "draft"):
+            if role not in sg or "skip" in sg[role]:
+                continue
+            md = _dir(tmp, f"{role[0]}{i}", case[role])
+            for pkg in (Path(answer["pkg"]), None):
+                ours, _ = context_rule.context_length(md.text, pkg)
+                if ours != sg[role]["len"]:
+                    bad.append(
+                        f"{answer['version']} {role} limit {ours} != SGLang {sg[role]['len']} "
+                        f"({'SGLang rule' if pkg else 'own rule'}); case {i}: {case[role]}"
+                    )
+    return bad
+
+
+@pytest.mark.harness  # the cached release wheels
+def test_context_limits_agree_with_pristine_wheels(wheel_oracle, tmp_path):
+    assert sum("len" in r for c in wheel_oracle["context"] for r in c.values()) > 20
+    assert wheel_context_disagreements(wheel_oracle, tmp_path) == []

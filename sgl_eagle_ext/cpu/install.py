@@ -137,6 +137,37 @@ def install(release: releases.Release, venv_arg: str | None, recreate: bool) -> 
     print(f"{PROG}: done in {time.monotonic() - t0:.0f} s; {venv} holds {du(venv) / 2**30:.1f} GiB")
 
 
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def install_browser() -> None:
+    """The test suite renders the bench HTML report in a headless browser. As root
+    on Debian/Ubuntu, install chromium from the distribution; otherwise say how."""
+    if any(shutil.which(b) for b in BROWSERS):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        print(
+            f"{PROG}: note: no headless browser; the HTML report test needs one "
+            "(as root: apt-get install -y chromium)"
+        )
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd, what in (
+        (["apt-get", "update", "-qq"], "apt-get update"),
+        (["apt-get", "install", "-y", "-qq", "chromium"], "chromium (Debian)"),
+    ):
+        t0 = time.monotonic()
+        print(f"  {what} ...", end="", flush=True)
+        p = subprocess.run(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        if p.returncode != 0:
+            print(" failed")
+            print("\n".join(p.stdout.splitlines()[-20:]), file=sys.stderr)
+            raise UserError(f"{what} failed (exit {p.returncode})", code=1)
+        print(f" {time.monotonic() - t0:.0f} s", flush=True)
+
+
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"python3 -m {PROG}", description=__doc__.split("\n")[0])
@@ -169,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         for release in releases.RELEASES:
             if release.cpu_requirements:
                 install(release, None, args.recreate)
+        install_browser()
         return 0
     release, _ = releases.resolve(args.release)
     install(release, args.venv, args.recreate)

@@ -1,4 +1,4 @@
-"""python -m sgl_eagle_ext.bench {single,sweep,ab,compare,lossless,plot}
+"""python -m sgl_eagle_ext.bench {single,sweep,ab,compare,lossless,plot,goodput,report,speculation}
 
     bench single --url U --max-tokens 2048 --runs 5 --warmup 2
     bench sweep --url U --concurrency 1,2,5,10,30,70,100,250 --num-prompts 200
@@ -6,6 +6,9 @@
     bench compare --arm baseline --arm eagle3-2step --arm eagle3-adaptive --model-path M ...
     bench lossless --url-a U1 --url-b U2
     bench plot bench-results/results.jsonl
+    bench goodput requests.jsonl --slo ttft=500,tpot=50 --percentiles 50,90,99
+    bench speculation requests.jsonl [--profile-log server.log]
+    bench report bench-results/results.jsonl --requests requests.jsonl -o report.html
 
 Exit codes: 0 ok; 1 the server failed (died, every run failed, an arm did not
 start) or the lossless check found differences; 2 bad input; 130 Ctrl-C (what
@@ -23,13 +26,24 @@ import sys
 
 from sgl_eagle_ext.common.cli_args import split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.redaction import redact_args
 from sgl_eagle_ext.tools.bench import options, session
 from sgl_eagle_ext.tools.bench import sweep as sw
-from sgl_eagle_ext.tools.bench.commands import compare, lossless, plot, single, sweep
+from sgl_eagle_ext.tools.bench.commands import (
+    compare,
+    goodput,
+    lossless,
+    plot,
+    report,
+    single,
+    speculation,
+    sweep,
+)
 from sgl_eagle_ext.tools.bench.progress import DEFAULT_EVERY, Console
 
 PROG = session.PROG
-COMMANDS = (single, sweep, compare, lossless, plot)  # compare registers ab and compare
+COMMANDS = (single, sweep, compare, lossless, plot, goodput, report, speculation)
+# (compare registers ab and compare)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -48,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(ours)
     if extra and not getattr(args, "takes_extra", False):
         raise UserError(
-            f"arguments after `--` ({shlex.join(extra)}) only go to `bench ab` and "
+            f"arguments after `--` ({shlex.join(redact_args(extra))}) only go to `bench ab` and "
             f"`bench compare` (the servers they start).",
             fix="drop them",
         )

@@ -33,6 +33,7 @@ _IGNORED_PREFIXES = (b":", b"event:", b"id:", b"retry:")
 # Error categories (RequestResult.error)
 E_HTTP = "http"  # followed by the status: "http 500"
 E_TIMEOUT = "timeout"
+CONNECT_TIMEOUT = 10.0  # seconds to open a connection (the request timeout is separate)
 E_REFUSED = "connection refused"
 E_LOST = "connection lost"
 E_INCOMPLETE = "stream ended early"
@@ -57,6 +58,8 @@ class RequestResult:
     tokens_from_usage: bool = False  # False: counted content chunks (no usage chunk came)
     finish_reason: str | None = None
     spec_verify_ct: int | None = None  # verify cycles (sglext.spec_tokens_details)
+    spec_details: dict | None = None  # the whole sglext.spec_tokens_details (histograms)
+    max_tokens: int | None = None  # the tokens this request asked for
     malformed: int = 0  # stream lines that were not valid SSE/JSON chunks
 
     @property
@@ -127,7 +130,7 @@ class StreamParser:
             return
         try:
             obj = _loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.r.malformed += 1
             return
         if not isinstance(obj, dict):
@@ -196,6 +199,7 @@ class StreamParser:
                 spec = spec[0] if spec else None
             if isinstance(spec, dict) and isinstance(spec.get("spec_verify_ct"), int):
                 r.spec_verify_ct = spec["spec_verify_ct"]
+                r.spec_details = spec
         if not known and "usage" not in obj:
             r.malformed += 1
 
@@ -226,6 +230,7 @@ class StreamParser:
             r.finish_reason = finish.get("type") if isinstance(finish, dict) else str(finish)
         if isinstance(meta.get("spec_verify_ct"), int):
             r.spec_verify_ct = meta["spec_verify_ct"]
+            r.spec_details = {k: v for k, v in meta.items() if k.startswith("spec_")}
 
 
 def messages_text(messages: list[dict]) -> str:
@@ -270,7 +275,7 @@ class Client:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         self.session = aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
             headers=self.headers,
             skip_auto_headers=("User-Agent",),
         )
@@ -329,7 +334,7 @@ class Client:
         ignore_eos: bool = True,
         seed: int | None = None,
     ) -> RequestResult:
-        r = RequestResult(index=index, prompt_id=prompt_id)
+        r = RequestResult(index=index, prompt_id=prompt_id, max_tokens=max_tokens)
         body = self.payload(messages, max_tokens, temperature, ignore_eos, seed)
         parser = StreamParser(r, self.endpoint, self.incremental)
         r.start = time.perf_counter()
@@ -343,6 +348,9 @@ class Client:
                     async for data in resp.content.iter_any():
                         parser.feed(data, time.perf_counter())
                     parser.finish(time.perf_counter())
+        except aiohttp.ServerTimeoutError as e:  # aiohttp's own: connect or socket read
+            what = "connection" if "connect" in str(e).lower() else "data"
+            r.error, r.detail = E_TIMEOUT, f"no {what} within {CONNECT_TIMEOUT:g} s: {_short(e)}"
         except TimeoutError:
             r.error, r.detail = E_TIMEOUT, f"no complete answer within {self.timeout:g} s"
         except aiohttp.ClientConnectorError as e:

@@ -66,13 +66,13 @@ def series(chosen: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
     return {a: [lv[c] for c in sorted(lv)] for a, lv in arms.items()}, skipped
 
 
-def require_matplotlib() -> None:
+def require_matplotlib(who: str = "bench plot") -> None:
     """matplotlib is an optional extra: say how to get it instead of a traceback."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UserError(
-            "bench plot needs matplotlib, which is not installed.",
+            f"{who} needs matplotlib, which is not installed.",
             fix="pip install 'sgl-eagle-ext[plot]' (or pip install matplotlib)",
         ) from None
 
@@ -146,7 +146,6 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
 
 
 def main(args, console: Console) -> int:
-    require_matplotlib()
     src = Path(args.results)
     recs, problems = records.read_jsonl(src)
     for p in problems:
@@ -158,6 +157,7 @@ def main(args, console: Console) -> int:
             f"{src}: run {run_id} has no complete level to plot.", fix="pick another --run-id"
         )
     out = Path(args.output) if args.output else src.with_name(f"{src.stem}-{run_id}.png")
+    require_matplotlib()  # after the input checks: they need no matplotlib
     render(run_id, arms, out)
     if skipped:
         console.warn(f"left out (partial levels): {', '.join(skipped)}")

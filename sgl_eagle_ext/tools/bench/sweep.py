@@ -135,7 +135,11 @@ def level_metrics(
     ok = [r for r in results if r.ok]
     errors = Counter(r.error for r in results if not r.ok)
     examples = [f"{r.error}: {r.detail}" for r in results if not r.ok][:ERROR_EXAMPLES]
-    short = [r for r in ok if load.ignore_eos and (r.completion_tokens or 0) < load.max_tokens]
+    short = [
+        r
+        for r in ok
+        if load.ignore_eos and (r.completion_tokens or 0) < (r.max_tokens or load.max_tokens)
+    ]
     tokens = sum(r.completion_tokens or 0 for r in ok)
     chunks = sum(len(r.chunk_times) for r in ok)
     itls = [g for r in ok for g in r.itls]
@@ -148,7 +152,7 @@ def level_metrics(
         "error_examples": examples,
         "short": len(short),
         "short_examples": [
-            f"{r.prompt_id}: {r.completion_tokens}/{load.max_tokens} tokens "
+            f"{r.prompt_id}: {r.completion_tokens}/{r.max_tokens or load.max_tokens} tokens "
             f"(finish {r.finish_reason})"
             for r in short[:ERROR_EXAMPLES]
         ],
@@ -228,7 +232,7 @@ async def run_requests(
     async def send(i: int, p: Prompt) -> None:
         r = await client.chat(
             p.as_messages(),
-            load.max_tokens,
+            getattr(p, "output_len", None) or load.max_tokens,  # a workload's own length
             index=i,
             prompt_id=p.id,
             temperature=load.temperature,
@@ -300,7 +304,9 @@ async def warm_up(
     short = [
         r
         for r in results
-        if r.ok and load.ignore_eos and (r.completion_tokens or 0) < load.max_tokens
+        if r.ok
+        and load.ignore_eos
+        and (r.completion_tokens or 0) < (r.max_tokens or load.max_tokens)
     ]
     if short:
         console.warn(
@@ -340,17 +346,23 @@ async def run_level(
     before = await asyncio.to_thread(server.counters)
     cpu0 = time.process_time()
     lags: list[float] = []
-    results, duration, interrupted = await run_requests(
-        client,
-        prompts,
-        int(concurrency),
-        load,
-        console,
-        axis.tag(concurrency),
-        arrivals=schedule,
-        server=server,
-        lags=lags,
-    )
+    runner = getattr(prompt_set, "runner", lambda: None)()  # multi-turn runs its own level
+    if runner is not None and schedule is None:
+        results, duration, interrupted = await runner(
+            client, n, int(concurrency), load, console, axis.tag(concurrency)
+        )
+    else:
+        results, duration, interrupted = await run_requests(
+            client,
+            prompts,
+            int(concurrency),
+            load,
+            console,
+            axis.tag(concurrency),
+            arrivals=schedule,
+            server=server,
+            lags=lags,
+        )
     cpu = time.process_time() - cpu0
     fields = level_metrics(results, duration, load, slo)
     # The load generator's own CPU use: near 100% of its core means it may be the limit.
@@ -425,12 +437,14 @@ def _num(v, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def table_head(axis: Axis = CONCURRENCY) -> str:
+def table_head(axis: Axis = CONCURRENCY, goodput: bool = False) -> str:
     return (
         f"{'rate' if axis is RATE else 'conc':>5} {'done':>5} {'err':>4} {'short':>5} "
         f"{'out tok/s':>10} {'req/s':>7} "
         f"{'TTFT ms p50/90/99':>18} {'TPOT ms p50/90/99':>18} {'ITL ms p50/90/99':>18} "
-        f"{'E2E s p50/90/99':>16} {'tok/chunk':>9} {'accept':>6}  status"
+        f"{'E2E s p50/90/99':>16} {'tok/chunk':>9} {'accept':>6}"
+        + (f" {'goodput tok/s':>13}" if goodput else "")
+        + "  status"
     )
 
 
@@ -459,7 +473,9 @@ def table_row(f: dict, concurrency: float) -> str:
         f"{_trio(f['itl_ms'], fmt='{:.1f}'):>18} "
         f"{_trio(f['e2e_ms'], 1e-3, '{:.2f}'):>16} "
         f"{_num(f.get('tokens_per_chunk'), '{:.2f}'):>9} "
-        f"{_num(f.get('accept_length'), '{:.2f}'):>6}  {status_text(f)}"
+        f"{_num(f.get('accept_length'), '{:.2f}'):>6}"
+        + (f" {_num(f['goodput_tok_s']):>13}" if "goodput_tok_s" in f else "")
+        + f"  {status_text(f)}"
     )
 
 
@@ -553,6 +569,7 @@ async def run_sweep(
     slo: SLO | None = None,
     derive_slo: bool = False,
     open_loop: OpenLoop | None = None,
+    on_level=None,
 ) -> SweepOutcome:
     """Run every level in ascending order; `write(level, fields)` records each as it ends.
 
@@ -564,7 +581,7 @@ async def run_sweep(
     done: list[Level] = []
     slo = slo or SLO()
     if levels:
-        head = table_head(axis)
+        head = table_head(axis, goodput=slo.set or derive_slo)
         console.out(head if not arm else f"[{arm}]\n{head}")
     for c in sorted(levels):
         n = per_level_prompts(num_prompts, per_concurrency, math.ceil(c))
@@ -592,6 +609,8 @@ async def run_sweep(
                 f"{PER_CONCURRENCY} x concurrency, so ramp-up and drain "
                 f"weigh on the figures"
             )
+        if on_level is not None:  # per-request records, input-length check
+            on_level(level)
         write(c, f)
         console.out(table_row(f, c))
         for note in level_notes(f, c, axis):

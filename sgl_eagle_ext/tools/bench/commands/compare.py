@@ -21,6 +21,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sgl_eagle_ext.common.cli_args import number, pop_flag, port_number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import (
     arms,
@@ -32,6 +33,7 @@ from sgl_eagle_ext.tools.bench import (
     provenance,
     records,
     session,
+    workload,
 )
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.progress import Console
@@ -53,10 +55,10 @@ def add_launch(p) -> None:
     )
     p.add_argument("--sglang-version", help="launcher --sglang-version")
     p.add_argument("--force", action="store_true", help="launcher --force")
-    p.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
+    p.add_argument("--port", type=port_number, default=0, help="server port (default: a free one)")
     p.add_argument(
         "--startup-timeout",
-        type=float,
+        type=number(0, strict=True),
         default=3600.0,
         help="seconds to wait for each server's READY (default 3600)",
     )
@@ -79,6 +81,7 @@ def register(sub) -> None:
     )
     options.add_common(a, 256, url=False)
     options.add_sweep(a)
+    workload.add_options(a)
     a.add_argument("--preset-a", default="baseline", help="reference preset (default baseline)")
     a.add_argument("--preset-b", required=True, help="preset to evaluate, e.g. eagle3-2step")
     add_launch(a)
@@ -92,6 +95,7 @@ def register(sub) -> None:
     )
     options.add_common(c, 256, url=False)
     options.add_sweep(c)
+    workload.add_options(c)
     c.add_argument(
         "--arm",
         action="append",
@@ -158,7 +162,19 @@ class Run:
 
 
 async def _arm(
-    server, args, console, rec, prov, plan, ps, levels, open_loop, slo, derive_slo, check_prompts
+    server,
+    args,
+    console,
+    rec,
+    prov,
+    plan,
+    ps,
+    levels,
+    open_loop,
+    slo,
+    derive_slo,
+    check_prompts,
+    hook=None,
 ):
     """One arm's warm-up, sweep and lossless-check generations."""
     load = session.load(args)
@@ -187,6 +203,7 @@ async def _arm(
             slo=slo,
             derive_slo=derive_slo,
             open_loop=open_loop,
+            on_level=hook,
         )
         outputs = []
         if check_prompts and not outcome.stopped:
@@ -206,7 +223,19 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     """Start, sweep and stop each preset in turn. Returns the Run, or an exit code when
     an arm did not start or its server died (the finished levels are recorded)."""
     levels, open_loop = options.load_levels(args)
+    # A key for the servers travels to each launcher in its environment: never on a
+    # printed line or a child's command line.
+    extra, key = pop_flag(extra, "--api-key")
+    args.api_key = key or args.api_key
     ps = prompts.load(args.prompts)
+    workload.check_paths(args)
+    # --dataset/--input-len/...: checked now, before any server starts
+    wl = workload.WorkloadSet(args, None, args.max_tokens) if workload.wanted(args) else None
+    if wl is not None and wl.multi_turn and open_loop is not None:
+        raise UserError(
+            "--multi-turn replays conversations in closed loop only.",
+            fix="use --concurrency with --multi-turn",
+        )
     rec = session.recorder(args)
     log_dir = Path(args.log_dir)
     port = args.port or arms.free_port()
@@ -240,6 +269,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     done: list[ArmRun] = []
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
+        plan.api_key = args.api_key
         proc = arms.LauncherProcess(plan)
         try:
             try:
@@ -249,11 +279,22 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
                 return session.EXIT_FAILED
             server = session.connect(url, args)
             console.info(f"[{plan.label}] ready: {session.describe(server)}")
+            if wl is not None and wl.server is None:  # every arm: the same prompts
+                wl.attach(server)
+                console.info(f"workload: {wl.describe()}")
             prov = {
                 "host": host,
                 "server": provenance.server_facts(server, launch=plan.facts),
-                "prompts": session.prompt_facts(ps, args.seed),
+                "prompts": session.prompt_facts(wl or ps, args.seed),
+                **({"workload": wl.facts()} if wl is not None else {}),
             }
+            hook = workload.LevelHook(
+                args.save_requests,
+                wl,
+                {"run_id": rec.run_id, "arm": plan.preset},
+                console,
+                key=lambda c: sw.level_key(c, open_loop),
+            )
             outcome, outputs = asyncio.run(
                 _arm(
                     server,
@@ -262,12 +303,13 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
                     rec,
                     prov,
                     plan,
-                    ps,
+                    wl or ps,
                     levels,
                     open_loop,
                     slo,
                     plan is plans[0],
                     check_prompts,
+                    hook,
                 )
             )
         finally:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from sgl_eagle_ext.tools.bench import options, prompts, session
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools.bench import options, prompts, session, workload
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -17,6 +18,7 @@ def register(sub) -> None:
     )
     options.add_common(w, 256)
     options.add_sweep(w)
+    workload.add_options(w)
     w.add_argument("--label", default="", help="arm name stored in the records (for plot)")
     w.add_argument(
         "--run-id",
@@ -33,17 +35,41 @@ def run(args, extra: list[str], console: Console) -> int:
 async def _run(args, console: Console) -> int:
     levels, open_loop = options.load_levels(args)
     ps = prompts.load(args.prompts)
+    workload.check_paths(args)
     rec = session.recorder(args)
     server = session.connect(args.url, args)
     load = session.load(args)
     prov = session.server_provenance(server, ps, args.seed)
     slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
+    wl = workload.WorkloadSet(args, server, args.max_tokens) if workload.wanted(args) else None
+    if wl is not None:
+        if wl.multi_turn and open_loop is not None:
+            raise UserError(
+                "--multi-turn replays conversations in closed loop only.",
+                fix="use --concurrency with --multi-turn",
+            )
+        ps = wl
+        prov["prompts"] = session.prompt_facts(wl, args.seed)
+        prov["workload"] = wl.facts()
     console.info(f"sweep against {session.describe(server)}")
     console.info(
-        f"levels: {sw.describe_levels(levels, open_loop)}; {load.max_tokens} tokens per request; "
-        f"prompts {ps.name}"
+        f"levels: {sw.describe_levels(levels, open_loop)}; "
+        + (
+            f"{load.max_tokens} tokens per request; prompts {ps.name}"
+            if wl is None
+            else wl.describe()
+        )
     )
     common = {"arm": args.label or None, "url": server.base_url, **session.load_fields(load, args)}
+    if wl is not None:
+        common["workload"] = wl.facts()
+    hook = workload.LevelHook(
+        args.save_requests,
+        wl,
+        {"run_id": rec.run_id, "arm": args.label or None},
+        console,
+        key=lambda c: sw.level_key(c, open_loop),
+    )
     async with session.client(server, args) as client:
         await sw.warm_up(client, ps, args.warmup, load, console)
         outcome = await sw.run_sweep(
@@ -62,9 +88,12 @@ async def _run(args, console: Console) -> int:
             flush=not args.no_flush_cache,
             slo=slo,
             open_loop=open_loop,
+            on_level=hook,
         )
     if rec.written:
         console.info(f"{rec.written} record(s) appended to {rec.jsonl} (and {rec.csv})")
+    if hook.log.written:
+        console.info(f"{hook.log.written} per-request record(s) appended to {hook.log.path}")
     if outcome.stopped:
         console.warn(f"sweep stopped: {outcome.stopped}; the finished levels are recorded")
         return session.EXIT_FAILED

@@ -1,0 +1,198 @@
+"""bench goodput FILE --slo ttft=500,tpot=50 [--percentiles 50,90,99]
+
+Recomputes, from the per-request records of `--save-requests`, each level's
+latency percentiles and its goodput: output tok/s and req/s of the requests that
+met every goal of the SLO (ms). A level lasts from its first send to its last
+answer, as in the sweep.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools.bench import request_log
+
+METRICS = ("ttft", "tpot", "itl", "e2e")
+SLO_FIX = "e.g. --slo ttft=500,tpot=50 (milliseconds; keys ttft, tpot, itl, e2e)"
+DEFAULT_PERCENTILES = (50, 90, 99)
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        key = key.strip().lower().removesuffix("_ms")
+        if not sep or key not in METRICS:
+            raise UserError(f"--slo {text}: {part.strip()!r} is not KEY=MS.", fix=SLO_FIX)
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise UserError(f"--slo {text}: {value!r} is not a number.", fix=SLO_FIX) from None
+        if out[key] <= 0:
+            raise UserError(f"--slo {text}: {key} must be > 0.", fix=SLO_FIX)
+    return out
+
+
+def parse_percentiles(text: str | None) -> tuple[float, ...]:
+    if not text:
+        return DEFAULT_PERCENTILES
+    try:
+        ps = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        ps = ()
+    if not ps or any(not 0 <= p <= 100 for p in ps):
+        raise UserError(
+            f"--percentiles {text}: not a list of numbers in 0..100.", fix="e.g. 50,90,99,99.9"
+        )
+    return ps
+
+
+def _pname(p: float) -> str:
+    return f"p{p:g}"
+
+
+def meets(row: dict, slo: dict[str, float]) -> bool:
+    if not row.get("ok"):
+        return False
+    for key, limit in slo.items():
+        if key == "itl":
+            gaps = row.get("itl_ms") or []
+            if gaps and max(gaps) > limit:
+                return False
+            continue
+        v = row.get(f"{key}_ms")
+        if v is None or v > limit:
+            return False
+    return True
+
+
+def group_key(row: dict) -> tuple:
+    level = row.get("concurrency")
+    if level is None and row.get("request_rate") is not None:
+        level = f"rate {row['request_rate']:g}"
+    return (row.get("run_id"), row.get("arm") or "", level)
+
+
+def level_figures(rows: list[dict], slo: dict, percentiles) -> dict:
+    ok = [r for r in rows if r.get("ok")]
+    ends = [
+        r["start_s"] + r["e2e_ms"] / 1e3
+        for r in rows
+        if r.get("start_s") is not None and r.get("e2e_ms") is not None
+    ]
+    starts = [r["start_s"] for r in rows if r.get("start_s") is not None]
+    duration = max(ends) - min(starts) if ends and starts else None
+    if not duration:
+        duration = next((r.get("level_duration_s") for r in rows), None)
+    out = {
+        "requests": len(rows),
+        "completed": len(ok),
+        "duration_s": duration,
+        "output_tok_s": (
+            sum(r.get("completion_tokens") or 0 for r in ok) / duration if duration else None
+        ),
+    }
+    for m in METRICS:
+        if m == "itl":
+            vals = [g for r in ok for g in (r.get("itl_ms") or [])]
+        else:
+            vals = [r[f"{m}_ms"] for r in ok if r.get(f"{m}_ms") is not None]
+        out[f"{m}_ms"] = {
+            _pname(p): (float(np.percentile(vals, p)) if vals else None) for p in percentiles
+        }
+    acc = [r for r in ok if r.get("verify_ct")]
+    out["accept_length"] = (
+        sum(r["completion_tokens"] for r in acc) / sum(r["verify_ct"] for r in acc) if acc else None
+    )
+    if slo:
+        good = [r for r in rows if meets(r, slo)]
+        out["slo_met"] = len(good)
+        out["slo_met_share"] = len(good) / len(rows) if rows else None
+        out["goodput_req_s"] = len(good) / duration if duration else None
+        out["goodput_tok_s"] = (
+            sum(r.get("completion_tokens") or 0 for r in good) / duration if duration else None
+        )
+    return out
+
+
+def compute(rows: list[dict], slo: dict, percentiles) -> list[tuple[tuple, dict]]:
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        groups[group_key(r)].append(r)
+
+    def order(k):
+        run, arm, level = k
+        return (str(run), arm, (0, level) if isinstance(level, (int, float)) else (1, str(level)))
+
+    return [(k, level_figures(groups[k], slo, percentiles)) for k in sorted(groups, key=order)]
+
+
+def _n(v, fmt="{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def table(results, slo: dict, percentiles) -> list[str]:
+    ps = [_pname(p) for p in percentiles]
+    lat = "/".join(p.removeprefix("p") for p in ps)
+    head = (
+        f"{'arm':<14} {'level':>8} {'done':>5} {'tok/s':>9} "
+        f"{'TTFT ms p' + lat:>22} {'TPOT ms p' + lat:>22} {'E2E ms p' + lat:>22} "
+        f"{'accept':>6}"
+    )
+    if slo:
+        head += f" {'SLO met':>9} {'good tok/s':>10} {'good req/s':>10}"
+    lines = [head]
+
+    def trio(f, m):
+        return "/".join(_n(f[f"{m}_ms"][p], "{:.0f}") for p in ps)
+
+    for (_run, arm, level), f in results:
+        line = (
+            f"{(arm or '-')[:14]:<14} {str(level):>8} {f['completed']:>5} "
+            f"{_n(f['output_tok_s']):>9} {trio(f, 'ttft'):>22} {trio(f, 'tpot'):>22} "
+            f"{trio(f, 'e2e'):>22} {_n(f['accept_length'], '{:.2f}'):>6}"
+        )
+        if slo:
+            share = f"{f['slo_met']}/{f['requests']}"
+            line += (
+                f" {share:>9} {_n(f['goodput_tok_s']):>10} {_n(f['goodput_req_s'], '{:.2f}'):>10}"
+            )
+        lines.append(line)
+    return lines
+
+
+def describe_slo(slo: dict) -> str:
+    return " and ".join(f"{k.upper()} <= {v:g} ms" for k, v in slo.items()) or "none"
+
+
+def main(args, console) -> int:
+    src = Path(args.file)
+    rows, problems = request_log.read(src)
+    for p in problems:
+        console.warn(p)
+    slo = parse_slo(args.slo)
+    ps = parse_percentiles(args.percentiles)
+    if args.run_id:
+        rows = [r for r in rows if r.get("run_id") == args.run_id]
+        if not rows:
+            raise UserError(f"{src}: no requests of run {args.run_id}.", fix="check --run-id")
+    results = compute(rows, slo, ps)
+    console.out(f"{len(rows)} request(s) from {src}; SLO: {describe_slo(slo)}")
+    for line in table(results, slo, ps):
+        console.out(line)
+    if getattr(args, "json", False):
+        import json
+
+        console.out(
+            json.dumps(
+                [{"run_id": k[0], "arm": k[1], "level": k[2], **f} for k, f in results],
+                indent=1,
+            )
+        )
+    return 0

@@ -1,0 +1,326 @@
+"""bench report RESULTS.jsonl -o report.html [--requests REQ.jsonl] [--slo ...]
+
+One self-contained HTML file: no script, no stylesheet or font to fetch, every
+plot an inline PNG (base64 data URI). Opens from disk in any browser. It holds,
+per run: the sweep table of every arm, the A/B verdict, single-stream and lossless
+results, the throughput/latency figure, the Pareto chart; from the per-request
+records: goodput at the SLO and speculation by input length and draft position;
+and the provenance every record carries (already free of secrets).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import tempfile
+from collections import defaultdict
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.profiling import names as profile_names
+from sgl_eagle_ext.tools.bench import goodput, plot, records, request_log, spec_view
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
+h1{font-size:1.5em}h2{font-size:1.25em;border-bottom:1px solid #ccc;margin-top:2em}
+h3{font-size:1.05em}table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
+td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}
+th{background:#f2f2f2}td.l,th.l{text-align:left}tr.bad td{background:#fde2e2}
+img{max-width:100%;border:1px solid #eee}pre{background:#f7f7f7;padding:.6em;overflow:auto;
+font-size:.8em}.note{color:#8a5a00}
+"""
+
+
+def _n(v, fmt="{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _table(head: list[str], rows: list[list], bad: list[bool] | None = None) -> str:
+    out = ["<table><tr>"]
+    out += [f'<th class="{"l" if i == 0 else ""}">{escape(h)}</th>' for i, h in enumerate(head)]
+    out.append("</tr>")
+    for k, row in enumerate(rows):
+        cls = ' class="bad"' if bad and bad[k] else ""
+        cells = "".join(
+            f'<td class="{"l" if i == 0 else ""}">{escape(str(c))}</td>' for i, c in enumerate(row)
+        )
+        out.append(f"<tr{cls}>{cells}</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _trio(block, scale=1.0, fmt="{:.0f}") -> str:
+    if not block or block.get("p50") is None:
+        return "-"
+    return "/".join(fmt.format(block[p] * scale) for p in ("p50", "p90", "p99"))
+
+
+SWEEP_HEAD = [
+    "arm",
+    "level",
+    "status",
+    "done",
+    "errors",
+    "out tok/s",
+    "req/s",
+    "TTFT ms p50/90/99",
+    "TPOT ms p50/90/99",
+    "E2E s p50/90/99",
+    "accept",
+    "goodput tok/s",
+]
+
+
+def sweep_rows(sweeps: list[dict]) -> tuple[list[list], list[bool]]:
+    rows, bad = [], []
+    for r in sweeps:
+        errs = sum((r.get("errors") or {}).values())
+        rows.append(
+            [
+                plot.arm_name(r),
+                (
+                    f"{r['request_rate']:g} req/s"
+                    if r.get("request_rate") is not None
+                    else f"c={r.get('concurrency')}"
+                ),
+                r.get("status"),
+                r.get("completed"),
+                errs,
+                _n(r.get("output_tok_s")),
+                _n(r.get("request_s"), "{:.2f}"),
+                _trio(r.get("ttft_ms")),
+                _trio(r.get("tpot_ms"), fmt="{:.1f}"),
+                _trio(r.get("e2e_ms"), 1e-3, "{:.2f}"),
+                _n(r.get("accept_length"), "{:.2f}"),
+                _n(r.get("goodput_tok_s")),
+            ]
+        )
+        bad.append(r.get("status") not in ("ok", None))
+    return rows, bad
+
+
+def _sweep_figure(run_id: str, sweeps: list[dict]) -> str:
+    arms, skipped = plot.series(sweeps)
+    if not arms:
+        return ""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "sweep.png"
+        plot.render(run_id, arms, out)
+        png = out.read_bytes()
+    note = (
+        f'<p class="note">left out (partial): {escape(", ".join(skipped))}</p>' if skipped else ""
+    )
+    return _img(png, f"throughput and latency against concurrency, run {run_id}") + note
+
+
+def _crossover(c: dict) -> str:
+    if c.get("estimate") is not None:
+        return f"{c['verdict']}, about {c['estimate']:.3g} (level {c.get('level'):g})"
+    return f"{c.get('verdict', '-')}" + (f" (level {c['level']:g})" if c.get("level") else "")
+
+
+def run_section(run_id: str, recs: list[dict]) -> str:
+    parts = [f"<h2>Run {escape(str(run_id))}</h2>"]
+    by_kind = defaultdict(list)
+    for r in recs:
+        by_kind[r.get("kind")].append(r)
+    for ab in by_kind.get("ab", []):
+        thr = ab.get("crossover_throughput") or {}
+        parts.append(
+            f"<h3>A/B: {escape(str(ab.get('preset_a')))} (A) vs "
+            f"{escape(str(ab.get('preset_b')))} (B)</h3>"
+            f"<p>verdict: <b>{escape(str(ab.get('verdict')))}</b>; throughput crossover: "
+            f"{escape(_crossover(thr))}; lossless: "
+            f"{escape(str(ab.get('lossless')))}</p><p>recommendation: "
+            f"{escape(str(ab.get('recommendation')))}</p>"
+        )
+    for cmp in by_kind.get("compare", []):
+        rows = []
+        for name, x in (cmp.get("crossover_throughput") or {}).items():
+            good = (cmp.get("crossover_goodput") or {}).get(name) or {}
+            ll = (cmp.get("lossless") or {}).get(name)
+            rows.append([name, _crossover(x), _crossover(good) if good else "-", ll or "-"])
+        parts.append(
+            f"<h3>Compare: {escape(' vs '.join(map(str, cmp.get('arms') or [])))} "
+            f"(reference {escape(str(cmp.get('reference')))})</h3>"
+            + _table(["arm", "throughput crossover", "goodput crossover", "lossless"], rows)
+        )
+    sweeps = by_kind.get("sweep", [])
+    if sweeps:
+        rows, bad = sweep_rows(sweeps)
+        parts.append("<h3>Sweep</h3>" + _table(SWEEP_HEAD, rows, bad))
+        parts.append(_sweep_figure(run_id, sweeps))
+        pts = spec_view.pareto_points(sweeps)
+        if pts:
+            parts.append("<h3>Pareto</h3>" + _img(spec_view.render_pareto(pts), "Pareto chart"))
+    for s in by_kind.get("single", []):
+        t = s.get("tok_s") or {}
+        parts.append(
+            f"<h3>Single stream ({escape(str(s.get('arm') or s.get('url')))})</h3>"
+            + _table(
+                ["runs", "mean tok/s", "median", "95% CI", "accept", "status"],
+                [
+                    [
+                        t.get("n"),
+                        _n(t.get("mean"), "{:.2f}"),
+                        _n(t.get("median"), "{:.2f}"),
+                        f"{_n(t.get('ci95_low'), '{:.2f}')}..{_n(t.get('ci95_high'), '{:.2f}')}",
+                        _n(s.get("accept_length"), "{:.2f}"),
+                        s.get("status"),
+                    ]
+                ],
+            )
+        )
+    for ll in by_kind.get("lossless", []):
+        parts.append(
+            f"<h3>Lossless</h3><p>verdict: <b>{escape(str(ll.get('verdict')))}</b> "
+            f"({escape(str(ll.get('identical')))}/{escape(str(ll.get('compared')))} identical)</p>"
+        )
+    prov = {}
+    for r in recs:
+        key = plot.arm_name(r) if r.get("kind") == "sweep" else r.get("kind")
+        prov.setdefault(str(key), r.get("provenance"))
+    for name, p in prov.items():
+        parts.append(
+            f"<details><summary>provenance: {escape(name)}</summary><pre>"
+            f"{escape(json.dumps(p, indent=1, default=str), quote=False)}</pre></details>"
+        )
+    return "\n".join(parts)
+
+
+def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> str:
+    parts = ["<h2>Per-request records</h2>"]
+    res = goodput.compute(rows, slo, percentiles)
+    ps = [goodput._pname(p) for p in percentiles]
+    head = ["arm", "level", "done", "tok/s"]
+    head += [f"{m.upper()} ms {'/'.join(ps)}" for m in ("ttft", "tpot", "e2e")]
+    head += ["accept"]
+    if slo:
+        head += ["SLO met", "goodput tok/s", "goodput req/s"]
+    body = []
+    for (_run, arm, level), f in res:
+        row = [arm or "-", level, f["completed"], _n(f["output_tok_s"])]
+        row += [
+            "/".join(_n(f[f"{m}_ms"][p], "{:.0f}") for p in ps) for m in ("ttft", "tpot", "e2e")
+        ]
+        row += [_n(f["accept_length"], "{:.2f}")]
+        if slo:
+            row += [
+                f"{f['slo_met']}/{f['requests']}",
+                _n(f["goodput_tok_s"]),
+                _n(f["goodput_req_s"], "{:.2f}"),
+            ]
+        body.append(row)
+    parts.append(f"<p>SLO: {escape(goodput.describe_slo(slo))}</p>" + _table(head, body))
+    buckets = spec_view.by_input_bucket(rows)
+    positions = {"SGLang per request": spec_view.position_rates(spec_view.hist_from_requests(rows))}
+    if profile_logs:
+        positions[profile_names.TAG] = spec_view.position_rates(
+            spec_view.hist_from_profile([Path(p) for p in profile_logs])
+        )
+    if buckets or any(positions.values()):
+        parts.append("<h3>Speculation by workload</h3>")
+        if buckets:
+            parts.append(
+                _table(
+                    ["input tokens", "requests", "verify cycles", "accept length"],
+                    [
+                        [
+                            b["bucket"],
+                            b["requests"],
+                            b["verify_cycles"],
+                            _n(b["accept_length"], "{:.2f}"),
+                        ]
+                        for b in buckets
+                    ],
+                )
+            )
+        for source, rates in positions.items():
+            if rates:
+                parts.append(
+                    f"<p>acceptance per draft position ({escape(source)}):</p>"
+                    + _table(
+                        ["position", "cycles accepting it", "share"],
+                        [
+                            [r["position"], r["accepted_cycles"], f"{r['rate'] * 100:.1f}%"]
+                            for r in rates
+                        ],
+                    )
+                )
+        parts.append(_img(spec_view.render_spec(buckets, positions), "speculation by workload"))
+    return "\n".join(parts)
+
+
+def build(
+    recs: list[dict],
+    source: str,
+    *,
+    run_id: str | None = None,
+    request_rows: list[dict] | None = None,
+    slo: dict | None = None,
+    percentiles=goodput.DEFAULT_PERCENTILES,
+    profile_logs=(),
+    problems=(),
+) -> str:
+    runs = defaultdict(list)
+    for r in recs:
+        runs[r.get("run_id")].append(r)
+    if run_id is not None:
+        if run_id not in runs:
+            raise UserError(f"{source}: no records of run {run_id}.", fix="check --run-id")
+        runs = {run_id: runs[run_id]}
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = [
+        "<h1>sgl-eagle-ext benchmark report</h1>",
+        f"<p>source: <code>{escape(source)}</code>; {len(recs)} record(s), "
+        f"{len(runs)} run(s); written {now}</p>",
+    ]
+    if problems:
+        body.append(
+            '<p class="note">skipped lines: ' + escape("; ".join(list(problems)[:10])) + "</p>"
+        )
+    for rid in reversed(list(runs)):  # the latest run first
+        body.append(run_section(rid, runs[rid]))
+    if request_rows:
+        body.append(requests_section(request_rows, slo or {}, percentiles, profile_logs))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>benchmark report: {escape(Path(source).name)}</title>"
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def main(args, console) -> int:
+    plot.require_matplotlib("bench report")
+    src = Path(args.results)
+    recs, problems = records.read_jsonl(src)
+    for p in problems:
+        console.warn(p)
+    if not recs:
+        raise UserError(f"{src}: no bench records.", fix="give the JSONL `bench` wrote")
+    rows = None
+    if args.requests:
+        rows, more = request_log.read(Path(args.requests))
+        for p in more:
+            console.warn(p)
+    html = build(
+        recs,
+        str(src),
+        run_id=args.run_id,
+        request_rows=rows,
+        slo=goodput.parse_slo(args.slo),
+        percentiles=goodput.parse_percentiles(args.percentiles),
+        profile_logs=args.profile_log or (),
+        problems=problems,
+    )
+    out = Path(args.output) if args.output else src.with_suffix(".html")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    console.out(f"wrote {out} ({len(html) // 1024} KiB, self-contained: open it in a browser)")
+    return 0

@@ -1,0 +1,146 @@
+"""Per-request records (`--save-requests FILE`): one JSON line per request.
+
+Enough to recompute any latency figure and goodput at any SLO afterwards
+(`bench goodput FILE --slo ttft=500,tpot=50`): send time within the level, TTFT,
+every inter-chunk gap, E2E, token counts (the server's `usage`), the lengths that
+were asked for, and the request's own speculation figures when the server streams
+them (SGLang's `sglext.spec_tokens_details`: verify cycles, accept length, and the
+histogram of correct drafts per verify cycle). A level's lines are appended in one
+locked write, like the results file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from sgl_eagle_ext.tools.bench import client as cl
+from sgl_eagle_ext.tools.bench import records
+
+KIND = "request"
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v * 1e3, 3)
+
+
+def accept_length(r: cl.RequestResult) -> float | None:
+    """Tokens per verify cycle of one request (bonus token included; SGLang's meaning)."""
+    spec = r.spec_details or {}
+    if spec.get("spec_accept_length"):
+        return float(spec["spec_accept_length"])
+    if r.spec_verify_ct and r.completion_tokens:
+        return r.completion_tokens / r.spec_verify_ct
+    return None
+
+
+def record(r: cl.RequestResult, level_start: float, **extra) -> dict:
+    spec = r.spec_details or {}
+    hist = spec.get("spec_correct_drafts_histogram") or spec.get("spec_accept_histogram")
+    return {
+        "kind": KIND,
+        **extra,
+        "index": r.index,
+        "id": r.prompt_id,
+        "ok": r.ok,
+        "error": r.error or None,
+        "detail": r.detail or None,
+        "start_s": round(r.start - level_start, 6) if r.start else None,
+        "ttft_ms": _ms(r.ttft),
+        "e2e_ms": _ms(r.e2e),
+        "tpot_ms": _ms(r.tpot),
+        "itl_ms": [round(g * 1e3, 3) for g in r.itls],
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": r.completion_tokens,
+        "tokens_from_usage": r.tokens_from_usage,
+        "finish_reason": r.finish_reason,
+        "chunks": len(r.chunk_times),
+        "verify_ct": r.spec_verify_ct,
+        "accept_length": accept_length(r),
+        "correct_drafts_histogram": hist if isinstance(hist, list) else None,
+    }
+
+
+def check_writable(path: Path, results: str | Path | None = None) -> None:
+    """Refuse, before the first request, a --save-requests path that cannot take lines
+    (nothing is created here), or that is the results file itself."""
+    from sgl_eagle_ext.common.errors import UserError
+
+    fix = "pass --save-requests a writable file path, e.g. bench-results/requests.jsonl"
+    if results is not None and path.resolve() == Path(results).resolve():
+        raise UserError(
+            f"--save-requests {path}: the same file as --results.",
+            fix="give the per-request records their own file",
+        )
+    if path.is_dir():
+        raise UserError(f"--save-requests {path}: is a directory.", fix=fix)
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise UserError(f"--save-requests {path}: not writable.", fix=fix)
+        return
+    parent = path.parent.resolve()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--save-requests {path}: cannot be created under {parent}.", fix=fix)
+
+
+class RequestLog:
+    """Appends a level's per-request lines to FILE (None: writes nothing)."""
+
+    def __init__(self, path: str | Path | None, results: str | Path | None = None):
+        self.path = Path(path) if path else None
+        self.written = 0
+        if self.path is not None:
+            check_writable(self.path, results)
+
+    def write_level(
+        self,
+        results: list[cl.RequestResult],
+        level_start: float,
+        duration: float,
+        common: dict,
+        per_request: list[dict] | None = None,
+    ) -> None:
+        """`common`: run_id, arm, concurrency...; `per_request`: extra fields by position."""
+        if self.path is None or not results:
+            return
+        lines = []
+        for k, r in enumerate(results):
+            extra = {**common, "level_duration_s": round(duration, 6)}
+            if per_request:
+                extra.update(per_request[k])
+            lines.append(
+                json.dumps(records.clean(record(r, level_start, **extra)), ensure_ascii=False)
+            )
+        records._append_bytes(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
+        self.written += len(lines)
+
+
+def read(path: Path) -> tuple[list[dict], list[str]]:
+    """The request lines of FILE and one warning per line that is not one."""
+    from sgl_eagle_ext.common.errors import UserError
+
+    if not path.is_file():
+        raise UserError(f"{path}: no such file.", fix="give the file --save-requests wrote")
+    rows, problems = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                problems.append(f"{path}:{i}: skipped: not JSON ({e.msg})")
+                continue
+            if not isinstance(obj, dict) or obj.get("kind") != KIND:
+                problems.append(f"{path}:{i}: skipped: not a per-request record")
+                continue
+            rows.append(obj)
+    if not rows:
+        raise UserError(
+            f"{path}: no per-request records.",
+            fix="write them with `bench sweep ... --save-requests FILE`",
+        )
+    return rows, problems

@@ -1,0 +1,254 @@
+"""Speculation as the workload sees it, and the Pareto chart.
+
+- Accept length per input-length bucket, from the per-request records
+  (`--save-requests`): tokens / verify cycles summed over the bucket's requests.
+- Acceptance per draft position: the share of verify cycles whose draft token at
+  position j was accepted (j correct drafts or more). Sources: SGLang's per-request
+  `spec_correct_drafts_histogram` (index = correct drafts in one cycle) in the
+  per-request records, and the profiler's `accept_hist` (EAGLE3_PROFILE windows;
+  keys = accepted tokens, bonus token included, so key - 1 correct drafts).
+- Pareto: per-user speed (1000 / p50 TPOT, tok/s) against total output tok/s, one
+  curve per arm over the sweep's levels: "does speculation pay at my load?".
+
+Plots use matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from sgl_eagle_ext.profiling import names as profile_names
+
+DEFAULT_EDGES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+def _bucket_name(lo: int, hi: int | None) -> str:
+    def k(n):
+        return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+    return f">={k(lo)}" if hi is None else f"{k(lo)}-{k(hi)}"
+
+
+def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[dict]:
+    """Accept length of the requests whose prompt_tokens fall in each bucket."""
+    bounds = [0, *edges]
+    acc = defaultdict(lambda: [0, 0, 0])  # tokens, verify cycles, requests
+    for r in rows:
+        if not r.get("ok") or not r.get("verify_ct") or r.get("prompt_tokens") is None:
+            continue
+        n = r["prompt_tokens"]
+        i = max(k for k, b in enumerate(bounds) if n >= b)
+        a = acc[i]
+        a[0] += r.get("completion_tokens") or 0
+        a[1] += r["verify_ct"]
+        a[2] += 1
+    out = []
+    for i in sorted(acc):
+        tok, ver, n = acc[i]
+        hi = bounds[i + 1] if i + 1 < len(bounds) else None
+        out.append(
+            {
+                "bucket": _bucket_name(bounds[i], hi),
+                "low": bounds[i],
+                "high": hi,
+                "requests": n,
+                "verify_cycles": ver,
+                "accept_length": tok / ver if ver else None,
+            }
+        )
+    return out
+
+
+def hist_from_requests(rows: list[dict]) -> Counter:
+    """Verify cycles by correct drafts, summed over the requests' histograms."""
+    h = Counter()
+    for r in rows:
+        for k, v in enumerate(r.get("correct_drafts_histogram") or []):
+            if v:
+                h[k] += int(v)
+    return h
+
+
+def hist_from_profile(paths: list[Path]) -> Counter:
+    """The profiler's accept_hist (accepted tokens incl. bonus) as correct drafts."""
+    from sgl_eagle_ext.profiling import report
+
+    parsed = report.parse(paths)
+    h = Counter()
+    for g in parsed.groups.values():
+        for accepted, n in g.hist.items():
+            h[max(0, int(accepted) - 1)] += n
+    return h
+
+
+def position_rates(hist: Counter) -> list[dict]:
+    """Per draft position j (1-based): share of cycles that accepted it."""
+    total = sum(hist.values())
+    if not total:
+        return []
+    top = max(hist)
+    return [
+        {
+            "position": j,
+            "accepted_cycles": sum(v for k, v in hist.items() if k >= j),
+            "rate": sum(v for k, v in hist.items() if k >= j) / total,
+        }
+        for j in range(1, top + 1)
+    ]
+
+
+def mean_accept_length(hist: Counter) -> float | None:
+    total = sum(hist.values())
+    return (sum((k + 1) * v for k, v in hist.items()) / total) if total else None
+
+
+def tables(buckets: list[dict], positions: dict[str, list[dict]]) -> list[str]:
+    lines = []
+    if buckets:
+        lines.append(f"{'input tokens':>14} {'requests':>8} {'verify':>8} {'accept':>7}")
+        for b in buckets:
+            acc = "-" if b["accept_length"] is None else f"{b['accept_length']:.2f}"
+            lines.append(f"{b['bucket']:>14} {b['requests']:>8} {b['verify_cycles']:>8} {acc:>7}")
+    for source, rates in positions.items():
+        if rates:
+            lines.append(f"acceptance per draft position ({source}):")
+            lines.append(
+                "  " + "  ".join(f"pos {r['position']}: {r['rate'] * 100:.1f}%" for r in rates)
+            )
+    return lines
+
+
+# ---------------------------------------------------------------- plots
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: Path | None) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    data = buf.getvalue()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    return data
+
+
+def render_spec(buckets: list[dict], positions: dict[str, list[dict]], out=None) -> bytes:
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    if buckets:
+        xs = [x["bucket"] for x in buckets]
+        a.bar(xs, [x["accept_length"] or 0 for x in buckets], color="#4c72b0")
+        for i, x in enumerate(buckets):
+            a.annotate(
+                f"n={x['requests']}",
+                (i, x["accept_length"] or 0),
+                ha="center",
+                textcoords="offset points",
+                xytext=(0, 4),
+                fontsize=8,
+            )
+    a.set_title("accept length per input-length bucket")
+    a.set_xlabel("prompt tokens")
+    a.set_ylabel("tokens per verify cycle")
+    for source, rates in positions.items():
+        if rates:
+            b.plot(
+                [r["position"] for r in rates], [r["rate"] * 100 for r in rates], "o-", label=source
+            )
+    b.set_title("acceptance per draft position")
+    b.set_xlabel("draft position")
+    b.set_ylabel("% of verify cycles accepting it")
+    b.set_ylim(0, 105)
+    if any(positions.values()):
+        b.legend(fontsize=8)
+    for ax in (a, b):
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    data = _save(fig, out)
+    plt.close(fig)
+    return data
+
+
+def pareto_points(sweeps: list[dict]) -> dict[str, list[dict]]:
+    """Per arm, per level: total output tok/s and per-user tok/s (1000 / p50 TPOT)."""
+    arms: dict[str, dict] = defaultdict(dict)
+    for r in sweeps:
+        if r.get("kind") != "sweep" or r.get("status") in ("interrupted", "server died"):
+            continue
+        tpot = (r.get("tpot_ms") or {}).get("p50")
+        if not tpot or r.get("output_tok_s") is None:
+            continue
+        arm = r.get("arm") or r.get("url") or "server"
+        rate = r.get("request_rate")  # open loop: levels are request rates
+        level = float(rate if rate is not None else r.get("concurrency") or 0)
+        arms[arm][level] = {
+            "concurrency": r.get("concurrency"),
+            "request_rate": rate,
+            "label": f"{rate:g}/s" if rate is not None else f"c={r.get('concurrency')}",
+            "total_tok_s": r["output_tok_s"],
+            "user_tok_s": 1000.0 / tpot,
+        }
+    return {a: [lv[k] for k in sorted(lv)] for a, lv in arms.items()}
+
+
+def render_pareto(points: dict[str, list[dict]], out=None) -> bytes:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    for arm, pts in points.items():
+        ax.plot([p["total_tok_s"] for p in pts], [p["user_tok_s"] for p in pts], "o-", label=arm)
+        for p in pts:
+            ax.annotate(
+                p["label"],
+                (p["total_tok_s"], p["user_tok_s"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+            )
+    ax.set_xlabel("total output tok/s")
+    ax.set_ylabel("tok/s per user (1000 / p50 TPOT)")
+    ax.set_title("Pareto: per-user speed against total throughput")
+    ax.grid(True, alpha=0.3)
+    if points:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    data = _save(fig, out)
+    plt.close(fig)
+    return data
+
+
+def main(args, console) -> int:
+    """bench speculation REQUESTS.jsonl [--profile-log LOG ...] [-o PNG]"""
+    from sgl_eagle_ext.common.errors import UserError
+    from sgl_eagle_ext.tools.bench import request_log
+    from sgl_eagle_ext.tools.bench.plot import require_matplotlib
+
+    require_matplotlib("bench speculation")
+    src = Path(args.file)
+    rows, problems = request_log.read(src)
+    for p in problems:
+        console.warn(p)
+    buckets = by_input_bucket(rows)
+    positions = {"SGLang per request": position_rates(hist_from_requests(rows))}
+    if args.profile_log:
+        positions[profile_names.TAG] = position_rates(
+            hist_from_profile([Path(p) for p in args.profile_log])
+        )
+    if not buckets and not any(positions.values()):
+        raise UserError(
+            f"{src}: no request carries speculation figures (verify cycles).",
+            fix="benchmark a speculative server (SGLang streams them per request)",
+        )
+    for line in tables(buckets, positions):
+        console.out(line)
+    out = Path(args.output) if args.output else src.with_name(f"{src.stem}-speculation.png")
+    render_spec(buckets, positions, out)
+    console.out(f"wrote {out}")
+    return 0

@@ -1,0 +1,258 @@
+"""The workload options of `bench sweep` (and the commands built on it) in one place.
+
+    --dataset shipped|random|long|sharegpt:FILE   what the requests say (datasets.py)
+    --input-len N | LOW:HIGH | dataset            prompt tokens (lengths.py, tokens.py)
+    --output-len N | LOW:HIGH | dataset           tokens asked per request
+    --long-text FILE                              source text of random/long prompts
+    --multi-turn [--max-turns K]                  replay ShareGPT conversations
+    --save-requests FILE                          per-request records (request_log.py)
+
+`WorkloadSet` stands where the sweep takes a PromptSet: `take(n, seed)` gives the
+first n requests of one seeded order (the same for every level and arm), built
+lazily and kept, so long prompts are fitted once. With --multi-turn it also runs a
+level itself (conversations instead of independent requests).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools.bench import datasets, multiturn, request_log, tokens
+from sgl_eagle_ext.tools.bench.lengths import LengthSpec
+
+DEFAULT = "shipped"
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload")
+    g.add_argument(
+        "--dataset",
+        default=DEFAULT,
+        help="shipped (the --prompts set, default), random, long (1k..64k-token prompts "
+        "from shipped text or --long-text), or sharegpt:FILE (.json list or .jsonl)",
+    )
+    g.add_argument(
+        "--input-len",
+        help="prompt tokens: N, LOW:HIGH (uniform per request) or 'dataset' (default); "
+        "checked against the server's usage",
+    )
+    g.add_argument(
+        "--output-len",
+        help="tokens per request: N, LOW:HIGH or 'dataset' (ShareGPT: its reply's length; "
+        "default: --max-tokens)",
+    )
+    g.add_argument("--long-text", help="plain-text file the random/long prompts are cut from")
+    g.add_argument(
+        "--multi-turn",
+        action="store_true",
+        help="replay ShareGPT conversations turn by turn with a growing context "
+        "(the server's own answers kept); a level's concurrency = conversations in flight",
+    )
+    g.add_argument("--max-turns", type=int, default=0, help="turns per conversation (0: all)")
+    g.add_argument(
+        "--save-requests",
+        metavar="FILE",
+        help="append one JSON line per request (TTFT, ITLs, E2E, tokens, accept length) "
+        "for `bench goodput` / `bench speculation` / `bench report`",
+    )
+
+
+def check_paths(args) -> None:
+    """--save-requests: writable and not the results file, checked before anything runs."""
+    if getattr(args, "save_requests", None):
+        results = None if getattr(args, "no_records", False) else getattr(args, "results", None)
+        request_log.check_writable(Path(args.save_requests), results)
+
+
+def wanted(args) -> bool:
+    """Whether any workload option differs from the shipped prompt set at --max-tokens."""
+    return (
+        getattr(args, "dataset", DEFAULT) != DEFAULT
+        or bool(getattr(args, "input_len", None))
+        or bool(getattr(args, "output_len", None))
+        or bool(getattr(args, "multi_turn", False))
+    )
+
+
+class WorkloadSet:
+    def __init__(self, args, server, default_output: int):
+        self.kind, self.path = datasets.parse_spec(args.dataset)
+        self.input_len = LengthSpec.parse(args.input_len, "--input-len")
+        self.output_len = LengthSpec.parse(args.output_len, "--output-len")
+        self.multi_turn = args.multi_turn
+        if self.multi_turn and self.kind != datasets.SHAREGPT:
+            raise UserError(
+                "--multi-turn replays conversations: it needs --dataset sharegpt:FILE.",
+                fix="add --dataset sharegpt:FILE, or drop --multi-turn",
+            )
+        if self.multi_turn and not self.input_len.own:
+            raise UserError(
+                "--multi-turn keeps each conversation's own text: --input-len does not apply.",
+                fix="drop --input-len",
+            )
+        if args.max_turns < 0:
+            raise UserError("--max-turns must be >= 0.", fix="e.g. --max-turns 4")
+        self.max_turns = args.max_turns
+        self.seed = args.seed
+        self.default_output = default_output
+        self.prompt_set = args.prompts
+        self.long_text = args.long_text
+        self.paragraphs = (
+            tokens.file_paragraphs(self.long_text)
+            if self.long_text
+            else tokens.shipped_paragraphs()
+        )
+        self.attach(server)
+        self._turn_lens: list[list[int]] | None = None
+        probe = self._build(1)  # fails early on a bad dataset file
+        self.name, self.sha256 = probe.name, probe.sha256
+        self.prompts = probe.requests  # for len() in provenance
+
+    def attach(self, server) -> None:
+        """Count tokens as `server` does (None: estimate). `bench ab`/`compare` check the
+        dataset before any server starts, then attach the first arm's server."""
+        self.server = server
+        info = server.info if server is not None else {}
+        self.counter = tokens.pick_counter(
+            info.get("tokenizer_path") or info.get("model_path"),
+            server.base_url if server is not None else None,
+            server.model_id if server is not None else "default",
+            getattr(server, "api_key", None),
+        )
+        self.builder = tokens.PromptBuilder(self.paragraphs, self.counter, self.seed)
+        self._built: datasets.Workload | None = None
+
+    def _build(self, n: int) -> datasets.Workload:
+        return datasets.build(
+            self.kind,
+            self.path,
+            n,
+            input_len=self.input_len,
+            output_len=self.output_len,
+            default_output=self.default_output,
+            counter=self.counter,
+            seed=self.seed,
+            prompt_set=self.prompt_set,
+            builder=self.builder,
+        )
+
+    def take(self, n: int, seed: int, offset: int = 0) -> list[datasets.WorkRequest]:
+        need = offset + n
+        if self._built is None or len(self._built.requests) < need:
+            self._built = self._build(need)
+        return self._built.requests[offset:need]
+
+    def facts(self) -> dict:
+        return {
+            "dataset": self.kind if not self.path else f"{self.kind}:{self.path}",
+            "input_len": self.input_len.as_record(),
+            "output_len": self.output_len.as_record(),
+            "multi_turn": self.multi_turn,
+            "max_turns": self.max_turns or None,
+            "token_counter": self.counter.name,
+            "long_text": self.long_text,
+        }
+
+    def describe(self) -> str:
+        text = (
+            f"dataset {self.name}; input length {self.input_len.describe()}, output length "
+            f"{self.output_len.describe()}"
+        )
+        if self.multi_turn:
+            text += (
+                f"; multi-turn replay{f' (up to {self.max_turns} turns)' if self.max_turns else ''}"
+            )
+        return text + f"; tokens counted by {self.counter.name}"
+
+    # --multi-turn: the sweep asks the workload to run a level
+    def runner(self):
+        return self.run_requests if self.multi_turn else None
+
+    async def run_requests(self, client, n, concurrency, load, console, desc):
+        firsts = self.take(n, self.seed)
+        conversations = [  # a conversation replayed twice is two conversations: own ids
+            datasets.Conversation(q.id, c.turns, c.system)
+            for q, c in zip(firsts, self._built.conversations)
+        ]
+        self._turn_lens = multiturn.plan_turns(
+            conversations,
+            self.output_len,
+            self.counter,
+            self.default_output,
+            self.seed,
+            self.max_turns,
+        )
+        if self.max_turns:
+            conversations = [
+                datasets.Conversation(c.id, c.turns[: self.max_turns], c.system)
+                for c in conversations
+            ]
+        bar = console.bar(sum(len(t) for t in self._turn_lens), desc)
+        try:
+            results, meta, took, interrupted = await multiturn.replay(
+                client,
+                conversations,
+                self._turn_lens,
+                concurrency,
+                temperature=load.temperature,
+                ignore_eos=load.ignore_eos,
+                bar=bar,
+            )
+        finally:
+            bar.close()
+        self.last_meta = meta
+        return results, took, interrupted
+
+
+class LevelHook:
+    """After each level: the per-request lines (--save-requests) and the check of the
+    prompt tokens the server counted against the lengths asked for."""
+
+    def __init__(
+        self, path: str | None, workload: WorkloadSet | None, common: dict, console, key=None
+    ):
+        self.key = key or (lambda c: {"concurrency": c})  # the level's record key
+        self.log = request_log.RequestLog(path)
+        self.workload = workload
+        self.common = common
+        self.console = console
+
+    def __call__(self, level) -> None:
+        results = level.results
+        targets: dict[int, int | None] = {}  # by request index (its place in the level)
+        if self.workload is not None and not self.workload.multi_turn:
+            sent = self.workload.take(max((r.index for r in results), default=-1) + 1, 0)
+            targets = {i: q.input_len for i, q in enumerate(sent)}
+        pairs = [
+            (targets[r.index], r.prompt_tokens)
+            for r in results
+            if r.ok and r.prompt_tokens and targets.get(r.index)
+        ]
+        if pairs:
+            check = tokens.check_against_usage(pairs)
+            level.fields["input_tokens_check"] = check
+            if not check["ok"]:
+                self.console.warn(
+                    f"c={level.concurrency}: the server counted prompts "
+                    f"{check['worst_relative_error'] * 100:+.0f}% off the --input-len asked "
+                    f"for (tokens counted by {self.workload.counter.name})"
+                )
+        if self.log.path is None or not results:
+            return
+        per = []
+        meta = getattr(self.workload, "last_meta", None) if self.workload else None
+        for k, r in enumerate(results):
+            extra = {"input_len_target": targets.get(r.index), "output_len_target": r.max_tokens}
+            if meta and self.workload.multi_turn and k < len(meta):
+                extra.update(meta[k])
+            per.append(extra)
+        start = min((r.start for r in results if r.start), default=0.0)
+        self.log.write_level(
+            results,
+            start,
+            level.duration,
+            {**self.common, **self.key(level.concurrency)},
+            per,
+        )
