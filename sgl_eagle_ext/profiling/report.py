@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -204,10 +205,11 @@ def parse(paths: list[Path]) -> Parsed:
 
 # -- figures -------------------------------------------------------------------------
 def baseline_ms_per_token(args, baseline: Parsed | None, bs: int) -> float | None:
-    """Per-stream baseline time per token at batch size `bs`."""
+    """Per-stream baseline time per token at batch size `bs`. The median of the
+    baseline log's rates: a stray rate after an idle gap must not skew it."""
     if baseline is not None:
         tps = baseline.groups[bs].sglang_tps if bs in baseline.groups else []
-        return 1000 * bs / (sum(tps) / len(tps)) if tps else None
+        return 1000 * bs / statistics.median(tps) if tps else None
     if args.baseline_ms_per_token:
         return args.baseline_ms_per_token
     if args.baseline_tps:
