@@ -164,5 +164,5 @@ def test_baseline_from_a_log_is_the_median_rate():
 
     from sgl_eagle_ext.profiling import report
 
-    log = SimpleNamespace(groups={1: SimpleNamespace(sglang_tps=[3.0, 3.1, 2.9, 30.0])})
+    log = SimpleNamespace(groups={1: SimpleNamespace(sglang_tps=[3.0, 3.1, 2.9, 30.0, 3.0])})
     assert report.baseline_ms_per_token(None, log, 1) == pytest.approx(1000 / 3.0)
