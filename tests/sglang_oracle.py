@@ -193,8 +193,9 @@ def _wheel_rule(pkg: str):
     raise LookupError(f"no get_context_length in {pkg}")
 
 
-def wheel_context_case(root: str, rule, case: dict) -> dict:
-    """The release's own rule on the config as this python's transformers loads it."""
+def load_text_configs(root: str, case: dict) -> dict:
+    """Each config of a case as this python's transformers loads it (SGLang's
+    hf_text_config: the text sub-config when nested), or the reason it cannot."""
     from transformers import AutoConfig
 
     out = {}
@@ -207,26 +208,40 @@ def wheel_context_case(root: str, rule, case: dict) -> dict:
         try:
             cfg = AutoConfig.from_pretrained(path)
         except (ValueError, KeyError) as e:  # a model type only SGLang registers
-            out[role] = {"skip": str(e)[:200]}
+            out[role] = str(e)[:200]
             continue
-        text = getattr(cfg, "text_config", None) or cfg
-        out[role] = {"len": int(rule(text))}
+        out[role] = getattr(cfg, "text_config", None) or cfg
     return out
 
 
+def wheel_context_case(rule, loaded: dict) -> dict:
+    """The release's own rule on the configs as transformers loaded them."""
+    return {
+        role: {"skip": cfg} if isinstance(cfg, str) else {"len": int(rule(cfg))}
+        for role, cfg in loaded.items()
+    }
+
+
 def main() -> None:
-    """argv: CASES.json [PKG]. With PKG (a pristine wheel's `sglang` directory, whose
-    package cannot be imported here): the aux cases on methods compiled from PKG's
+    """argv: CASES.json [PKG...]. With PKGs (pristine wheels' `sglang` directories, whose
+    packages cannot be imported here): the aux cases on methods compiled from each PKG's
     source, and the context limits by PKG's get_context_length on configs loaded by
     this python's transformers (5.x, as every release pins)."""
     with open(sys.argv[1]) as f:
         cases = json.load(f)
-    if len(sys.argv) > 2:
-        pkg = sys.argv[2]
-        out = {"pkg": pkg, "aux": [aux_case(c, pkg) for c in cases.get("aux", [])]}
-        rule = _wheel_rule(pkg)
+    if len(sys.argv) > 2:  # one or more pristine wheels, one process for all
         with tempfile.TemporaryDirectory() as root:
-            out["context"] = [wheel_context_case(root, rule, c) for c in cases.get("context", [])]
+            loaded = [load_text_configs(root, c) for c in cases.get("context", [])]
+        out = {"wheels": []}
+        for pkg in sys.argv[2:]:
+            rule = _wheel_rule(pkg)
+            out["wheels"].append(
+                {
+                    "pkg": pkg,
+                    "aux": [aux_case(c, pkg) for c in cases.get("aux", [])],
+                    "context": [wheel_context_case(rule, x) for x in loaded],
+                }
+            )
         print("ORACLE " + json.dumps(out))
         return
     import sglang

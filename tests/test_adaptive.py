@@ -77,6 +77,7 @@ def sglang_refuses(path: Path, module) -> bool:
     return False
 
 
+@pytest.mark.harness  # the harness SGLang
 def test_config_rules_match_sglang_0523(tmp_path):
     from sglang.srt.speculative import adaptive_spec_params as sglang
 
@@ -95,6 +96,7 @@ def test_config_rules_match_sglang_0523(tmp_path):
             assert err.file == str(path) and err.fix, name
 
 
+@pytest.mark.harness  # release wheels (network or cache)
 def test_config_rules_match_sglang_0513_pristine(tmp_path):
     src = wheels.source("0.5.13.post1") / "srt" / "speculative" / "adaptive_spec_params.py"
     spec = importlib.util.spec_from_file_location("sglang_0513_adaptive", src)
@@ -115,6 +117,7 @@ def test_config_rules_match_sglang_0513_pristine(tmp_path):
     assert "0 steps need SGLang 0.5.16" in found[0].fix
 
 
+@pytest.mark.harness  # the harness SGLang
 def test_shipped_table_loads_in_sglang():
     from sglang.srt.speculative.adaptive_spec_params import _load_adaptive_config
 
@@ -137,6 +140,7 @@ SOURCE_NAMES = {
 }
 
 
+@pytest.mark.harness  # release wheels (network or cache)
 @pytest.mark.parametrize("release", releases.RELEASES, ids=lambda r: r.version)
 def test_release_table_matches_source(release):
     src = wheels.source(release.version) / "srt" / "speculative" / "adaptive_spec_params.py"
@@ -298,6 +302,7 @@ def profile_line(bs, steps, cycle_ms, hist) -> str:
     return "[2026-12-01 10:00:00] " + window.log_line(window.summarize(cycles, 0, "cuda"))
 
 
+@pytest.mark.harness  # the harness SGLang
 def test_tune_writes_a_table_sglang_accepts(tmp_path):
     # A good draft (80% per position): 3 steps pay alone (cycle 30 vs 12 ms/token);
     # at 16 streams the cycle is 3x a token's time: drafting does not pay.

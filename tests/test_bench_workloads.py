@@ -388,6 +388,7 @@ def test_goodput_on_a_file_without_requests(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ speculation by workload
+@pytest.mark.harness  # bench plots/report: matplotlib (the test extra)
 def test_acceptance_by_input_length_and_draft_position(tmp_path):
     rows = [
         {
@@ -472,6 +473,7 @@ def sweep_record(arm, c, tok_s, tpot, status="ok", run="r1"):
     }
 
 
+@pytest.mark.harness  # bench plots/report: matplotlib (the test extra)
 def test_pareto_points_one_curve_per_arm(tmp_path):
     recs = [sweep_record("baseline", c, 50 * c, 20 + c) for c in (1, 4, 16)]
     recs += [sweep_record("eagle3", c, 90 * c, 11 + 2 * c) for c in (1, 4, 16)]
@@ -636,6 +638,7 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
         shutil.copy(shot, keep)
 
 
+@pytest.mark.harness  # bench plots/report: matplotlib (the test extra)
 def test_report_bad_input(tmp_path, capsys):
     from sgl_eagle_ext.tools.bench.cli import main
 

@@ -243,18 +243,29 @@ def harness(request, tmp_path_factory) -> dict:
     return answer
 
 
-@pytest.fixture(scope="module", params=WHEEL_ONLY)
-def wheel_oracle(request, tmp_path_factory) -> dict:
-    pkg = wheels.source(request.param)  # cached pristine wheel (never downloaded here)
-    assert pkg is not None, f"no cached wheel of {request.param}: python -m sgl_eagle_ext.wheels"
+@pytest.fixture(scope="module")
+def wheel_answers(tmp_path_factory) -> dict:
+    """The four wheel-only releases, answered by one oracle process."""
+    pkgs = {v: wheels.source(v) for v in WHEEL_ONLY}  # cached (never downloaded here)
+    missing = [v for v, p in pkgs.items() if p is None]
+    assert not missing, f"no cached wheel of {missing}: python -m sgl_eagle_ext.wheels VERSION"
     tmp = tmp_path_factory.mktemp("w")
     path = tmp / "cases.json"
     path.write_text(json.dumps(_cases()))
     proc = subprocess.run(
-        [sys.executable, str(ORACLE), str(path), str(pkg)], capture_output=True, text=True
+        [sys.executable, str(ORACLE), str(path), *map(str, pkgs.values())],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {"version": request.param, **json.loads(proc.stdout.split("ORACLE ", 1)[1])}
+    answers = json.loads(proc.stdout.split("ORACLE ", 1)[1])["wheels"]
+    return {v: {"version": v, **a} for v, a in zip(pkgs, answers, strict=True)}
+
+
+@pytest.fixture(params=WHEEL_ONLY)
+def wheel_oracle(request, wheel_answers) -> dict:
+    return wheel_answers[request.param]
 
 
 # ---------------------------------------------------------------- preflight's side

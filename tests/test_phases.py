@@ -126,3 +126,16 @@ def test_profile_names_are_spelled_once():
     ]
     assert spelled == []
     assert names.ENV == names.TAG  # the switch and the log tag are one word, as documented
+
+
+def test_the_docstring_example_is_the_release_tables():
+    """phases.py's example table (SGLang 0.5.23) stays what the release table says."""
+    (worker,) = releases.BY_VERSION["0.5.23"].workers
+    rows = [
+        line.split()
+        for line in phases.__doc__.splitlines()
+        if line.startswith("    ") and line.split()[0] in worker.anchors()
+    ]
+    assert {r[0] for r in rows} == set(worker.anchors())
+    for role, method, *_ in rows:
+        assert getattr(worker, role).endswith(method), role

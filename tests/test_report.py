@@ -156,3 +156,13 @@ def test_bad_input(tmp_path):
     assert p.returncode == 1 and "EAGLE3_PROFILE=1" in p.stderr and "Traceback" not in p.stderr
     p = report(str(empty), "--baseline-tps", "-3")
     assert p.returncode == 2 and "positive" in p.stderr
+
+
+def test_baseline_from_a_log_is_the_median_rate():
+    """A stray Decode-batch rate after an idle gap must not skew the baseline."""
+    from types import SimpleNamespace
+
+    from sgl_eagle_ext.profiling import report
+
+    log = SimpleNamespace(groups={1: SimpleNamespace(sglang_tps=[3.0, 3.1, 2.9, 30.0, 3.0])})
+    assert report.baseline_ms_per_token(None, log, 1) == pytest.approx(1000 / 3.0)

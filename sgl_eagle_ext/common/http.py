@@ -3,9 +3,11 @@ health check, demo), and the local-port facts around it. Standard library only."
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -48,11 +50,20 @@ def request(
     except urllib.error.HTTPError as e:
         return Reply(e.code, error=e.read()[:300].decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError) as e:  # refused, reset, timeout
-        return Reply(0, error=str(getattr(e, "reason", e)))
+        return Reply(0, error=describe_error(getattr(e, "reason", e), timeout))
+    except ValueError as e:  # a malformed URL (callers check theirs; never a traceback)
+        return Reply(0, error=f"bad URL: {e}")
     try:
         return Reply(status, json.loads(raw) if raw else None)
-    except ValueError:
+    except (ValueError, RecursionError):
         return Reply(status, None, text=raw.decode("utf-8", "replace"))
+
+
+def describe_error(reason, timeout: float) -> str:
+    """Words for a failed request: a connect timeout is not "no answer within 600 s"."""
+    if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+        return f"timed out after {timeout:g} s (connecting or waiting for the answer)"
+    return str(reason)
 
 
 def listener_pids(port: int) -> set[int] | None:
@@ -68,13 +79,48 @@ def listener_pids(port: int) -> set[int] | None:
     }
 
 
+def check_url(flag: str, url: str) -> str:
+    """A base URL (http or https, a host, a valid port), without its trailing slash."""
+    fix = "give a URL such as http://127.0.0.1:30000"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises ValueError for a port out of range or not a number
+    except ValueError as e:
+        raise UserError(f"{flag} {url}: not a valid URL ({e}).", fix=fix) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{flag} {url}: not an http(s) URL with a host.", fix=fix)
+    return url.rstrip("/")
+
+
+def parse_port(flag: str, text: str | int) -> int:
+    """A TCP port from the command line or a preset, or one clear UserError."""
+    try:
+        port = int(str(text).strip())
+    except ValueError:
+        port = None
+    if port is None or not 1 <= port <= 65535:
+        raise UserError(f"{flag} {text!s}: not a TCP port.", fix="give an integer from 1 to 65535")
+    return port
+
+
 def check_port_free(host: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(
+            f"--host {host}: cannot be resolved ({getattr(e, 'strerror', None) or e}).",
+            fix="give an IP address or a host name this machine resolves (e.g. 127.0.0.1)",
+        ) from None
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host, port))
+            s.bind(addr)
         except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise UserError(
+                    f"--host {host}: not an address of this machine: {e.strerror}.",
+                    fix="bind 127.0.0.1, 0.0.0.0 or one of this host's addresses",
+                ) from None
             owners = listener_pids(port) or set()
             who = f" (held by pid {', '.join(map(str, sorted(owners)))})" if owners else ""
             raise UserError(

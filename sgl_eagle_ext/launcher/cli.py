@@ -19,16 +19,16 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, releases
-from sgl_eagle_ext.common.cli_args import last_value, pop_flag, split_extra
+from sgl_eagle_ext.common import http, paths, releases
+from sgl_eagle_ext.common.cli_args import last_value, number, pop_flag, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
 from sgl_eagle_ext.launcher import nccl, presets, readiness
 from sgl_eagle_ext.launcher.server_process import ServerProcess, run_supervised, serve_until_exit
 
 PROG = "sgl_eagle_ext.launch"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 SPEC_CHECK_PROMPT = "The quick brown fox"
 LOW_ACCEPT = 1.2  # below this the draft is barely contributing
 # Releases whose CUDA graphs capture the default aux layers (patches/: cuda-graph-aux-layers).
@@ -110,6 +110,11 @@ def parser() -> argparse.ArgumentParser:
         help="preflight: waive a finding (or a group, e.g. host) knowingly",
     )
     p.add_argument(
+        "--api-key-file",
+        help=f"file holding the server's API key (or set ${API_KEY_ENV}); keeps it off "
+        "every command line, unlike `-- --api-key K`",
+    )
+    p.add_argument(
         "--adaptive-config",
         metavar="FILE",
         help="adaptive presets: the JSON table of candidate steps per batch size "
@@ -118,14 +123,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument(
         "--stall-timeout",
-        type=float,
+        type=number(0),
         default=900.0,
         help="watchdog: stop the server if its log shows no progress for this many "
         "seconds before it is ready (default 900; 0 disables)",
     )
     p.add_argument(
         "--startup-timeout",
-        type=float,
+        type=number(0),
         default=0.0,
         help="watchdog: stop the server if not ready after this many seconds (default 0: no limit)",
     )
@@ -146,7 +151,34 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def checked_log_path(args, preset_name: str) -> Path:
+    """The server log path, refused now (exit 2) if it cannot be written: a log that
+    fails later would leave nothing to read and, undrained, block the server."""
+    flag = "--log-file" if args.log_file else "the default log file"
+    default = f"logs/{preset_name}-{datetime.now():%Y%m%d-%H%M%S}.log"
+    path = paths.check_writable_file(flag, args.log_file or default)
+    if args.nccl_debug:
+        debug_dir = path.with_suffix(".nccl")
+        if debug_dir.exists() and not debug_dir.is_dir():
+            raise UserError(
+                f"--nccl-debug: {debug_dir} (next to the log) exists and is not a folder.",
+                fix="move it away or pass another --log-file",
+            )
+    return path
+
+
 def check_model_dir(flag: str, path: str) -> None:
+    try:
+        _check_model_dir(flag, path)
+    except OSError as e:  # e.g. a directory this user may not read
+        raise UserError(
+            f"{flag} {path}: cannot be read ({e.strerror or e}).",
+            fix="check the directory's permissions (the server must read config.json and "
+            "the weights)",
+        ) from None
+
+
+def _check_model_dir(flag: str, path: str) -> None:
     p = Path(path).expanduser()
     if p.is_dir():
         if not (p / "config.json").is_file():
@@ -320,7 +352,7 @@ def print_dry_run(preset, release, how, cmd: list[str], env: dict[str, str]) -> 
     print(f"# preset: {preset.name} ({' -> '.join(preset.chain)})")
     print(f"# sglang: {release.version} ({how}); EAGLE worker {release.spec_worker}")
     for k, v in env.items():
-        shown = "***" if SECRET_ENV.search(k) else v
+        shown = REDACTED if is_secret_name(k) else v
         print(f"{k}={shlex.quote(shown)}")
     print(shlex.join(cmd))
 
@@ -421,8 +453,15 @@ def main(argv: list[str] | None = None) -> int:
 
         env.update(demo.server_env())  # the demo shows the profile of its own run
     server_args, api_key = pop_flag(server_args, "--api-key")  # travels in the environment
+    api_key = (
+        api_key
+        or paths.read_secret_file("--api-key-file", args.api_key_file)
+        or os.environ.get(API_KEY_ENV)
+    )
     if api_key:
         env[API_KEY_ENV] = api_key
+    host = last_value(server_args, "--host") or "127.0.0.1"
+    port = http.parse_port("--port", last_value(server_args, "--port") or 30000)
     cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
     for w in nccl.override_warnings(release, server_args, env):
         print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
@@ -430,22 +469,26 @@ def main(argv: list[str] | None = None) -> int:
         print_dry_run(preset, release, how, cmd, env)
         return 0
 
+    log_path = checked_log_path(args, preset.name)
     for flag in ("--model-path", "--speculative-draft-model-path"):
         value = last_value(server_args, flag)
         if value:
             check_model_dir(flag, value)
-    host = last_value(server_args, "--host") or "127.0.0.1"
-    port = int(last_value(server_args, "--port") or 30000)
     http.check_port_free(host, port)
     if not args.no_preflight:
         server_args = run_preflight(args, preset, release, server_args, env)
         cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
 
-    log_path = Path(args.log_file or f"logs/{preset.name}-{datetime.now():%Y%m%d-%H%M%S}.log")
     expected_nccl = nccl.expected(env)
     debug_dir = log_path.with_suffix(".nccl")
     if args.nccl_debug:
-        debug_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            debug_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(
+                f"--nccl-debug: cannot create {debug_dir}: {e.strerror or e}.",
+                fix="pass a --log-file in a folder you may write to",
+            ) from None
         env.update(nccl.debug_env(debug_dir.resolve()))
     reports = NcclReports()
     server = ServerProcess(

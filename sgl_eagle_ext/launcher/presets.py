@@ -27,6 +27,7 @@ PRESET_DIR = resources.files("sgl_eagle_ext.launcher") / "preset_files"
 TOP_LEVEL_KEYS = {"description", "extends", "hardware", "server", "env"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MAX_EXTENDS = 32  # files in one `extends` chain
 
 # Flags SGLang accepts under another name in every release (argparse aliases).
 FLAG_ALIASES = {
@@ -106,6 +107,10 @@ def _read_toml(file: Path) -> dict:
         raise UserError(f"preset file {file} cannot be read: {e}.") from None
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise UserError(
+            f"preset file {file}: nested too deeply.", fix="a preset holds flat tables only"
+        ) from None
     except tomllib.TOMLDecodeError as e:  # its message names line and column
         raise UserError(
             f"preset file {file}: invalid TOML: {e}.", fix="correct the TOML syntax at that line"
@@ -113,7 +118,18 @@ def _read_toml(file: Path) -> dict:
 
 
 def _load_file(file: Path, seen: tuple[Path, ...]) -> Preset:
-    file = file.resolve()
+    try:
+        file = file.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic-link loop (3.11)
+        raise UserError(
+            f"preset file {file}: cannot be resolved ({e}).",
+            fix="check the path (a symbolic link that points to itself?)",
+        ) from None
+    if len(seen) >= MAX_EXTENDS:
+        raise UserError(
+            f"preset file {seen[0]}: its 'extends' chain is deeper than {MAX_EXTENDS} files.",
+            fix="flatten the chain (a preset rarely needs more than 2 or 3 levels)",
+        )
     if file in seen:
         cycle = " -> ".join(str(p) for p in (*seen, file))
         raise UserError(

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from sgl_eagle_ext.common import proctree
+from sgl_eagle_ext.common.redaction import redact_text
 
 # Startup phases, recognised from SGLang's own log lines (all supported
 # releases); the first pattern that matches a line sets the phase.
@@ -133,6 +134,7 @@ class ServerProcess:
         self.last_progress = time.monotonic()
         self.tail: deque[str] = deque(maxlen=40)
         self._reader: threading.Thread | None = None
+        self.log_error = ""
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
@@ -209,10 +211,19 @@ class ServerProcess:
 
     # -- log --------------------------------------------------------------
     def _pump(self) -> None:
+        """Read the server's output to its end, whatever happens to the log: a pipe
+        nobody drains blocks the server once ~64 KB are waiting (a READY server
+        that no longer answers), so a failed write or a listener bug only stops
+        the logging, never the reading."""
         assert self.proc is not None and self.proc.stdout is not None
         out = self.proc.stdout
         buf = b""
-        with open(self.log_path, "a", encoding="utf-8") as log:
+        try:
+            log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
+        except OSError as e:
+            log = None
+            self._log_failed(e)
+        try:
             while True:
                 chunk = out.read1(65536) if hasattr(out, "read1") else out.read(65536)
                 if not chunk:
@@ -223,13 +234,44 @@ class ServerProcess:
                     if not m:
                         break
                     raw, end, buf = buf[: m.start()], buf[m.start() : m.end()], buf[m.end() :]
-                    self._line(raw.decode("utf-8", "replace"), end.decode(), log)
+                    log = self._safe_line(raw.decode("utf-8", "replace"), end.decode(), log)
             if buf:
-                self._line(buf.decode("utf-8", "replace"), "\n", log)
+                log = self._safe_line(buf.decode("utf-8", "replace"), "\n", log)
+        finally:
+            while out.read(65536):  # only reached after an unexpected error: keep draining
+                pass
+            if log is not None:
+                try:
+                    log.close()
+                except OSError:
+                    pass
+
+    def _log_failed(self, e: Exception) -> None:
+        self.log_error = f"{self.log_path}: {getattr(e, 'strerror', None) or e}"
+        print(
+            f"warning: server log not written any more ({self.log_error}); the server's "
+            f"output is still read",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _safe_line(self, line: str, end: str, log):
+        try:
+            self._line(line, end, log)
+        except OSError as e:  # the log file (disk full, removed mount): go on without it
+            if log is not None:
+                self._log_failed(e)
+                try:
+                    log.close()
+                except OSError:
+                    pass
+            return None
+        except Exception as e:  # a listener's bug must not stop the draining
+            print(f"warning: server log line not handled: {e!r}", file=sys.stderr)
+        return log
 
     def _line(self, line: str, end: str, log) -> None:
-        for secret in self.redact:
-            line = line.replace(secret, "***")
+        line = redact_text(line, self.redact)
         self.last_progress = time.monotonic()  # a tqdm '\r' update is progress too
         if line.strip():
             if end == "\n" or not self.tail or self.tail[-1] != line:
@@ -240,9 +282,12 @@ class ServerProcess:
                     break
             for listen in self.listeners:
                 listen(line)
-        if line.strip() or end == "\n":
+        if log is not None and (line.strip() or end == "\n"):
             log.write(line + "\n")
             log.flush()
         if self.echo:
-            sys.stdout.write(line + end)
-            sys.stdout.flush()
+            try:
+                sys.stdout.write(line + end)
+                sys.stdout.flush()
+            except (OSError, ValueError):  # a closed terminal or pipe: stop echoing
+                self.echo = False

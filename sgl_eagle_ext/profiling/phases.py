@@ -15,6 +15,7 @@ for SGLang 0.5.23 (v2 worker):
     verify          eagle_worker_v2:EAGLEWorkerV2.verify
     draft_extend    eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode
     accept_join     batch_result_processor:SchedulerBatchResultProcessor._resolve_spec_v2_tokens
+    idle            scheduler:Scheduler.on_idle (no mark: flushes a partial window)
 
 `where(phase, release)` prints that answer for any release; the recorder
 (recorder/instrument.py, recorder/cycles.py) and the report read PHASES and
@@ -73,8 +74,9 @@ PHASE_TABLE: tuple[Phase, ...] = (
 CYCLE = Phase("cycle", STEP_START, STEP_END, "one call of the worker's step method")
 
 # Roles wrapped without marks: the step wrapper opens/closes the cycle itself and
-# reads accept counts (v1); accept_join reads them where v2 delivers them.
-STEP_ROLE, ACCEPT_JOIN_ROLE = "step", "accept_join"
+# reads accept counts (v1); accept_join reads them where v2 delivers them; idle
+# (the scheduler's housekeeping while it has no batch) writes a partial window.
+STEP_ROLE, ACCEPT_JOIN_ROLE, IDLE_ROLE = "step", "accept_join", "idle"
 
 PHASES: tuple[str, ...] = tuple(p.name for p in PHASE_TABLE)  # in cycle order
 SPANS: dict[str, tuple[str, str]] = {

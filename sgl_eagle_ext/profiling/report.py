@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+import statistics
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.profiling import adaptive_log
 from sgl_eagle_ext.profiling.names import ENV, ENV_FILE, TAG
@@ -139,45 +142,74 @@ def _merge(g: Group, rec: dict, bs_mix: dict) -> None:
     g.hist.update({int(k): v for k, v in rec["accept_hist"].items()})
 
 
+def checked(rec):
+    """`rec` if every number in it is finite, else ValueError: one NaN
+    line is skipped, never averaged into (and poisoning) its batch-size group."""
+    stack = [rec]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v):
+            raise ValueError(f"number out of range: {v}")
+    return rec
+
+
+def read_lines(path: Path):
+    """The file's lines, read as a stream (server logs run to gigabytes)."""
+    if path.is_dir():
+        raise UserError(
+            f"{path}: is a directory.", fix="give the server log file (launcher: logs/*.log)"
+        )
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            yield from f
+    except OSError as e:
+        raise UserError(
+            f"{path}: cannot be read: {e.strerror or e}.",
+            fix="give the server log file (launcher: logs/*.log)",
+        ) from None
+
+
 def parse(paths: list[Path]) -> Parsed:
     parsed = Parsed()
     for path in paths:
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError as e:
-            raise UserError(
-                f"{path}: cannot be read: {e.strerror}.",
-                fix="give the server log file (launcher: logs/*.log)",
-            ) from None
-        log = adaptive_log.read(lines)
+        # two streamed passes (the adaptive switches, then the records): memory stays
+        # flat however large the log
+        log = adaptive_log.read(line.rstrip("\r\n") for line in read_lines(path))
         parsed.adaptive.switches += log.switches
         parsed.adaptive.disabled += log.disabled
-        for line in lines:
+        for line in read_lines(path):
+            line = line.rstrip("\r\n")
             try:
                 if line.startswith("{") and '"cycles"' in line:
-                    add_record(parsed, json.loads(line))
+                    add_record(parsed, checked(json.loads(line)))
                 elif TAG + " " in line:
-                    add_record(parsed, record_from_line(line))
+                    add_record(parsed, checked(record_from_line(line)))
                 elif "Decode batch" in line:
                     m = DECODE_BATCH.search(line)
                     if not m:
                         raise ValueError("garbled Decode batch line")
+                    checked([float(m["tps"]), float(m["acc"] or 0)])
                     g = parsed.groups[int(m["bs"])]
                     parsed.decode_lines += 1
                     g.sglang_tps.append(float(m["tps"]))
                     if m["acc"]:
                         g.sglang_accept.append(float(m["acc"]))
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
                 parsed.skipped += 1
     return parsed
 
 
 # -- figures -------------------------------------------------------------------------
 def baseline_ms_per_token(args, baseline: Parsed | None, bs: int) -> float | None:
-    """Per-stream baseline time per token at batch size `bs`."""
+    """Per-stream baseline time per token at batch size `bs`. The median of the
+    baseline log's rates: a stray rate after an idle gap must not skew it."""
     if baseline is not None:
         tps = baseline.groups[bs].sglang_tps if bs in baseline.groups else []
-        return 1000 * bs / (sum(tps) / len(tps)) if tps else None
+        return 1000 * bs / statistics.median(tps) if tps else None
     if args.baseline_ms_per_token:
         return args.baseline_ms_per_token
     if args.baseline_tps:
@@ -197,6 +229,16 @@ def figures(parsed: Parsed, args, baseline: Parsed | None) -> list[dict]:
             ]
         rows.append(row)
     return rows
+
+
+def finite_or_null(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [finite_or_null(v) for v in obj]
+    return obj
 
 
 def group_figures(g: Group, bs: int, args, baseline: Parsed | None) -> dict:
@@ -339,15 +381,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("logs", nargs="+", type=Path, help=f"server logs or {ENV_FILE} files")
     base = p.add_mutually_exclusive_group()
-    base.add_argument("--baseline-tps", type=float, help="baseline tokens/s of one stream")
-    base.add_argument("--baseline-ms-per-token", type=float, help="baseline ms per token")
+    base.add_argument(
+        "--baseline-tps", type=number(0, strict=True), help="baseline tokens/s of one stream"
+    )
+    base.add_argument(
+        "--baseline-ms-per-token", type=number(0, strict=True), help="baseline ms per token"
+    )
     base.add_argument(
         "--baseline-log",
         type=Path,
         action="append",
         help="log of a baseline server (its Decode batch lines, per batch size)",
     )
-    p.add_argument("--target-tps", type=float, help="tokens/s per stream to reach")
+    p.add_argument("--target-tps", type=number(0, strict=True), help="tokens/s per stream to reach")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
     for value, name in (
@@ -370,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         json.dump(
             {
-                "rows": rows,
+                "rows": finite_or_null(rows),
                 "profile_windows": parsed.profile_records,
                 "decode_lines": parsed.decode_lines,
                 "skipped_lines": parsed.skipped,
@@ -378,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             sys.stdout,
             indent=2,
+            allow_nan=False,  # NaN is not JSON: non-finite figures are written as null
         )
         print()
     else:

@@ -18,7 +18,7 @@ http://127.0.0.1:30000. When it found the process, the port must also be held by
 that process tree (an old server left on the port is not ours).
 
 Exit codes: 0 healthy; 1 not healthy (no answer, 503, timeout, or the port held
-by another process).
+by another process); 2 bad input (e.g. a malformed URL).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import psutil
 
 from sgl_eagle_ext.common import http, proctree
-from sgl_eagle_ext.common.cli_args import last_value
+from sgl_eagle_ext.common.cli_args import last_value, number
 from sgl_eagle_ext.common.contract import SERVE_MODULE
+from sgl_eagle_ext.common.errors import cli
 from sgl_eagle_ext.common.http import probe_host
 
 PROG = "sgl_eagle_ext.healthcheck"
@@ -42,7 +43,12 @@ DEFAULT_URL = "http://127.0.0.1:30000"
 # The server entry points whose command line carries --host/--port (all default to
 # port 30000): SGLang started by the launcher or by hand, and SGLang's router
 # (started by `python -m sgl_eagle_ext.router`, whose /health_generate goes to a worker).
-SERVER_MODULES = (SERVE_MODULE, "sglang.launch_server", "sglang_router.launch_router")
+SERVER_MODULES = (
+    SERVE_MODULE,
+    "sglang.launch_server",
+    "sglang_router.launch_router",
+    "sgl_eagle_ext.tools.router_entry",  # the router given an API key (tools/router.py)
+)
 
 
 @dataclass
@@ -97,6 +103,7 @@ def probe(t: Target, api_key: str | None, timeout: float) -> tuple[bool, str]:
     return True, f"{t.url}/health_generate: 200"
 
 
+@cli(PROG)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument(
@@ -106,14 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=number(0, strict=True),
         default=30.0,
         help="seconds to wait for the answer (SGLang itself gives up after 20)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing when healthy")
     args = p.parse_args(argv)
 
-    targets = [Target(args.url.rstrip("/"))] if args.url else discover() or [Target(DEFAULT_URL)]
+    targets = (
+        [Target(http.check_url("--url (or $" + URL_ENV + ")", args.url))]
+        if args.url
+        else discover() or [Target(DEFAULT_URL)]
+    )
     api_key = os.environ.get(API_KEY_ENV) or None
     healthy = True
     for t in targets:

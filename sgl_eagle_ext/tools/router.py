@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 
 from sgl_eagle_ext.common import http
-from sgl_eagle_ext.common.cli_args import last_value, split_extra
+from sgl_eagle_ext.common.cli_args import last_value, number, pop_flag, port_number, split_extra
+from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.http import check_port_free, probe_host
+from sgl_eagle_ext.common.paths import check_writable_file, read_secret_file
 from sgl_eagle_ext.launcher.server_process import (
     EXIT_SERVER_FAILED,
     EXIT_WATCHDOG,
@@ -43,6 +45,8 @@ from sgl_eagle_ext.launcher.server_process import (
 
 PROG = "sgl_eagle_ext.router"
 ROUTER_MODULE = "sglang_router.launch_router"
+# The same router, given the workers' API key through the environment.
+KEYED_ROUTER_MODULE = "sgl_eagle_ext.tools.router_entry"
 # sglang_router checks worker health with GET /health (SGLang: a 1-token
 # generation that may take up to SGLANG_HEALTH_CHECK_TIMEOUT = 20 s); its own
 # default timeout is 5 s, which marks a busy worker dead.
@@ -68,10 +72,10 @@ def parser() -> argparse.ArgumentParser:
         default="127.0.0.1",
         help="address the router listens on (default 127.0.0.1; 0.0.0.0 for all)",
     )
-    p.add_argument("--port", type=int, default=30080, help="router port (default 30080)")
+    p.add_argument("--port", type=port_number, default=30080, help="router port (default 30080)")
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         default=29000,
         help="the router's Prometheus port, on --host (default 29000)",
     )
@@ -84,15 +88,20 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--worker-timeout",
-        type=float,
+        type=number(0),
         default=3600.0,
         help="seconds to wait for every worker to be ready (default 3600; 0: forever)",
     )
     p.add_argument(
         "--startup-timeout",
-        type=float,
+        type=number(0, strict=True),
         default=300.0,
         help="seconds to wait for the router to be ready once started (default 300)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        help=f"file holding the workers' API key (or set ${API_KEY_ENV}); kept off "
+        "every command line",
     )
     p.add_argument("--log-file", help="router log file (default logs/router-<time>.log)")
     p.add_argument("--quiet", action="store_true", help="do not echo the router log")
@@ -100,24 +109,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def normalise(url: str) -> str:
-    url = url.strip().rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise UserError(
-            f"--worker-url {url}: not an http(s) URL.",
-            fix="write it as http://HOST:PORT (the replica's --host and --port)",
-        )
-    return url
+    return http.check_url("--worker-url", url.strip())
 
 
 def wait_workers(
-    urls: list[str], timeout: float, poll: float = 2.0, report_every: float = 30.0
+    urls: list[str],
+    timeout: float,
+    poll: float = 2.0,
+    report_every: float = 30.0,
+    api_key: str | None = None,
 ) -> None:
     """Block until every worker's /health_generate answers 200."""
     t0 = last_report = time.monotonic()
     pending = {u: "not asked yet" for u in urls}
     while True:
         for url in list(pending):
-            reply = http.request(f"{url}/health_generate", timeout=30)
+            reply = http.request(f"{url}/health_generate", api_key=api_key, timeout=30)
             if reply.status == 200:
                 print(f"{PROG}: worker ready: {url}", flush=True)
                 del pending[url]
@@ -143,7 +150,12 @@ def wait_workers(
 
 
 def wait_router(
-    router: ServerProcess, base_url: str, n_workers: int, timeout: float, poll: float = 1.0
+    router: ServerProcess,
+    base_url: str,
+    n_workers: int,
+    timeout: float,
+    poll: float = 1.0,
+    api_key: str | None = None,
 ) -> float:
     """Block until the router answers /readiness 200 with every worker healthy."""
     t0 = time.monotonic()
@@ -156,23 +168,23 @@ def wait_router(
         elapsed = time.monotonic() - t0
         if timeout and elapsed > timeout:
             raise StartupFailed(f"the router is not ready after {elapsed:.0f} s", EXIT_WATCHDOG)
-        reply = http.request(f"{base_url}/readiness", timeout=10)
+        reply = http.request(f"{base_url}/readiness", api_key=api_key, timeout=10)
         if reply.status == 200:  # sglang-router 0.3: {"status": "ready", "healthy_workers": N, ...}
             body = reply.body if isinstance(reply.body, dict) else {}
             healthy = body.get("healthy_workers")
             if healthy is None:  # other releases: count the listed workers
-                workers = http.request(f"{base_url}/workers", timeout=10).body
+                workers = http.request(f"{base_url}/workers", api_key=api_key, timeout=10).body
                 healthy = len(workers.get("workers", [])) if isinstance(workers, dict) else 0
             if healthy >= n_workers:
                 return elapsed
         time.sleep(poll)
 
 
-def router_command(args, urls: list[str], extra: list[str]) -> list[str]:
+def router_command(args, urls: list[str], extra: list[str], keyed: bool = False) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
-        ROUTER_MODULE,
+        KEYED_ROUTER_MODULE if keyed else ROUTER_MODULE,
         "--host",
         args.host,
         "--port",
@@ -195,6 +207,12 @@ def router_command(args, urls: list[str], extra: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
+    extra, api_key = pop_flag(extra, "--api-key")  # travels in the environment
+    api_key = (
+        api_key
+        or read_secret_file("--api-key-file", args.api_key_file)
+        or os.environ.get(API_KEY_ENV)
+    )
     urls = [normalise(u) for u in args.worker_url]
     if not urls:
         raise UserError("no worker given.", fix="pass --worker-url http://HOST:PORT per replica")
@@ -209,14 +227,23 @@ def main(argv: list[str] | None = None) -> int:
     check_port_free(args.host, args.metrics_port)
 
     base_url = f"http://{probe_host(args.host)}:{args.port}"
-    log_path = Path(args.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log")
-    router = ServerProcess(router_command(args, urls, extra), None, log_path, echo=not args.quiet)
+    log_path = check_writable_file(
+        "--log-file", args.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log"
+    )
+    env = {**os.environ, API_KEY_ENV: api_key} if api_key else None
+    router = ServerProcess(
+        router_command(args, urls, extra, keyed=bool(api_key)),
+        env,
+        log_path,
+        redact=[api_key or ""],
+        echo=not args.quiet,
+    )
 
     def start_and_serve() -> int:
         print(f"{PROG}: waiting for {len(urls)} worker(s) to pass /health_generate", flush=True)
-        wait_workers(urls, args.worker_timeout)
+        wait_workers(urls, args.worker_timeout, api_key=api_key)
         router.start()
-        took = wait_router(router, base_url, len(urls), args.startup_timeout)
+        took = wait_router(router, base_url, len(urls), args.startup_timeout, api_key=api_key)
         print(
             f"{PROG}: READY in {took:.1f} s: {base_url} -> {len(urls)} worker(s), policy "
             f"{args.policy} (pid {router.pid}, log {log_path})",

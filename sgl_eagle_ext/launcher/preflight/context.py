@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.launcher.preflight import context_rule, overlay
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding
-from sgl_eagle_ext.launcher.preflight.model_dirs import ModelDir
+from sgl_eagle_ext.launcher.preflight.model_dirs import ModelDir, is_number
 
 ALLOW_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 _SUFFIX = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
@@ -39,11 +39,7 @@ def _validate(md: ModelDir) -> Finding | None:
         if bad:
             return bad
     rope = context_rule.rope_view(md.text)
-    if (
-        rope
-        and "factor" in rope
-        and (isinstance(rope["factor"], bool) or not isinstance(rope["factor"], (int, float)))
-    ):
+    if rope and "factor" in rope and not is_number(rope["factor"]):
         where = (
             "rope_parameters"
             if isinstance(md.text.get("rope_parameters"), dict)
@@ -52,7 +48,7 @@ def _validate(md: ModelDir) -> Finding | None:
         return md.finding(
             "config.bad-field",
             ERROR,
-            f"rope factor is {rope['factor']!r}, not a number.",
+            f"rope factor is {rope['factor']!r}, not a finite number.",
             "set the factor to a number",
             f"{where}.factor",
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,16 +66,22 @@ class ModelDir:
                 key,
                 text,
             )
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             return None, self.finding(
                 "config.bad-field",
                 ERROR,
-                f"'{key}' is {value!r}, not a number.",
+                f"'{key}' is {value!r}, not a finite number.",
                 f"set {key} to a number",
                 key,
                 text,
             )
         return value, None
+
+
+def is_number(value) -> bool:
+    """A JSON number SGLang can compute with: Python's json reads NaN and Infinity,
+    and every comparison with NaN is false, so it would pass any range check."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _hub_cache_dir(repo_id: str) -> Path | None:
@@ -167,12 +174,19 @@ def load(role: str, flag: str, given: str | None) -> tuple[ModelDir, list[Findin
         ]
     try:
         config = json.loads(raw)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # also: nested too deep, a 5000-digit number
+        where = (
+            f"{e.msg} at line {e.lineno} column {e.colno}"
+            if isinstance(e, json.JSONDecodeError)
+            else "nested too deeply"
+            if isinstance(e, RecursionError)
+            else str(e).split(";")[0]
+        )
         return md, [
             Finding(
                 "config.invalid-json",
                 ERROR,
-                f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}.",
+                f"not valid JSON: {where}.",
                 "fix the JSON syntax (or restore the file from the model's source)",
                 file=str(cfg_file),
             )

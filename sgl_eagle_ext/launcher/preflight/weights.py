@@ -32,7 +32,7 @@ def shapes(model_dir: Path) -> tuple[dict[str, list[int]], str | None]:
                 if not 2 <= size <= MAX_HEADER:
                     return {}, f"{f.name}: header length {size} is not plausible"
                 header = json.loads(fh.read(size))
-        except (OSError, struct.error, ValueError) as e:
+        except (OSError, struct.error, ValueError, RecursionError) as e:
             return {}, f"{f.name}: unreadable safetensors header ({e})"
         if not isinstance(header, dict):
             return {}, f"{f.name}: the safetensors header is not a JSON object"

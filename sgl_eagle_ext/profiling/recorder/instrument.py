@@ -36,7 +36,6 @@ SYNC_ANCHORS = (
 # Server flags that make SGLang run an EAGLE worker no anchor wraps: profiling
 # would say "on" and record nothing, so it fails closed instead.
 UNWRAPPED_WORKERS = {"enable_multi_layer_eagle": "MultiLayerEagleWorkerV2"}
-IDLE_ROLE = "idle"  # WorkerAnchors.idle: the scheduler's housekeeping while it has no batch
 
 PROFILER: Profiler | None = None
 # The release's GenerationBatchResult field with the accept counts (Release.accept_counts_attr).
@@ -213,7 +212,7 @@ WRAPPERS = {
     phases.STEP_ROLE: _step,
     **{role: _phase(*phases.marks_of(role)) for role in phases.MARKED_ROLES},
     phases.ACCEPT_JOIN_ROLE: _accept_join,
-    IDLE_ROLE: _idle,
+    phases.IDLE_ROLE: _idle,
 }
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import proctree
 from sgl_eagle_ext.common.cli_args import pop_flag
+from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.launcher import cli as launch
 from sgl_eagle_ext.launcher import presets
 from sgl_eagle_ext.tools.bench import provenance
@@ -47,6 +48,8 @@ class ArmPlan:
     preset: str
     launch_args: list[str]  # arguments of `python -m sgl_eagle_ext.launch`
     facts: dict = field(default_factory=dict)  # provenance: preset, args, env
+    # the servers' key: handed to the launcher in its environment, never on its command line
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def command(self) -> list[str]:
@@ -134,6 +137,7 @@ class LauncherProcess:
             bufsize=1,
             start_new_session=True,
             preexec_fn=proctree.die_with_parent,
+            env={**os.environ, API_KEY_ENV: plan.api_key} if plan.api_key else None,
         )
         self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()

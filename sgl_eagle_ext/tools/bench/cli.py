@@ -26,6 +26,7 @@ import sys
 
 from sgl_eagle_ext.common.cli_args import split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.redaction import redact_args
 from sgl_eagle_ext.tools.bench import options, session
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import (
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(ours)
     if extra and not getattr(args, "takes_extra", False):
         raise UserError(
-            f"arguments after `--` ({shlex.join(extra)}) only go to `bench ab` and "
+            f"arguments after `--` ({shlex.join(redact_args(extra))}) only go to `bench ab` and "
             f"`bench compare` (the servers they start).",
             fix="drop them",
         )

@@ -33,6 +33,7 @@ _IGNORED_PREFIXES = (b":", b"event:", b"id:", b"retry:")
 # Error categories (RequestResult.error)
 E_HTTP = "http"  # followed by the status: "http 500"
 E_TIMEOUT = "timeout"
+CONNECT_TIMEOUT = 10.0  # seconds to open a connection (the request timeout is separate)
 E_REFUSED = "connection refused"
 E_LOST = "connection lost"
 E_INCOMPLETE = "stream ended early"
@@ -129,7 +130,7 @@ class StreamParser:
             return
         try:
             obj = _loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.r.malformed += 1
             return
         if not isinstance(obj, dict):
@@ -274,7 +275,7 @@ class Client:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         self.session = aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
             headers=self.headers,
             skip_auto_headers=("User-Agent",),
         )
@@ -347,6 +348,9 @@ class Client:
                     async for data in resp.content.iter_any():
                         parser.feed(data, time.perf_counter())
                     parser.finish(time.perf_counter())
+        except aiohttp.ServerTimeoutError as e:  # aiohttp's own: connect or socket read
+            what = "connection" if "connect" in str(e).lower() else "data"
+            r.error, r.detail = E_TIMEOUT, f"no {what} within {CONNECT_TIMEOUT:g} s: {_short(e)}"
         except TimeoutError:
             r.error, r.detail = E_TIMEOUT, f"no complete answer within {self.timeout:g} s"
         except aiohttp.ClientConnectorError as e:

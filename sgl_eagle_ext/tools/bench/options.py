@@ -12,10 +12,11 @@ import json
 import math
 import os
 
+from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import progress, prompts, records
+from sgl_eagle_ext.tools.bench import limits, progress, prompts, records
 from sgl_eagle_ext.tools.bench import sweep as sw
 
 
@@ -32,6 +33,7 @@ def levels(text: str, flag: str = "--concurrency") -> list[int]:
             f"{flag} {text}: levels must be integers >= 1.",
             fix=f"e.g. {flag} 1,2,5,10,30",
         )
+    limits.check_concurrency(values[-1], flag)
     return values
 
 
@@ -75,7 +77,7 @@ def load_levels(args: argparse.Namespace) -> tuple[list[float], sw.OpenLoop | No
 
 
 def positive(name: str, value: float, zero_ok: bool = False) -> None:
-    if value < 0 or (value == 0 and not zero_ok):
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         raise UserError(
             f"{name} {value:g}: must be {'>= 0' if zero_ok else '> 0'}.",
             fix=f"pass a {'non-negative' if zero_ok else 'positive'} {name}",
@@ -142,7 +144,7 @@ def extra_body(args: argparse.Namespace) -> dict:
         return {}
     try:
         obj = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise UserError(
             f"--extra-body: not valid JSON ({e}).", fix="e.g. --extra-body '{\"top_p\": 0.9}'"
         ) from None
@@ -168,7 +170,7 @@ def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
         default=max_tokens,
         help=f"tokens generated per request (default {max_tokens})",
     )
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0)")
+    p.add_argument("--temperature", type=number(0), default=0.0, help="sampling temperature (0)")
     p.add_argument(
         "--respect-eos",
         action="store_true",
@@ -176,7 +178,7 @@ def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
     )
     p.add_argument(
         "--request-timeout",
-        type=float,
+        type=number(0, strict=True),
         default=cl.DEFAULT_TIMEOUT,
         help="seconds before one request counts as timed out (default 600)",
     )
@@ -190,7 +192,7 @@ def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars or chatter")
     p.add_argument(
         "--progress-every",
-        type=float,
+        type=number(0),
         default=progress.DEFAULT_EVERY,
         metavar="SECONDS",
         help="off a terminal: a progress line with an ETA this often "
@@ -251,8 +253,12 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-flush-cache", action="store_true", help="keep the prefix cache between levels"
     )
-    p.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT goal per request (ms)")
-    p.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT goal per request (ms)")
+    p.add_argument(
+        "--slo-tpot-ms", type=number(0, strict=True), help="goodput: TPOT goal per request (ms)"
+    )
+    p.add_argument(
+        "--slo-ttft-ms", type=number(0, strict=True), help="goodput: TTFT goal per request (ms)"
+    )
 
 
 def validate(args: argparse.Namespace) -> None:

@@ -54,12 +54,8 @@ class Server:
     def __init__(
         self, base_url: str, api_key: str | None = None, headers: dict[str, str] | None = None
     ):
-        url = server_root(base_url)
+        url = http.check_url("--url", server_root(base_url))
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UserError(
-                f"--url {base_url}: not an http(s) URL.", fix="e.g. --url http://127.0.0.1:30000"
-            )
         self.base_url = url
         self.headers = dict(headers or {})
         self.host = parts.hostname

@@ -57,9 +57,16 @@ class PromptSet:
 def _parse_line(text: str, where: str, index: int) -> Prompt:
     try:
         obj = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
+        why = (
+            f"{e.msg} at column {e.colno}"
+            if isinstance(e, json.JSONDecodeError)
+            else "nested too deeply"
+            if isinstance(e, RecursionError)
+            else str(e).split(";")[0]
+        )
         raise UserError(
-            f"{where}: not valid JSON ({e.msg} at column {e.colno}).",
+            f"{where}: not valid JSON ({why}).",
             fix='one JSON object per line, e.g. {"prompt": "..."}',
         ) from None
     if not isinstance(obj, dict):
@@ -155,6 +162,11 @@ def load(spec: str) -> PromptSet:
         except UnicodeDecodeError as e:
             raise UserError(
                 f"{spec}: not UTF-8 text (byte {e.start}).", fix="save the file as UTF-8 JSONL"
+            ) from None
+        except OSError as e:
+            raise UserError(
+                f"--prompts {spec}: cannot be read ({e.strerror or e}).",
+                fix="check the file's permissions",
             ) from None
         prompts = parse_jsonl(text, str(path))
         spec = str(path.resolve())

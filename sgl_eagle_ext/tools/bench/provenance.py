@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import shlex
 import shutil
 import socket
@@ -22,13 +21,10 @@ import psutil
 
 from sgl_eagle_ext import __version__
 from sgl_eagle_ext.common import http, releases
+from sgl_eagle_ext.common.redaction import REDACTED, SECRET, redact_args, redact_tree
 
-# A name part (between - or _) that says secret: HF_TOKEN, --api-key, ssl_keyfile_password;
-# not --max-tokens or TOKENIZERS_PARALLELISM.
-SECRET = re.compile(
-    r"(?:^|[-_])(?:key|token|secret|password|passwd|credentials?|auth)(?:[-_]|$)", re.IGNORECASE
-)
-REDACTED = "***"
+__all__ = ["REDACTED", "SECRET", "redact_args", "redact_env", "redact_info"]
+
 # Environment variables that change how a server behaves (the NCCL block first).
 ENV_PREFIXES = (
     "NCCL_",
@@ -54,58 +50,15 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", socket.gethostname()}
 
 def redact_env(env: dict[str, str], keep_all: bool = False) -> dict[str, str]:
     """The relevant variables (all if keep_all), secrets replaced."""
-    out = {}
-    for k, v in sorted(env.items()):
-        if keep_all or k.startswith(ENV_PREFIXES):
-            out[k] = REDACTED if SECRET.search(k) else v
-    return out
+    from sgl_eagle_ext.common import redaction
+
+    return redaction.redact_env(env, lambda k: keep_all or k.startswith(ENV_PREFIXES))
 
 
-def _header(value: str) -> str:
-    """`Name: value` -> `Name: ***`: header values often carry credentials."""
-    name, sep, _ = value.partition(":")
-    return f"{name}:{REDACTED}" if sep else REDACTED
-
-
-def redact_args(args: list[str]) -> list[str]:
-    """`--api-key X` / `--api-key=X` (any secret-named flag) -> `--api-key ***`;
-    `--header K:V` -> `--header K:***`."""
-    out, hide_next, header_next = [], False, False
-    for tok in args:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if header_next:
-            out.append(_header(tok))
-            header_next = False
-            continue
-        if tok == "--header":
-            out.append(tok)
-            header_next = True
-            continue
-        if tok.startswith("--header="):
-            out.append("--header=" + _header(tok.split("=", 1)[1]))
-            continue
-        if tok.startswith("--") and SECRET.search(tok[2:].split("=", 1)[0]):
-            if "=" in tok:
-                out.append(tok.split("=", 1)[0] + "=" + REDACTED)
-            else:
-                out.append(tok)
-                hide_next = True
-            continue
-        out.append(tok)
-    return out
-
-
-def redact_info(info: dict) -> dict:
-    """/server_info without per-scheduler states, secret-named fields hidden."""
-    out = {}
-    for k, v in info.items():
-        if k == "internal_states":
-            continue
-        out[k] = REDACTED if SECRET.search(k) and v not in (None, "", False) else v
-    return out
+def redact_info(info: dict, secrets: tuple[str, ...] = ()) -> dict:
+    """/server_info without per-scheduler states, secrets hidden by name and by value
+    (its `launch_command` holds SGLang's own command line, --api-key included)."""
+    return redact_tree({k: v for k, v in info.items() if k != "internal_states"}, secrets)
 
 
 def gpus() -> dict:
@@ -240,7 +193,7 @@ def server_facts(server, *, launch: dict | None = None) -> dict:
                 "speculative_num_draft_tokens",
             )
         },
-        "resolved_args": redact_info(info),
+        "resolved_args": redact_info(info, (getattr(server, "api_key", None) or "",)),
     }
     if launch is not None:
         facts["started_by"] = "bench ab (through sgl_eagle_ext.launch)"

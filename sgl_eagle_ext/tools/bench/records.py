@@ -16,10 +16,14 @@ import json
 import math
 import os
 import secrets
+import sys
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.paths import check_writable_file
+from sgl_eagle_ext.common.redaction import redact_values
 
 SCHEMA = 1
 DEFAULT_RESULTS = Path("bench-results/results.jsonl")
@@ -77,7 +81,9 @@ def new_run_id() -> str:
     return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def _append_bytes(path: Path, data: bytes) -> None:
+def _append_bytes(path: Path, data: bytes, header: bytes = b"") -> None:
+    """Append `data` whole; `header` first when the file is empty, decided under the
+    lock so that parallel writers to one file never write it twice."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -85,6 +91,8 @@ def _append_bytes(path: Path, data: bytes) -> None:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data  # a torn line left by someone else: keep ours whole
+        elif not size:
+            data = header + data
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
@@ -133,29 +141,32 @@ def check_csv(path: Path) -> None:
 def append_csv(path: Path, row: dict) -> None:
     row = clean(row)
     values = ["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS]
-    text = _csv_line(values)
-    if not path.is_file() or not path.stat().st_size:
-        text = _csv_line(list(CSV_COLUMNS)) + text
-    _append_bytes(path, text.encode("utf-8"))
+    header = _csv_line(list(CSV_COLUMNS)).encode("utf-8")
+    _append_bytes(path, _csv_line(values).encode("utf-8"), header)
 
 
 def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
     """Records and, separately, one warning per line that is not a record."""
+    fix = "give the JSONL file `bench` wrote (default bench-results/results.jsonl)"
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not a results file.", fix=fix)
     if not path.is_file():
-        raise UserError(
-            f"{path}: no such file.",
-            fix="give the JSONL file `bench` wrote (default bench-results/results.jsonl)",
-        )
+        raise UserError(f"{path}: no such file.", fix=fix)
     records, problems = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    try:
+        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
+    except OSError as e:
+        raise UserError(f"{path}: cannot be read ({e.strerror or e}).", fix=fix) from None
+    with f:
         for i, line in enumerate(f, start=1):
             line = line.strip()
             if not line:
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError as e:
-                problems.append(f"{path}:{i}: skipped: not a JSON record ({e.msg})")
+            except (ValueError, RecursionError) as e:
+                why = getattr(e, "msg", None) or type(e).__name__
+                problems.append(f"{path}:{i}: skipped: not a JSON record ({why})")
                 continue
             if not isinstance(obj, dict) or "kind" not in obj:
                 problems.append(f"{path}:{i}: skipped: not a bench record (no 'kind')")
@@ -229,27 +240,66 @@ def csv_row(record: dict) -> dict:
     return row
 
 
-class Recorder:
-    """Appends records of one invocation (shared run id and provenance)."""
+def results_paths(results: Path) -> tuple[Path, Path]:
+    """(JSONL, CSV) for --results: the CSV sits next to the JSONL; a name given
+    as .csv means that CSV, and its JSONL gets the .jsonl suffix (never one file
+    for both)."""
+    if results.suffix.lower() == ".csv":
+        return results.with_suffix(".jsonl"), results
+    return results, results.with_suffix(".csv")
 
-    def __init__(self, results: Path | None, run_id: str | None = None):
-        self.jsonl = results
-        self.csv = results.with_suffix(".csv") if results is not None else None
+
+class Recorder:
+    """Appends records of one invocation (shared run id and provenance).
+
+    Both paths are checked here, before the first request; should a write still
+    fail at the end (disk full, folder removed meanwhile), the record goes to a
+    rescue file in the temporary folder instead of being lost."""
+
+    def __init__(
+        self, results: Path | None, run_id: str | None = None, secrets: tuple[str, ...] = ()
+    ):
+        self.jsonl, self.csv = results_paths(results) if results is not None else (None, None)
         self.run_id = run_id or new_run_id()
         self.written = 0
-        if self.csv is not None:
+        self.secrets = tuple(s for s in secrets if s)
+        self.rescued: Path | None = None
+        if self.jsonl is not None:
+            check_writable_file("--results", self.jsonl)
+            check_writable_file("--results (its CSV)", self.csv)
             check_csv(self.csv)
 
     def write(self, kind: str, fields: dict, provenance: dict) -> dict:
-        record = {
-            "schema": SCHEMA,
-            "kind": kind,
-            "run_id": self.run_id,
-            **fields,
-            "provenance": provenance,
-        }
+        record = redact_values(
+            {
+                "schema": SCHEMA,
+                "kind": kind,
+                "run_id": self.run_id,
+                **fields,
+                "provenance": provenance,
+            },
+            self.secrets,
+        )
         if self.jsonl is not None:
-            append_jsonl(self.jsonl, record)
-            append_csv(self.csv, csv_row(record))
+            try:
+                append_jsonl(self.jsonl, record)
+                append_csv(self.csv, csv_row(record))
+            except OSError as e:
+                self._rescue(record, e)
             self.written += 1
         return record
+
+    def _rescue(self, record: dict, error: OSError) -> None:
+        self.rescued = Path(tempfile.gettempdir()) / f"bench-rescued-{self.run_id}.jsonl"
+        try:
+            append_jsonl(self.rescued, record)
+            where = f"written to {self.rescued} instead"
+        except OSError:
+            self.rescued = None
+            where = "here it is:\n" + json.dumps(clean(record), default=str)
+        print(
+            f"warning: cannot write {self.jsonl} ({error.strerror or error}); the record is "
+            f"{where}",
+            file=sys.stderr,
+            flush=True,
+        )

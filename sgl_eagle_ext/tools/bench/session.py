@@ -16,8 +16,13 @@ EXIT_INTERRUPTED = 130
 
 
 def recorder(args: argparse.Namespace) -> records.Recorder:
+    # Known secret values are redacted from every record wherever they turn up
+    # (SGLang's /server_info echoes its own command line, --api-key included).
+    secrets = (getattr(args, "api_key", None) or "", *options.request_headers(args).values())
     return records.Recorder(
-        None if args.no_records else Path(args.results), getattr(args, "run_id", None)
+        None if args.no_records else Path(args.results),
+        getattr(args, "run_id", None),
+        secrets=secrets,
     )
 
 

@@ -21,8 +21,10 @@ BASE = ("-p1", "-f", "--fuzz=0", "--no-backup-if-mismatch")
 def _binary() -> str:
     found = shutil.which("patch")
     if not found:
-        raise UserError("GNU patch is not installed (no `patch` on PATH).",
-                        fix="install it: apt-get install -y patch")
+        raise UserError(
+            "GNU patch is not installed (no `patch` on PATH).",
+            fix="install it: apt-get install -y patch",
+        )
     return found
 
 

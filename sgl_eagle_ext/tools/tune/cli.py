@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.tools.tune import choose, grid, measure, model
 
@@ -39,18 +40,22 @@ def parser() -> argparse.ArgumentParser:
     base.add_argument(
         "--baseline-log", type=Path, action="append", help="a baseline server's log (repeatable)"
     )
-    base.add_argument("--baseline-tps", type=float, help="baseline tokens/s of one stream")
-    base.add_argument("--baseline-ms-per-token", type=float, help="baseline ms/token, one stream")
+    base.add_argument(
+        "--baseline-tps", type=number(0, strict=True), help="baseline tokens/s of one stream"
+    )
+    base.add_argument(
+        "--baseline-ms-per-token", type=number(0, strict=True), help="baseline ms/token, one stream"
+    )
     p.add_argument("--max-steps", type=int, default=7, help="largest step count considered (7)")
     p.add_argument(
         "--floor-margin",
-        type=float,
+        type=number(0),
         default=1.15,
         help="keep 0 steps as a floor at one stream when the best gain is below this (1.15)",
     )
     p.add_argument(
         "--min-gain",
-        type=float,
+        type=number(0),
         default=1.03,
         help="a step count pays only above this predicted gain over the baseline (1.03)",
     )
@@ -118,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(
             f"no EAGLE3_PROFILE decode windows in {', '.join(map(str, args.logs))}.",
             fix="run the EAGLE-3 server with EAGLE3_PROFILE=1 under load, then pass its log",
+        )
+    drafts = {r.spec.get("speculative_draft_model_path") for r in runs} - {None}
+    if len(drafts) > 1:  # acceptance is pooled: it must be one draft's
+        print(
+            f"{PROG}: warning: the logs come from {len(drafts)} different drafts "
+            f"({', '.join(sorted(drafts))}); their acceptance is pooled as one",
+            file=sys.stderr,
         )
     baseline = measure.baseline_ms([measure.read(p) for p in args.baseline_log or []])
     if args.baseline_log and not baseline:

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling.recorder.window import TAG
-from sgl_eagle_ext.profiling.report import DECODE_BATCH, record_from_line
+from sgl_eagle_ext.profiling.report import DECODE_BATCH, checked, read_lines, record_from_line
 
 SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\()?(?P<body>\{.*\})")
 SPEC_KEYS = (
@@ -28,6 +27,7 @@ SPEC_KEYS = (
     "speculative_eagle_topk",
     "speculative_num_draft_tokens",
     "speculative_adaptive",
+    "speculative_draft_model_path",
 )
 
 
@@ -100,24 +100,22 @@ def _add(run: Run, rec: dict) -> None:
 
 
 def read(path: Path) -> Run:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read: {e.strerror}.") from None
     run = Run(path)
-    for line in lines:
+    for line in read_lines(path):  # streamed twice: logs run to gigabytes
         if "server_args=" in line and not run.spec:
             run.spec = _spec_from(line)
-    for line in lines:
+            break
+    for line in read_lines(path):
+        line = line.rstrip("\r\n")
         try:
             if line.startswith("{") and '"cycles"' in line:
-                _add(run, json.loads(line))
+                _add(run, checked(json.loads(line)))
             elif TAG + " v=" in line:
-                _add(run, record_from_line(line))
+                _add(run, checked(record_from_line(line)))
             elif "Decode batch" in line and (m := DECODE_BATCH.search(line)):
-                run.decode_tps.setdefault(int(m["bs"]), []).append(float(m["tps"]))
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            continue  # a truncated line
+                run.decode_tps.setdefault(int(m["bs"]), []).append(checked(float(m["tps"])))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
+            continue  # a truncated line, or NaN / infinity (never averaged in)
     return run
 
 

@@ -21,6 +21,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sgl_eagle_ext.common.cli_args import number, pop_flag, port_number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import (
     arms,
@@ -54,10 +55,10 @@ def add_launch(p) -> None:
     )
     p.add_argument("--sglang-version", help="launcher --sglang-version")
     p.add_argument("--force", action="store_true", help="launcher --force")
-    p.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
+    p.add_argument("--port", type=port_number, default=0, help="server port (default: a free one)")
     p.add_argument(
         "--startup-timeout",
-        type=float,
+        type=number(0, strict=True),
         default=3600.0,
         help="seconds to wait for each server's READY (default 3600)",
     )
@@ -222,6 +223,10 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     """Start, sweep and stop each preset in turn. Returns the Run, or an exit code when
     an arm did not start or its server died (the finished levels are recorded)."""
     levels, open_loop = options.load_levels(args)
+    # A key for the servers travels to each launcher in its environment: never on a
+    # printed line or a child's command line.
+    extra, key = pop_flag(extra, "--api-key")
+    args.api_key = key or args.api_key
     ps = prompts.load(args.prompts)
     workload.check_paths(args)
     # --dataset/--input-len/...: checked now, before any server starts
@@ -264,6 +269,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     done: list[ArmRun] = []
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
+        plan.api_key = args.api_key
         proc = arms.LauncherProcess(plan)
         try:
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.tools.bench import options, prompts, session, single
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -20,7 +21,7 @@ def register(sub) -> None:
     )
     s.add_argument(
         "--max-cv",
-        type=float,
+        type=number(0),
         default=0.05,
         help="steady-state warning above this stdev/mean (default 0.05)",
     )

@@ -1,0 +1,55 @@
+"""Output paths checked before anything starts: a log or results file that cannot
+be written must be refused up front, not found out after an hour of work."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sgl_eagle_ext.common.errors import UserError
+
+
+def check_writable_file(flag: str, path: str | Path) -> Path:
+    """`path` can be created or appended to (missing parent folders included); else
+    a UserError naming the flag, the path and why. Creates nothing."""
+    p = Path(path).expanduser()
+    fix = f"give {flag} a file path in a folder you may write to"
+    if str(path).endswith(os.sep) or p.is_dir():
+        raise UserError(f"{flag} {path}: is a directory, not a file.", fix=fix)
+    try:
+        if p.exists():
+            if not p.is_file():
+                raise UserError(f"{flag} {path}: not a regular file.", fix=fix)
+            if not os.access(p, os.W_OK):
+                raise UserError(f"{flag} {path}: not writable (permission denied).", fix=fix)
+            return p
+        folder = p.parent
+        while not folder.exists():  # the nearest existing ancestor must be a writable folder
+            if folder.is_symlink():
+                raise UserError(f"{flag} {path}: {folder} is a broken link.", fix=fix)
+            folder = folder.parent
+        if not folder.is_dir():
+            raise UserError(f"{flag} {path}: {folder} is a file, not a folder.", fix=fix)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UserError(
+                f"{flag} {path}: cannot create it in {folder} (permission denied).", fix=fix
+            )
+    except OSError as e:  # a name too long, a link loop, ...
+        raise UserError(f"{flag} {path}: unusable: {e.strerror or e}.", fix=fix) from None
+    return p
+
+
+def read_secret_file(flag: str, path: str | None) -> str | None:
+    """The one-line secret held by the file at `path` (None when no path is given)."""
+    if not path:
+        return None
+    try:
+        key = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(
+            f"{flag} {path}: cannot be read ({getattr(e, 'strerror', None) or e}).",
+            fix="give a readable text file holding the key",
+        ) from None
+    if not key or "\n" in key:
+        raise UserError(f"{flag} {path}: must hold the key on one line.", fix="write the key alone")
+    return key

@@ -1,0 +1,123 @@
+"""Secrets out of every output: by name (a variable, flag or field that says key,
+token, secret, password, credential or auth) and by value (a key this process
+knows, wherever it turns up: SGLang's /server_info echoes its own command line).
+One rule for the launcher, bench, router and every record."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+# A name part (between - or _) that says secret: HF_TOKEN, --api-key, ssl_keyfile_password,
+# GCP_CREDENTIALS, PROXY_AUTH; not --max-tokens or TOKENIZERS_PARALLELISM.
+SECRET = re.compile(
+    r"(?:^|[-_])(?:key|token|secret|password|passwd|credentials?|auth)(?:[-_]|$)", re.IGNORECASE
+)
+REDACTED = "***"
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET.search(name.lstrip("-")))
+
+
+def redact_env(env: dict[str, str], keep=lambda name: True) -> dict[str, str]:
+    """The variables `keep` selects, sorted, secret-named ones replaced."""
+    return {k: REDACTED if is_secret_name(k) else v for k, v in sorted(env.items()) if keep(k)}
+
+
+def _header(value: str) -> str:
+    """`Name: value` -> `Name: ***`: header values often carry credentials."""
+    name, sep, _ = value.partition(":")
+    return f"{name}:{REDACTED}" if sep else REDACTED
+
+
+def redact_args(args: list[str]) -> list[str]:
+    """`--api-key X` / `--api-key=X` (any secret-named flag) -> `--api-key ***`;
+    `--header K:V` -> `--header K:***`."""
+    out, hide_next, header_next = [], False, False
+    for tok in args:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if header_next:
+            out.append(_header(tok))
+            header_next = False
+            continue
+        if tok == "--header":
+            out.append(tok)
+            header_next = True
+            continue
+        if tok.startswith("--header="):
+            out.append("--header=" + _header(tok.split("=", 1)[1]))
+            continue
+        if tok.startswith("--") and is_secret_name(tok[2:].split("=", 1)[0]):
+            if "=" in tok:
+                out.append(tok.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                out.append(tok)
+                hide_next = True
+            continue
+        out.append(tok)
+    return out
+
+
+def redact_command(text: str) -> str:
+    """A command line given as one string (SGLang's `launch_command`)."""
+    try:
+        return " ".join(
+            t if t.endswith(REDACTED) else shlex.quote(t) for t in redact_args(shlex.split(text))
+        )
+    except ValueError:  # unbalanced quotes: hide whatever follows a secret-named flag
+        return re.sub(r"(--[\w-]*(?:key|token|secret|password|auth)[\w-]*[= ])\S+", r"\1***", text)
+
+
+def redact_text(text: str, secrets: list[str] | tuple[str, ...]) -> str:
+    """`text` with every known secret value replaced."""
+    for s in secrets:
+        if s:
+            text = text.replace(s, REDACTED)
+    return text
+
+
+def redact_tree(obj, secrets: list[str] | tuple[str, ...] = ()):
+    """A JSON-like value with secret-named fields hidden, command-line strings
+    redacted and every known secret value replaced, at any depth."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if is_secret_name(str(k)) and v not in (None, "", False):
+                out[k] = REDACTED
+            elif isinstance(v, str) and "command" in str(k):
+                out[k] = redact_text(redact_command(v), secrets)
+            else:
+                out[k] = redact_tree(v, secrets)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return (
+            redact_args([redact_tree(v, secrets) for v in obj])
+            if _all_str(obj)
+            else [redact_tree(v, secrets) for v in obj]
+        )
+    if isinstance(obj, str):
+        return redact_text(obj, secrets)
+    return obj
+
+
+def redact_values(obj, secrets: list[str] | tuple[str, ...]):
+    """A JSON-like value with every known secret value replaced, at any depth
+    (names untouched: a record's own fields such as `level_key` are not secrets)."""
+    secrets = [s for s in secrets if s]
+    if not secrets:
+        return obj
+    if isinstance(obj, dict):
+        return {k: redact_values(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_values(v, secrets) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj, secrets)
+    return obj
+
+
+def _all_str(seq) -> bool:
+    return bool(seq) and all(isinstance(v, str) for v in seq)
