@@ -166,3 +166,15 @@ def test_baseline_from_a_log_is_the_median_rate():
 
     log = SimpleNamespace(groups={1: SimpleNamespace(sglang_tps=[3.0, 3.1, 2.9, 30.0, 3.0])})
     assert report.baseline_ms_per_token(None, log, 1) == pytest.approx(1000 / 3.0)
+
+
+def test_by_steps_rows_keep_their_columns_without_a_baseline(capsys):
+    """No baseline: tau* and the ratio print as '-' in their own columns, not run together."""
+    from sgl_eagle_ext.profiling import report
+
+    row = {"steps": 2, "no_draft": False, "cycles": 24, "accept_len": 2.58, "tok_s": 1.9}
+    row["phases"] = {"cycle": {"mean_ms": 1357.58}, "draft": {"mean_ms": 458.73}}
+    report.print_by_steps([row])
+    header, line = capsys.readouterr().out.splitlines()
+    assert line.split() == ["2", "24", "1357.58", "458.73", "2.58", "1.9", "-", "-"]
+    assert len(line) == len(header)

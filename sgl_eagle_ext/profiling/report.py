@@ -337,20 +337,21 @@ def print_by_steps(subrows: list[dict]) -> None:
         f"  {'by draft steps':16}{'cycles':>8}{'cycle ms':>10}{'draft ms':>10}"
         f"{'accept':>8}{'tok/s':>9}{'tau*':>7}{'vs base':>9}"
     )
+
+    def num(v, width: int, fmt: str = ".2f", unit: str = "") -> str:
+        text = "-" if v is None else format(v, fmt) + unit
+        return f"{text:>{width}}"
+
     for r in subrows:
         ph = r.get("phases", {})
-
-        def num(v, fmt):
-            return format(v, fmt) if v is not None else "-"
-
         label = f"{r['steps']} (no draft)" if r["no_draft"] else str(r["steps"])
         print(
             f"  {label:16}{r['cycles']:8d}"
-            f"{num(ph.get('cycle', {}).get('mean_ms'), '10.2f')}"
-            f"{num(ph.get('draft', {}).get('mean_ms'), '10.2f')}"
-            f"{num(r.get('accept_len'), '8.2f')}{num(r.get('tok_s'), '9.1f')}"
-            f"{num(r.get('break_even_accept_len'), '7.2f')}"
-            f"{num(r.get('speedup'), '8.2f')}x"
+            f"{num(ph.get('cycle', {}).get('mean_ms'), 10)}"
+            f"{num(ph.get('draft', {}).get('mean_ms'), 10)}"
+            f"{num(r.get('accept_len'), 8)}{num(r.get('tok_s'), 9, '.1f')}"
+            f"{num(r.get('break_even_accept_len'), 7)}"
+            f"{num(r.get('speedup'), 9, '.2f', 'x')}"
         )
 
 
