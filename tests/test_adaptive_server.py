@@ -3,7 +3,8 @@
 With the never-accepted tiny draft, SGLang's controller must stop drafting (steps 0):
 its own "Switch adaptive runtime state: steps 3 -> 0" line, profile windows keyed
 steps=0 with no draft time and one token per cycle, and the report reading both.
-With the mostly-accepted draft it must keep drafting. One server per draft; one
+With the mostly-accepted draft it must keep drafting. The preset's probe backoff
+(in_sglang/adaptive_backoff.py) is on in both and backs off only the failed probes. One server per draft; one
 stream (bucket "1" of the shipped table: candidates 0, 1, 2, 3, 5; first decision
 after 10 warm-up + 5 batches).
 """
@@ -46,6 +47,7 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
     log = launcher.log_text()
     assert "speculative_adaptive disabled" not in log and "Traceback" not in log
     assert "AdaptiveSpeculativeParams initialized: steps=3" in log
+    assert "EAGLE_EXT_ADAPTIVE_BACKOFF: on (up to 32 decisions at steps 0)" in log  # preset
 
     records = [record_from_line(ln) for ln in log.splitlines() if "EAGLE3_PROFILE v=" in ln]
     by_steps: dict[int, list[dict]] = {}
@@ -62,6 +64,8 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
         first = switches[0]
         assert (first.old, first.new, first.reason) == (3, 0, "accept length")
         assert first.ema_accept_len < 0.5
+        # SGLang probed step 1 after one decision at 0; it failed, so the backoff doubles.
+        assert "probe at steps 1 failed; next probe after 2 decisions at steps 0" in log
         zero = by_steps[0]
         assert all(r["phases"]["draft"]["mean"] == 0.0 for r in zero)  # no-draft cycles
         assert all(set(r["accept_hist"]) == {1} for r in zero)
@@ -79,6 +83,7 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
     else:
         assert 0 not in by_steps, "the mostly-accepted draft stopped drafting"
         assert all(s.new > 0 for s in switches)
+        assert "probe at steps" not in log
         drafting = [r for rs in by_steps.values() for r in rs]
         accepted = sum(k * v for r in drafting for k, v in r["accept_hist"].items())
         assert accepted / sum(sum(r["accept_hist"].values()) for r in drafting) > 2.0

@@ -16,3 +16,6 @@ FAULT_ENV = "EAGLE_EXT_FAULT"
 NCCL_TAG = "EAGLE_EXT_NCCL"
 NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 NCCL_EXTRA = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES")
+# The adaptive controller's probe backoff (in_sglang/adaptive_backoff.py): the most
+# decisions to stay at 0 steps after failed probes; unset or 0 = SGLang's own behaviour.
+ADAPTIVE_BACKOFF_ENV = "EAGLE_EXT_ADAPTIVE_BACKOFF"

@@ -178,6 +178,9 @@ class AdaptiveSpec:
     # --speculative-num-steps must be one of the config's candidate steps (a hard
     # ValueError at startup otherwise; unset: SGLang takes the middle candidate).
     initial_steps_in_candidates: bool = True
+    # The per-bucket controller's decision method, wrapped by the probe backoff
+    # (in_sglang/adaptive_backoff.py); None where there is no 0-step state to back off.
+    decide_anchor: str | None = None
 
 
 _ADAPTIVE_OFF_COMMON = (
@@ -193,7 +196,10 @@ _ADAPTIVE_0513 = AdaptiveSpec(
         *_ADAPTIVE_OFF_COMMON,
     ),
 )
-_ADAPTIVE_0516 = AdaptiveSpec(min_step=0, turned_off_by=_ADAPTIVE_0513.turned_off_by)
+_DECIDE = "sglang.srt.speculative.adaptive_spec_params:AdaptiveStepSlot._recompute_params"
+_ADAPTIVE_0516 = AdaptiveSpec(
+    min_step=0, turned_off_by=_ADAPTIVE_0513.turned_off_by, decide_anchor=_DECIDE
+)
 # 0.5.23: attention DP is `attn_dp_enabled_of` (--attn-dp-size > 1; the deprecated
 # --enable-dp-attention maps onto it), and a platform-specific EAGLE worker
 # (non-CUDA platforms) also turns adaptive off.
@@ -204,6 +210,7 @@ _ADAPTIVE_0523 = AdaptiveSpec(
         ("DP attention", "attn-dp-size", ">1"),
         *_ADAPTIVE_OFF_COMMON,
     ),
+    decide_anchor=_DECIDE,
 )
 
 

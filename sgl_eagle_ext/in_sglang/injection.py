@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from sgl_eagle_ext.common.contract import CPU_ENV, FAULT_ENV
+from sgl_eagle_ext.common.contract import ADAPTIVE_BACKOFF_ENV, CPU_ENV, FAULT_ENV
 from sgl_eagle_ext.profiling import names as profile_names
 
 
@@ -41,3 +41,7 @@ def in_scheduler_process(tp_rank="?", server_args=None) -> None:
         from sgl_eagle_ext.profiling import recorder
 
         recorder.install_from_env(server_args=server_args)
+    if os.environ.get(ADAPTIVE_BACKOFF_ENV):  # the eagle3-adaptive preset's probe backoff
+        from sgl_eagle_ext.in_sglang import adaptive_backoff
+
+        adaptive_backoff.install_from_env(os.environ)

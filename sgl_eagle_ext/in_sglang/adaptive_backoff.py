@@ -1,0 +1,128 @@
+"""Exponential backoff for SGLang's adaptive-speculation probes (0.5.16+).
+
+SGLang's per-bucket controller (AdaptiveStepSlot) decides every `update_interval`
+batches. At 0 steps (no drafting) every decision is a probe: it moves to the
+smallest positive step, and with a draft that is never accepted the next decision
+drops back to 0. Half the batches then draft for nothing: measured on the CPU
+harness, a 1-step cycle cost 1.8x a 0-step one, so adaptive served ~0.7x the
+baseline with a useless draft. Here a probe that fails doubles the number of
+decisions spent at 0 before the next one (up to EAGLE_EXT_ADAPTIVE_BACKOFF); a
+probe that holds resets it. A draft that starts to pay is still found, later.
+
+Installed in each scheduler process by injection.py when EAGLE_EXT_ADAPTIVE_BACKOFF
+is set (the eagle3-adaptive preset sets it). A wrapt wrapper on the release
+table's anchor: idempotent, reversible, fail closed with one log line. The
+decision runs on the host every few batches; nothing here touches the GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import weakref
+from dataclasses import dataclass
+
+import wrapt
+
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.contract import ADAPTIVE_BACKOFF_ENV
+
+logger = logging.getLogger("sgl_eagle_ext.adaptive_backoff")
+_installed: tuple[object, str, object] | None = None  # (owner, name, original)
+
+
+@dataclass
+class _SlotState:
+    backoff: int = 1  # decisions per stay at 0 (1 = SGLang's own: probe at each)
+    skips_left: int = 0  # decisions still to skip before the next probe
+    probing: bool = False  # the slot left 0 at its last decision
+
+
+_states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _say(level: int, msg: str) -> None:
+    if logging.getLogger().handlers:
+        logger.log(level, msg)
+    else:  # before SGLang configures logging: the server log captures stderr
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _decide(limit: int):
+    @wrapt.decorator
+    def wrapper(wrapped, slot, args, kwargs):
+        state = _states.setdefault(slot, _SlotState())
+        before = slot.current_steps
+        if before == 0 and state.skips_left > 0:
+            state.skips_left -= 1
+            return False  # stay at 0: no probe this decision
+        changed = wrapped(*args, **kwargs)
+        after = slot.current_steps
+        if before == 0:
+            state.probing = after > 0
+        elif after == 0:  # dropped to 0: a failed probe backs off, anything else resets
+            state.backoff = min(state.backoff * 2, limit) if state.probing else 1
+            state.skips_left = state.backoff - 1
+            state.probing = False
+            if state.backoff > 1:
+                _say(
+                    logging.INFO,
+                    f"{ADAPTIVE_BACKOFF_ENV}: probe at steps {before} failed; "
+                    f"next probe after {state.backoff} decisions at steps 0",
+                )
+        else:
+            state.probing, state.backoff = False, 1  # the probe held: drafting pays
+        return changed
+
+    return wrapper
+
+
+def install(limit: int, version: str | None = None) -> bool:
+    """Wrap the controller's decision; True when installed (now or before)."""
+    global _installed
+    if _installed is not None:
+        return True
+    try:
+        release, _ = releases.resolve(version)
+    except Exception as e:  # an unknown release: serve as SGLang would
+        _say(logging.WARNING, f"{ADAPTIVE_BACKOFF_ENV}: disabled: {e}")
+        return False
+    anchor = release.adaptive.decide_anchor if release.adaptive else None
+    if anchor is None:
+        _say(
+            logging.WARNING,
+            f"{ADAPTIVE_BACKOFF_ENV}: disabled: SGLang {release.version} has no 0-step "
+            "adaptive state to back off",
+        )
+        return False
+    module_name, qualname = anchor.split(":")
+    owner_name, name = qualname.split(".")
+    try:
+        owner = getattr(importlib.import_module(module_name), owner_name)
+        original = vars(owner)[name]
+    except (ImportError, AttributeError, KeyError) as e:
+        _say(logging.WARNING, f"{ADAPTIVE_BACKOFF_ENV}: disabled: anchor {anchor}: {e!r}")
+        return False
+    setattr(owner, name, _decide(limit)(original))
+    _installed = (owner, name, original)
+    _say(logging.INFO, f"{ADAPTIVE_BACKOFF_ENV}: on (up to {limit} decisions at steps 0)")
+    return True
+
+
+def uninstall() -> None:
+    global _installed
+    if _installed is not None:
+        owner, name, original = _installed
+        setattr(owner, name, original)
+        _installed = None
+
+
+def install_from_env(env) -> bool:
+    text = env.get(ADAPTIVE_BACKOFF_ENV, "").strip()
+    if not text or text == "0":
+        return False
+    if not text.isdigit():
+        _say(logging.WARNING, f"{ADAPTIVE_BACKOFF_ENV}={text!r} is not a whole number: off")
+        return False
+    return install(int(text))

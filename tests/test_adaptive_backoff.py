@@ -1,0 +1,86 @@
+"""The probe backoff (in_sglang/adaptive_backoff.py) on SGLang 0.5.23's own adaptive
+controller (AdaptiveStepSlot), fed the per-request accepted-draft counts a never-
+and an always-accepted draft produce. Counts of batches, not timings."""
+
+from __future__ import annotations
+
+import pytest
+
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.in_sglang import adaptive_backoff
+
+pytestmark = pytest.mark.harness  # SGLang's adaptive_spec_params
+
+CFG = {"candidate_steps": [0, 1, 2, 3, 5], "update_interval": 5, "warmup_batches": 10}
+
+
+@pytest.fixture
+def slot_class():
+    from sglang.srt.speculative.adaptive_spec_params import AdaptiveStepSlot
+
+    adaptive_backoff.uninstall()
+    yield AdaptiveStepSlot
+    adaptive_backoff.uninstall()
+
+
+def share_at_zero(slot_class, accepted: int, batches: int = 2000) -> tuple[float, int]:
+    slot = slot_class(initial_steps=3, cfg=CFG)
+    at_zero = 0
+    for _ in range(batches):
+        at_zero += slot.current_steps == 0
+        # A draft accepts at most as many tokens as it proposed.
+        slot.update([min(accepted, slot.current_steps)])
+    return at_zero / batches, slot.current_steps
+
+
+def test_sglang_alone_drafts_half_the_time_with_a_useless_draft(slot_class):
+    share, _ = share_at_zero(slot_class, accepted=0)
+    assert 0.4 < share < 0.6  # a probe at every decision spent at 0
+
+
+def test_backoff_keeps_a_useless_draft_off(slot_class):
+    assert adaptive_backoff.install(32, version="0.5.23")
+    share, steps = share_at_zero(slot_class, accepted=0)
+    assert share > 0.95 and steps == 0
+
+
+def test_backoff_still_drafts_a_draft_that_pays(slot_class):
+    assert adaptive_backoff.install(32, version="0.5.23")
+    share, steps = share_at_zero(slot_class, accepted=5)
+    assert share == 0 and steps == 5
+
+
+def test_a_draft_that_starts_to_pay_is_found_again(slot_class):
+    assert adaptive_backoff.install(32, version="0.5.23")
+    slot = slot_class(initial_steps=3, cfg=CFG)
+    for _ in range(3000):  # useless: backed off to the limit
+        slot.update([0])
+    assert slot.current_steps == 0
+    batches = 0
+    while slot.current_steps < 3 and batches < 32 * 5 + 40:  # found within one period
+        slot.update([slot.current_steps])
+        batches += 1
+    assert slot.current_steps >= 3
+
+
+def test_install_is_idempotent_reversible_and_fails_closed(slot_class, caplog):
+    original = vars(slot_class)["_recompute_params"]
+    assert adaptive_backoff.install(8, version="0.5.23")
+    wrapped = vars(slot_class)["_recompute_params"]
+    assert wrapped is not original and wrapped.__wrapped__ is original
+    assert adaptive_backoff.install(8, version="0.5.23")  # twice: one wrapper
+    assert vars(slot_class)["_recompute_params"] is wrapped
+    adaptive_backoff.uninstall()
+    assert vars(slot_class)["_recompute_params"] is original
+    # No 0-step state before 0.5.16: one line, nothing patched.
+    assert not adaptive_backoff.install(8, version="0.5.13.post1")
+    assert vars(slot_class)["_recompute_params"] is original
+    assert "EAGLE_EXT_ADAPTIVE_BACKOFF: disabled: SGLang 0.5.13.post1" in caplog.text
+    assert not adaptive_backoff.install_from_env({"EAGLE_EXT_ADAPTIVE_BACKOFF": "lots"})
+
+
+def test_the_anchor_is_in_every_release_with_zero_steps():
+    for release in releases.RELEASES:
+        spec = release.adaptive
+        if spec is not None and spec.min_step == 0:
+            assert spec.decide_anchor, release.version
