@@ -6,10 +6,12 @@ pinned to ONE core:
 
   * our client:   python -m sgl_eagle_ext.bench sweep --concurrency 250 ...
   * SGLang's:     python -m sglang.bench_serving --backend sglang-oai-chat --max-concurrency 250 ...
+  * SGLang's Rust client (0.5.23+): python -m sglang.benchmark.rust_client, same flags
+                  (what `bench_serving --rust-client` runs); skipped where not installed
 
 against the same endpoint with the same request count and length, and prints
-streamed tokens/s and requests/s of each, their ratio, the client's CPU use,
-and how busy the endpoint was (if it was saturated, both figures are floors).
+streamed tokens/s and requests/s of each, their ratios, the client's CPU use,
+and how busy the endpoint was (if it was saturated, the figures are floors).
 
     python benchmarks/client_ceiling.py [--streams 250] [--requests 2500] [--max-tokens 256]
 
@@ -135,7 +137,9 @@ def ours(
     }
 
 
-def sglang(
+def sglang_serving(
+    module: str,
+    extra: list[str],
     url: str,
     a,
     core: int,
@@ -145,12 +149,13 @@ def sglang(
     requests: int,
     max_tokens: int,
 ) -> dict:
-    out_file = tmp / "sglang.jsonl"
+    """One run of an SGLang client that takes bench_serving's flags and result line."""
+    out_file = tmp / f"{module}.jsonl"
     out_file.unlink(missing_ok=True)
     cmd = [
         PY,
         "-m",
-        "sglang.bench_serving",
+        module,
         "--backend",
         "sglang-oai-chat",
         "--base-url",
@@ -174,12 +179,13 @@ def sglang(
         str(out_file),
         "--seed",
         "0",
+        *extra,
     ]
     if a.tokenizer:
         cmd += ["--tokenizer", a.tokenizer]
     wall, ccpu, scpu, text = run_measured(cmd, core, server)
     if not out_file.is_file():
-        raise SystemExit(f"bench_serving wrote no result:\n{text[-3000:]}")
+        raise SystemExit(f"{module} wrote no result:\n{text[-3000:]}")
     rec = [json.loads(x) for x in out_file.read_text().splitlines()][-1]
     return {
         "tok_s": rec["output_throughput"],
@@ -192,6 +198,23 @@ def sglang(
         "client_cpu": ccpu,
         "server_cpu": scpu,
     }
+
+
+def sglang(*args) -> dict:
+    return sglang_serving("sglang.bench_serving", [], *args)
+
+
+def rust(*args) -> dict:
+    # Its Tokio runtime runs in the Python process, so run_measured's rusage counts
+    # every thread; pinned to one core, more workers would only time-slice it.
+    return sglang_serving("sglang.benchmark.rust_client", ["--worker-threads", "1"], *args)
+
+
+def rust_client_installed() -> bool:
+    try:
+        return importlib.util.find_spec("sglang.srt.rust_extensions._bench") is not None
+    except ImportError:  # an SGLang without the rust_extensions package
+        return False
 
 
 def main() -> None:
@@ -214,7 +237,7 @@ def main() -> None:
         help="tokenizer dir for bench_serving's random prompts (default: the tiny "
         "target built by the CPU harness)",
     )
-    p.add_argument("--repeat", type=int, default=1, help="alternate the two tools N times")
+    p.add_argument("--repeat", type=int, default=1, help="alternate the tools N times")
     a = p.parse_args()
     for mod, why in (
         ("sglang", "the comparison runs python -m sglang.bench_serving"),
@@ -257,7 +280,11 @@ def main() -> None:
             f"{a.client_core}; {a.streams} streams, {a.requests} requests x {a.max_tokens} "
             f"tokens; {psutil.cpu_count()} CPUs, Python {sys.version.split()[0]}"
         )
-        tools = (("sgl_eagle_ext.bench sweep", ours), ("sglang.bench_serving", sglang))
+        tools = [("sgl_eagle_ext.bench sweep", ours), ("sglang.bench_serving", sglang)]
+        if rust_client_installed():
+            tools.append(("sglang rust_client", rust))
+        else:
+            print("note: SGLang's Rust client is not installed (SGLang >= 0.5.23): skipped")
         rows, fixed = [], {}
         with tempfile.TemporaryDirectory() as td:
             # Start-up cost (interpreter, imports, tokenizer, one warm-up): one 1-token request.
@@ -296,18 +323,20 @@ def main() -> None:
             f"tok/CPU-s, req/CPU-s: what one core sustains when the client has it to itself; "
             f"endpoint busy: endpoint CPU time / run s)"
         )
-        ours_name, sgl_name = (t[0] for t in tools)
+        ours_name = tools[0][0]
 
         def best(key, name):
             return max(r[key] for r in rows if r["name"] == name)
 
-        print(
-            f"\nratio ours / bench_serving (best round): wall clock: streamed tok/s "
-            f"x{best('tok_s', ours_name) / best('tok_s', sgl_name):.2f}, requests/s "
-            f"x{best('req_s', ours_name) / best('req_s', sgl_name):.2f}; per CPU-second on "
-            f"one core: tok x{best('cpu_tok_s', ours_name) / best('cpu_tok_s', sgl_name):.2f}, "
-            f"requests x{best('cpu_req_s', ours_name) / best('cpu_req_s', sgl_name):.2f}"
-        )
+        print()
+        for other, _ in tools[1:]:
+            print(
+                f"ratio ours / {other} (best round): wall clock: streamed tok/s "
+                f"x{best('tok_s', ours_name) / best('tok_s', other):.2f}, requests/s "
+                f"x{best('req_s', ours_name) / best('req_s', other):.2f}; per CPU-second on "
+                f"one core: tok x{best('cpu_tok_s', ours_name) / best('cpu_tok_s', other):.2f}, "
+                f"requests x{best('cpu_req_s', ours_name) / best('cpu_req_s', other):.2f}"
+            )
         load = os.getloadavg()[0]
         if load > psutil.cpu_count() * 0.75:
             print(
@@ -319,7 +348,7 @@ def main() -> None:
         if busy > 0.85:
             print(
                 f"note: the endpoint used {busy * 100:.0f}% of its core(s): it may be the "
-                f"limit, so these are floors of both clients' ceilings (give it more cores "
+                f"limit, so these are floors of the clients' ceilings (give it more cores "
                 f"with --server-cores or raise --tokens-per-write)"
             )
     finally:

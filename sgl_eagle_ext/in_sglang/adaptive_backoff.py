@@ -43,9 +43,11 @@ _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _say(level: int, msg: str) -> None:
-    if logging.getLogger().handlers:
+    """Through logging once SGLang has configured it; before that (we are installed
+    first in the scheduler process) straight to stderr, which the server log captures."""
+    if logging.getLogger().handlers and logger.isEnabledFor(level):
         logger.log(level, msg)
-    else:  # before SGLang configures logging: the server log captures stderr
+    else:
         print(msg, file=sys.stderr, flush=True)
 
 
