@@ -57,12 +57,18 @@ def test_install_twice_is_one_install_and_one_metrics_registration(clean, monkey
 @pytest.mark.harness
 def test_metrics_made_once_per_process(monkeypatch, tmp_path):
     """Without the cache the second registration raises DuplicateTimeseries."""
+    from prometheus_client import REGISTRY
+
     from sgl_eagle_ext.profiling.recorder import metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     monkeypatch.setattr(metrics, "_made", None)
     first = metrics.from_environment()
-    assert first is not None and metrics.from_environment() is first
+    try:
+        assert first is not None and metrics.from_environment() is first
+    finally:  # the process-wide registry outlives this test
+        for counter in vars(first).values():
+            REGISTRY.unregister(counter)
 
 
 class _Mode:

@@ -249,14 +249,3 @@ def test_missing_anchor_fails_closed(clean_instrumentation, caplog, monkeypatch)
     assert "_draft_extend_for_decode_renamed" in line and release.version in line
     for (owner, name), original in originals.items():
         assert vars(owner)[name] is original
-
-
-def test_metrics_are_made_once_per_process(monkeypatch, tmp_path):
-    """SGLang can load the plugin twice in one scheduler process: the second
-    install must reuse the counters, not raise DuplicateTimeseries into SGLang."""
-    from sgl_eagle_ext.profiling.recorder import metrics
-
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setattr(metrics, "_made", None)
-    first = metrics.from_environment()
-    assert first is not None and metrics.from_environment() is first
