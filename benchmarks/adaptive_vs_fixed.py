@@ -124,8 +124,9 @@ def main() -> int:
     args = p.parse_args()
     from sgl_eagle_ext.cpu import tiny_models
 
-    models = Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser()
-    tiny_models.build(models)
+    # build() returns where this BUILD_VERSION's files are (a vN subfolder).
+    built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
+    models = Path(built["target"]).parent
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     fixed = [f for f in args.fixed.split(",") if f]
