@@ -331,11 +331,12 @@ def test_bad_input_is_one_clear_line_and_exit_2(files, name, main, argv, words):
 
 
 def test_log_file_in_a_read_only_folder_is_refused(files, tmp_path):
-    if ROOT:
-        pytest.skip("root writes to read-only folders; the directory cases above cover the check")
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o500)
+    if ROOT:  # root may write into a mode-0500 folder; not into a process's /proc entry
+        ro = Path("/proc/1")
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
     code, text = run(launch.main, launch_args(files, "--log-file", str(ro / "x.log")))
     assert code == 2 and "permission denied" in text
 
