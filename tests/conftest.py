@@ -204,3 +204,30 @@ def start_launcher(tmp_path):
     yield start
     for launcher in started:
         launcher.cleanup()
+
+
+# The speculative server the bench tests share (one per test module): the 3-step chain
+# with the draft built to be accepted nearly always (2..4 tokens per cycle).
+TARGET_DRAFT = "draft-mostly"
+
+
+@pytest.fixture(scope="module")
+def spec_server(tiny_models, tmp_path_factory):
+    launcher = Launcher(
+        [
+            "--preset",
+            "eagle3-3step",
+            "--cpu",
+            "--no-spec-check",
+            "--model-path",
+            str(tiny_models["target"]),
+            "--draft-model-path",
+            str(tiny_models[TARGET_DRAFT]),
+        ],
+        tmp_path_factory.mktemp("spec"),
+    )
+    try:
+        launcher.wait_for("READY in")
+        yield launcher
+    finally:
+        launcher.cleanup()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Launcher, free_port
+from conftest import TARGET_DRAFT, free_port
 from fakes.fake_sglang import Background, FakeSGLang, Faults
 
 from sgl_eagle_ext.common import http
@@ -1080,7 +1080,6 @@ def test_wheel_ships_no_test_double(tmp_path):
 
 
 # ------------------------------------------------------------------ real SGLang on CPU
-TARGET_DRAFT = "draft-mostly"  # built to be accepted ~always: a 3-step chain accepts 2..4
 
 
 def check_provenance(
@@ -1101,28 +1100,6 @@ def check_provenance(
         assert srv["speculative"]["speculative_num_steps"] == 3
     assert prov["prompts"]["sha256"] == prompts.load(prompt_set).sha256
     assert prov["prompts"]["set"] == prompt_set
-
-
-@pytest.fixture(scope="module")
-def spec_server(tiny_models, tmp_path_factory):
-    launcher = Launcher(
-        [
-            "--preset",
-            "eagle3-3step",
-            "--cpu",
-            "--no-spec-check",
-            "--model-path",
-            str(tiny_models["target"]),
-            "--draft-model-path",
-            str(tiny_models[TARGET_DRAFT]),
-        ],
-        tmp_path_factory.mktemp("spec"),
-    )
-    try:
-        launcher.wait_for("READY in")
-        yield launcher
-    finally:
-        launcher.cleanup()
 
 
 @pytest.mark.server

@@ -651,33 +651,6 @@ def test_report_bad_input(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ real CPU server
-TARGET_DRAFT = "draft-mostly"  # accepted nearly always: a 3-step chain yields 2..4 per cycle
-
-
-@pytest.fixture(scope="module")
-def spec_server(tiny_models, tmp_path_factory):
-    from conftest import Launcher
-
-    launcher = Launcher(
-        [
-            "--preset",
-            "eagle3-3step",
-            "--cpu",
-            "--no-spec-check",
-            "--model-path",
-            str(tiny_models["target"]),
-            "--draft-model-path",
-            str(tiny_models[TARGET_DRAFT]),
-        ],
-        tmp_path_factory.mktemp("workloads"),
-    )
-    try:
-        launcher.wait_for("READY in")
-        yield launcher
-    finally:
-        launcher.cleanup()
-
-
 async def _send(url, reqs, max_tokens):
     async with cl.Client(url, spec_details_field="return_spec_tokens_details") as c:
         return [
