@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import releases, wheels
 from sgl_eagle_ext.launcher.preflight import adaptive
 from sgl_eagle_ext.profiling import adaptive_log
 from sgl_eagle_ext.profiling.recorder import window
 from sgl_eagle_ext.profiling.recorder.config import Config
 from sgl_eagle_ext.profiling.recorder.cycles import Resolved
 from sgl_eagle_ext.profiling.recorder.profiler import Profiler
-from sgl_eagle_ext.tools import wheels
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "launch" / "adaptive" / "kimi-k2.5-sm120.json"

@@ -8,8 +8,7 @@ import ast
 
 import pytest
 
-from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.tools import wheels
+from sgl_eagle_ext.common import releases, wheels
 
 pytestmark = pytest.mark.harness  # release wheels (network or cache)
 

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import releases, wheels
 from sgl_eagle_ext.cpu.harness import STANDIN_DIR
 from sgl_eagle_ext.launcher.preflight import aux_layers, context, context_rule, model_dirs
-from sgl_eagle_ext.tools import wheels
 
 ROOT = Path(__file__).resolve().parent.parent
 ORACLE = Path(__file__).with_name("sglang_oracle.py")

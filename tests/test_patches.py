@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import releases, wheels
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.tools import patches, wheels
-from sgl_eagle_ext.tools.patches import manifest
+from sgl_eagle_ext.common.patches import manifest
+from sgl_eagle_ext.tools import patches
 from sgl_eagle_ext.tools.patches.cli import main as patches_main
 
 PATCHES = patches.load()

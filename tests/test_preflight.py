@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import releases, wheels
 from sgl_eagle_ext.launcher.preflight import aux_layers, context_rule, host, run
 from sgl_eagle_ext.launcher.preflight.cli import main as preflight_main
 from sgl_eagle_ext.launcher.preflight.overlay import OVERLAY_NOTE
-from sgl_eagle_ext.tools import wheels
 
 R = releases.BY_VERSION
 OLD, NEW = R["0.5.10.post1"], R["0.5.23"]
@@ -805,8 +804,8 @@ def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_
     import shlex
 
     from sgl_eagle_ext.common import http
+    from sgl_eagle_ext.common.server_process import ServerProcess
     from sgl_eagle_ext.launcher import readiness
-    from sgl_eagle_ext.launcher.server_process import ServerProcess
 
     short = short_draft
     before = tree_digest(short)

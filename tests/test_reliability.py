@@ -15,8 +15,8 @@ import pytest
 
 from sgl_eagle_ext.common import redaction
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.server_process import ServerProcess
 from sgl_eagle_ext.launcher.preflight import overlay
-from sgl_eagle_ext.launcher.server_process import ServerProcess
 from sgl_eagle_ext.tools.bench import records
 
 # a child that writes 4 MB (far beyond a pipe's 64 KB) and exits: it blocks forever

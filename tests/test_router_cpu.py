@@ -25,8 +25,7 @@ import psutil
 import pytest
 from conftest import READY_TIMEOUT, free_port
 
-from sgl_eagle_ext.common import http
-from sgl_eagle_ext.launcher import server_process
+from sgl_eagle_ext.common import http, server_process
 from sgl_eagle_ext.tools import healthcheck, router
 
 MAX_NEW = 8

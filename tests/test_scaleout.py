@@ -6,7 +6,7 @@ import pytest
 
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.launcher import plan, presets
 from sgl_eagle_ext.launcher.preflight import scaleout
 
 NODE0 = [
@@ -132,7 +132,7 @@ def test_rendered_presets_with_scale_out_overlays_check_clean():
     for name in presets.shipped():
         preset = presets.load(name=name).merged_with(overlay)
         for rank in ("0", "1"):
-            args = presets.render_server_args(
+            args = plan.render_server_args(
                 preset,
                 release,
                 [

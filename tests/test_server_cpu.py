@@ -12,9 +12,8 @@ import signal
 import pytest
 from conftest import Launcher, readable
 
-from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common import http, server_process
 from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
-from sgl_eagle_ext.launcher import server_process
 
 pytestmark = pytest.mark.server
 MAX_NEW_TOKENS = 16

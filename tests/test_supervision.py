@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from sgl_eagle_ext.launcher import server_process
-from sgl_eagle_ext.launcher.server_process import (
+from sgl_eagle_ext.common import server_process
+from sgl_eagle_ext.common.server_process import (
     EXIT_WATCHDOG,
     ServerProcess,
     StartupFailed,

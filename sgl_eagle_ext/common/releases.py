@@ -282,7 +282,7 @@ class Release:
     def patches(self) -> tuple[str, ...]:
         """Ids of the source patches this release needs: the [[patch]] entries of
         patches/manifest.toml that list it (the manifest is the one list)."""
-        from sgl_eagle_ext.tools.patches import manifest
+        from sgl_eagle_ext.common.patches import manifest
 
         return tuple(p.id for p in manifest.for_release(self.version, manifest.MANIFEST))
 

@@ -20,12 +20,12 @@ from datetime import datetime
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, paths, releases
-from sgl_eagle_ext.common.cli_args import last_value, number, pop_flag, split_extra
-from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
+from sgl_eagle_ext.common.cli_args import number, split_extra
+from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
-from sgl_eagle_ext.launcher import nccl, presets, readiness
-from sgl_eagle_ext.launcher.server_process import ServerProcess, run_supervised, serve_until_exit
+from sgl_eagle_ext.common.server_process import ServerProcess, run_supervised, serve_until_exit
+from sgl_eagle_ext.launcher import nccl, plan, presets, readiness
 
 PROG = "sgl_eagle_ext.launch"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -199,177 +199,63 @@ def _check_model_dir(flag: str, path: str) -> None:
     )
 
 
-def apply_overlay(preset: presets.Preset, name: str) -> presets.Preset:
-    """`preset` with launch/overlays/NAME.toml (or the .toml file NAME) merged on top."""
-    folder = presets.PRESET_DIR / "overlays"
-    path = Path(name) if name.endswith(".toml") else Path(str(folder / f"{name}.toml"))
-    if not path.is_file():
-        shipped = sorted(
-            p.name[:-5]
-            for p in folder.iterdir()
-            if p.name.endswith(".toml") and p.name != "cpu.toml"
-        )
-        raise UserError(
-            f"--overlay {name}: no such overlay.",
-            fix=f"use one of: {', '.join(shipped)} (launch/overlays/), or a .toml path",
-        )
-    return preset.merged_with(presets.load(path=path))
-
-
-ADAPTIVE = "speculative-adaptive"
-ADAPTIVE_CONFIG = "speculative-adaptive-config"
-
-
-def resolve_adaptive(preset: presets.Preset, release: releases.Release, args, extra) -> None:
-    """Gate an adaptive launch by the release table and point its config at a real file:
-    --adaptive-config, else the preset's (relative: to a file of its chain, or launch/)."""
-    extra_flags = {presets.canonical_flag(t, release) for t in extra}
-    if not (preset.server.get(ADAPTIVE) is True or ADAPTIVE in extra_flags):
-        if args.adaptive_config:
-            raise UserError(
-                f"--adaptive-config: preset '{preset.name}' is not adaptive.",
-                fix="use --preset eagle3-adaptive (or add speculative-adaptive = true)",
-            )
-        return
-    if release.adaptive is None:
-        raise UserError(
-            f"preset '{preset.name}': SGLang {release.version} has no --speculative-adaptive "
-            "(0.5.13.post1 or newer); use a fixed preset such as eagle3-3step there."
-        )
-    if ADAPTIVE_CONFIG in extra_flags:
-        return  # the user's own argument, passed untouched (the preflight checks it)
-    given = args.adaptive_config or preset.server.get(ADAPTIVE_CONFIG)
-    if not given:
-        return
-    path = Path(str(given)).expanduser()
-    if not args.adaptive_config and not path.is_absolute():
-        roots = [Path(f).parent for f in reversed(preset.chain)] + [Path(str(presets.PRESET_DIR))]
-        path = next((r / path for r in roots if (r / path).is_file()), path)
-    if not path.is_file():
-        where = "--adaptive-config" if args.adaptive_config else f"preset '{preset.name}'"
-        raise UserError(
-            f"{where}: adaptive config {given} does not exist.",
-            fix="give an existing JSON file (python -m sgl_eagle_ext.tune writes one)",
-        )
-    from sgl_eagle_ext.launcher.preflight import adaptive
-
-    buckets, found = adaptive.load(path, release)
-    if buckets is None:
-        first = next(f for f in found if f.severity == "error")
-        field = f" field {first.field}:" if first.field else ""
-        raise UserError(f"adaptive config {path}:{field} {first.message}", fix=first.fix)
-    preset.server[ADAPTIVE_CONFIG] = str(path.resolve())
-    union = sorted({s for steps in buckets.values() for s in steps})
-    start = preset.server.get("speculative-num-steps")
-    if "speculative-num-steps" not in extra_flags and start not in union:
-        # SGLang refuses a starting step outside the table; take its own unset rule
-        chosen = union[len(union) // 2]
-        print(
-            f"{PROG}: note: adaptive config {path} has no {start}-step candidate; "
-            f"starting at {chosen} steps (SGLang's choice for this table)",
-            file=sys.stderr,
-        )
-        preset.server["speculative-num-steps"] = chosen
-        preset.server["speculative-num-draft-tokens"] = chosen + 1
-
-
-def build_plan(args, extra: list[str]):
-    """Preset + release + paths -> (preset, release, how, server_args, env)."""
-    if not (args.preset or args.preset_file):
-        if not args.demo:
-            raise UserError(
-                "no preset given.",
-                fix="pass --preset NAME (see --list-presets) or --preset-file PATH",
-            )
-        args.preset = "eagle3-2step"
-    preset = presets.load(name=args.preset, path=args.preset_file)
-    for name in args.overlay:
-        preset = apply_overlay(preset, name)
-    if args.cpu or args.demo:
-        preset = apply_overlay(preset, "cpu")
-    release, how = releases.resolve(args.sglang_version, force=args.force)
-    resolve_adaptive(preset, release, args, extra)
-
+def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
+    """The launcher's own arguments as a launch request (the demo's pair built here)."""
+    model_path, draft_model_path = args.model_path, args.draft_model_path
     if args.demo:
         from sgl_eagle_ext.cpu import tiny_models
 
         built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
-        if not (args.model_path or args.draft_model_path):  # the pair the manifest describes
+        if not (model_path or draft_model_path):  # the pair the manifest describes
             args.demo_manifest = Path(built["target"]).parent / "manifest.json"
             # the drafts' low rope theta is part of their design (tiny_models)
             args.skip = [*args.skip, "rope.theta-differs"]
-        args.model_path = args.model_path or str(built["target"])
-        args.draft_model_path = args.draft_model_path or str(built[f"draft-{args.demo_draft}"])
+        model_path = model_path or str(built["target"])
+        draft_model_path = draft_model_path or str(built[f"draft-{args.demo_draft}"])
+    env = {}
+    if args.demo:
+        from sgl_eagle_ext.launcher import demo
 
-    paths = {}
-    if args.model_path:
-        paths["model-path"] = args.model_path
-    if args.draft_model_path and preset.speculative:
-        paths["speculative-draft-model-path"] = args.draft_model_path
-    preset.server = {**paths, **preset.server}
-    extra_flags = {presets.canonical_flag(t, release) for t in extra}
-    if "model-path" not in preset.server and "model-path" not in extra_flags:
-        raise UserError("no target model given.", fix="pass --model-path DIR")
-    if (
-        preset.speculative
-        and "speculative-draft-model-path" not in preset.server
-        and "speculative-draft-model-path" not in extra_flags
-    ):
-        raise UserError(
-            f"preset '{preset.name}' speculates but no draft model is given.",
-            fix="pass --draft-model-path DIR (an EAGLE-3 draft for this target)",
-        )
-    if args.draft_model_path and not preset.speculative:
-        print(
-            f"{PROG}: note: preset '{preset.name}' does not speculate; "
-            f"--draft-model-path is ignored",
-            file=sys.stderr,
-        )
-
-    for tok in extra:
-        name = tok[2:].split("=", 1)[0] if tok.startswith("--") else None
-        if name in release.renames:
-            print(
-                f"{PROG}: warning: SGLang {release.version} spells --{name} as "
-                f"--{release.renames[name]}; passing your argument untouched",
-                file=sys.stderr,
-            )
-
-    server_args = presets.render_server_args(preset, release, extra)
-    if preset.hardware == "sm120":
-        bad = presets.sm120_violations(server_args)
-        if bad and not args.force:
-            raise UserError(
-                f"{', '.join(bad)}: rejected by SM120 GPUs (RTX PRO 6000), which "
-                f"preset '{preset.name}' is written for.",
-                fix="drop the flag (use attention backend triton or flashinfer), "
-                "or pass --force if your GPUs are not SM120",
-            )
-    return preset, release, how, server_args, dict(preset.env)
+        env = demo.server_env()  # the demo shows the profile of its own run
+    return plan.LaunchRequest(
+        preset=args.preset or (None if args.preset_file or not args.demo else "eagle3-2step"),
+        preset_file=args.preset_file,
+        model_path=model_path,
+        draft_model_path=draft_model_path,
+        overlays=tuple(args.overlay),
+        cpu=args.cpu or args.demo,
+        sglang_version=args.sglang_version,
+        force=args.force,
+        adaptive_config=args.adaptive_config,
+        extra=tuple(extra),
+        env=env,
+    )
 
 
-def print_dry_run(preset, release, how, cmd: list[str], env: dict[str, str]) -> None:
+def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
+    preset, release = launch.preset, launch.release
     print(f"# preset: {preset.name} ({' -> '.join(preset.chain)})")
-    print(f"# sglang: {release.version} ({how}); EAGLE worker {release.spec_worker}")
+    print(f"# sglang: {release.version} ({launch.how}); EAGLE worker {release.spec_worker}")
     for k, v in env.items():
         shown = REDACTED if is_secret_name(k) else v
         print(f"{k}={shlex.quote(shown)}")
-    print(shlex.join(cmd))
+    print(shlex.join(launch.command()))
 
 
-def run_preflight(args, preset, release, server_args: list[str], env: dict) -> list[str]:
-    """Preflight before anything starts; returns the (possibly retargeted) arguments."""
+def run_preflight(args, launch: plan.LaunchPlan, env: dict) -> plan.LaunchPlan:
+    """Preflight before anything starts; returns the plan with the (possibly
+    retargeted) arguments."""
     from sgl_eagle_ext.launcher import preflight
 
     report = preflight.run(
-        last_value(server_args, "--model-path"),
-        last_value(server_args, "--speculative-draft-model-path"),
-        release,
-        server_args,
+        launch.model_path,
+        launch.draft_model_path,
+        launch.release,
+        launch.argv,
         fix=args.fix,
         skip=[*args.skip, "host.port"],
         env={**os.environ, **env},
-        hardware=preset.hardware or None,
+        hardware=launch.preset.hardware or None,
     )
     print(report.render(notes=False), file=sys.stderr, flush=True)
     if not report.ok:
@@ -377,7 +263,7 @@ def run_preflight(args, preset, release, server_args: list[str], env: dict) -> l
             "preflight found errors (listed above); nothing was started.",
             fix="apply a fix shown above, or pass --skip ID to waive a finding",
         )
-    return report.retarget(server_args)
+    return launch.with_argv(report.retarget(list(launch.argv)))
 
 
 def spec_check(base_url: str, api_key: str | None) -> None:
@@ -447,37 +333,35 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:16} {presets.load(name=name).description}  ({file})")
         return 0
 
-    preset, release, how, server_args, env = build_plan(args, extra)
-    if args.demo:
-        from sgl_eagle_ext.launcher import demo
-
-        env.update(demo.server_env())  # the demo shows the profile of its own run
-    server_args, api_key = pop_flag(server_args, "--api-key")  # travels in the environment
+    launch = plan.build(request_from_args(args, extra))
+    for note in launch.notes:
+        print(f"{PROG}: {note}", file=sys.stderr)
+    preset, release, how = launch.preset, launch.release, launch.how
+    env = dict(launch.env)
     api_key = (
-        api_key
+        launch.api_key  # `-- --api-key K`: travels in the environment
         or paths.read_secret_file("--api-key-file", args.api_key_file)
         or os.environ.get(API_KEY_ENV)
     )
     if api_key:
         env[API_KEY_ENV] = api_key
-    host = last_value(server_args, "--host") or "127.0.0.1"
-    port = http.parse_port("--port", last_value(server_args, "--port") or 30000)
-    cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
-    for w in nccl.override_warnings(release, server_args, env):
+    host, port = launch.host, launch.port
+    for w in nccl.override_warnings(release, launch.argv, env):
         print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
     if args.dry_run:
-        print_dry_run(preset, release, how, cmd, env)
+        print_dry_run(launch, env)
         return 0
 
     log_path = checked_log_path(args, preset.name)
-    for flag in ("--model-path", "--speculative-draft-model-path"):
-        value = last_value(server_args, flag)
+    for flag, value in (
+        ("--model-path", launch.model_path),
+        ("--speculative-draft-model-path", launch.draft_model_path),
+    ):
         if value:
             check_model_dir(flag, value)
     http.check_port_free(host, port)
     if not args.no_preflight:
-        server_args = run_preflight(args, preset, release, server_args, env)
-        cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
+        launch = run_preflight(args, launch, env)
 
     expected_nccl = nccl.expected(env)
     debug_dir = log_path.with_suffix(".nccl")
@@ -492,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         env.update(nccl.debug_env(debug_dir.resolve()))
     reports = NcclReports()
     server = ServerProcess(
-        cmd,
+        launch.command(),
         {**os.environ, **env},
         log_path,
         redact=[api_key or ""],
@@ -524,15 +408,17 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         if args.demo:
+            from sgl_eagle_ext.launcher import demo
+
             manifest = getattr(args, "demo_manifest", None)
-            expected = manifest and demo.expected_accept(manifest, args.demo_draft, server_args)
+            expected = manifest and demo.expected_accept(manifest, args.demo_draft, launch.argv)
             demo.run(base_url, api_key, log_path, args.demo_draft, expected)
             return 0
         from sgl_eagle_ext.launcher.preflight.scaleout import is_worker_node
 
-        if is_worker_node(server_args):  # multi-node: its port answers health checks only
+        if is_worker_node(launch.argv):  # multi-node: its port answers health checks only
             print(
-                f"{PROG}: node rank {last_value(server_args, '--node-rank')} runs tensor-"
+                f"{PROG}: node rank {launch.flag('node-rank')} runs tensor-"
                 f"parallel ranks only; send requests to node 0",
                 flush=True,
             )

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from sgl_eagle_ext.common import http
-from sgl_eagle_ext.common.cli_args import last_value
+from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.profiling import names
 
 MAX_NEW_TOKENS = 16  # the manifest's expected accept lengths are for 16 new tokens
@@ -39,7 +39,8 @@ def server_env(environ=os.environ) -> dict[str, str]:
 
 def expected_accept(manifest_path: Path, draft: str, server_args: list[str]) -> list | None:
     """Per-prompt accept lengths the pair was built for, under these settings."""
-    setting = ",".join(last_value(server_args, f) or "" for f in SETTING_FLAGS)
+    argv = ServerArgv.of(server_args)
+    setting = ",".join(argv.value(f) or "" for f in SETTING_FLAGS)
     try:
         manifest = json.loads(manifest_path.read_text())
         return manifest["expected_accept_length"][f"draft-{draft}"][setting]

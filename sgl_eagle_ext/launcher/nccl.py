@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sgl_eagle_ext.common.cli_args import last_value
 from sgl_eagle_ext.common.contract import NCCL_EXTRA, NCCL_PREFIXES, NCCL_TAG
 from sgl_eagle_ext.common.releases import Release
+from sgl_eagle_ext.common.server_argv import ServerArgv
 
 UNSET = "<unset>"
 NCCL_TAKEN = re.compile(r"NCCL INFO (\S+) set by environment to (\S+)")
@@ -61,34 +61,31 @@ def table(reports: dict[str, dict[str, str]], expected: dict[str, str]) -> tuple
     return "\n".join(lines), warnings
 
 
-def _int_arg(args: list[str], *flags: str, default: int = 1) -> int:
-    values = [v for f in flags if (v := last_value(args, f)) is not None]
-    try:
-        return int(values[-1]) if values else default
-    except ValueError:
-        return default
+def _int_arg(args: ServerArgv, *flags: str, default: int = 1) -> int:
+    # the last of `flags` that is given (flags: one setting's spellings)
+    return args.number(*reversed(flags), default=default)
 
 
-def _graphs_on(args: list[str]) -> bool:
+def _graphs_on(args: ServerArgv) -> bool:
     """Any CUDA-graph phase left on (0.5.16+ spells it per phase)."""
-    if "--disable-cuda-graph" in args:
+    if args.has("disable-cuda-graph"):
         return False
-    phases = ("--cuda-graph-backend-decode", "--cuda-graph-backend-prefill")
-    return not all(last_value(args, f) == "disabled" for f in phases)
+    phases = ("cuda-graph-backend-decode", "cuda-graph-backend-prefill")
+    return not all(args.value(f) == "disabled" for f in phases)
 
 
-def _tp_lm_head_a2a(args: list[str]) -> bool:
+def _tp_lm_head_a2a(args: ServerArgv) -> bool:
     """Explicit, or 0.5.21's default: a pure-DP decode node (disaggregated decode,
     DP attention, dp == tp > 1)."""
-    if "--enable-tp-lm-head-all-to-all" in args:
+    if args.has("enable-tp-lm-head-all-to-all"):
         return True
     tp, dp = _int_arg(args, *_TP), _int_arg(args, *_DP)
     return (
-        last_value(args, "--disaggregation-mode") == "decode"
-        and "--enable-dp-attention" in args
+        args.value("disaggregation-mode") == "decode"
+        and args.has("enable-dp-attention")
         and dp > 1
         and tp == dp
-        and "--enable-dp-lm-head" not in args
+        and not args.has("enable-dp-lm-head")
     )
 
 
@@ -104,12 +101,13 @@ CONDITIONS = {  # EnvOverride.needs
 }
 
 
-def override_warnings(release: Release, server_args: list[str], env: dict[str, str]) -> list[str]:
+def override_warnings(release: Release, server_args, env: dict[str, str]) -> list[str]:
     """Variables of `env` (the preset's) that SGLang will overwrite for this launch."""
+    argv = ServerArgv.of(server_args)
     out = []
     for o in release.env_overrides:
-        triggered = not o.flags or any(f in server_args for f in o.flags)
-        if not triggered or not all(CONDITIONS[c](server_args) for c in o.needs):
+        triggered = not o.flags or any(argv.has(f) for f in o.flags)
+        if not triggered or not all(CONDITIONS[c](argv) for c in o.needs):
             continue
         if o.var in env and not o.setdefault:
             out.append(f"SGLang {release.version} overwrites {o.var}={env[o.var]}: {o.when}")

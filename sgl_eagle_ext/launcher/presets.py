@@ -1,4 +1,4 @@
-"""Preset files: load, validate, resolve `extends`, render for a release.
+"""Preset files: load, validate, resolve `extends` (launcher/plan.py renders them).
 
 A preset is a TOML file (the shipped ones live in `launch/`):
 
@@ -20,7 +20,6 @@ from importlib import resources
 from pathlib import Path
 
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.common.releases import Release
 
 # The top-level launch/ folder, shipped in the wheel (symlink launcher/preset_files).
 PRESET_DIR = resources.files("sgl_eagle_ext.launcher") / "preset_files"
@@ -28,21 +27,6 @@ TOP_LEVEL_KEYS = {"description", "extends", "hardware", "server", "env"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_EXTENDS = 32  # files in one `extends` chain
-
-# Flags SGLang accepts under another name in every release (argparse aliases).
-FLAG_ALIASES = {
-    "tp": "tp-size",
-    "tensor-parallel-size": "tp-size",
-    "speculative-draft-model": "speculative-draft-model-path",
-    "model": "model-path",
-}
-# Flags that SM120 GPUs reject (see the reference: FlashInfer allreduce fusion is
-# SM90/SM100 only; trtllm_mla passes SGLang's check but FlashInfer refuses SM120).
-SM120_REJECTED = {
-    "enable-flashinfer-allreduce-fusion": None,
-    "attention-backend": "trtllm_mla",
-    "speculative-draft-attention-backend": "trtllm_mla",
-}
 
 
 @dataclass
@@ -212,50 +196,3 @@ def _validate(file: Path, data: dict) -> None:
                 "must be a string or a number",
                 f'write {key} = "1" (environment values are strings)',
             )
-
-
-def canonical_flag(token: str, release: Release) -> str | None:
-    """'--cuda-graph-max-bs-decode=8' -> 'cuda-graph-max-bs' (classic name), else None."""
-    if not token.startswith("--"):
-        return None
-    name = token[2:].split("=", 1)[0]
-    name = FLAG_ALIASES.get(name, name)
-    for classic, new in release.renames.items():
-        if name == new:
-            return classic
-    return name
-
-
-def render_server_args(preset: Preset, release: Release, extra: list[str]) -> list[str]:
-    """SGLang arguments for `release`: the preset's flags, minus those `extra`
-    sets again (extra wins), followed by `extra` untouched."""
-    overridden = {c for c in (canonical_flag(t, release) for t in extra) if c}
-    args: list[str] = []
-    for key, value in preset.server.items():
-        if value is False or key in overridden:
-            continue
-        if value is True and key in release.expansions:
-            for flag, val in release.expansions[key]:
-                if canonical_flag(f"--{flag}", release) not in overridden:
-                    args += [f"--{flag}", val]
-        elif value is True:
-            args.append(f"--{release.flag(key)}")
-        else:
-            args += [f"--{release.flag(key)}", str(value)]
-    return args + list(extra)
-
-
-def sm120_violations(server_args: list[str]) -> list[str]:
-    """Flags in the final argument list that SM120 GPUs reject."""
-    found = []
-    for i, token in enumerate(server_args):
-        if not token.startswith("--"):
-            continue
-        name, _, inline = token[2:].partition("=")
-        if name not in SM120_REJECTED:
-            continue
-        bad_value = SM120_REJECTED[name]
-        value = inline or (server_args[i + 1] if i + 1 < len(server_args) else "")
-        if bad_value is None or value == bad_value:
-            found.append(f"--{name}" + (f" {bad_value}" if bad_value else ""))
-    return found

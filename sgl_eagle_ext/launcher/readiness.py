@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from sgl_eagle_ext.common.http import listener_pids, request
-from sgl_eagle_ext.launcher.server_process import (
+from sgl_eagle_ext.common.server_process import (
     EXIT_SERVER_FAILED,
     EXIT_WATCHDOG,
     ServerProcess,

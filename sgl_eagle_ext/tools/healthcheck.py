@@ -31,10 +31,11 @@ from dataclasses import dataclass
 import psutil
 
 from sgl_eagle_ext.common import http, proctree
-from sgl_eagle_ext.common.cli_args import last_value, number
+from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import SERVE_MODULE
 from sgl_eagle_ext.common.errors import cli
 from sgl_eagle_ext.common.http import probe_host
+from sgl_eagle_ext.common.server_argv import ServerArgv
 
 PROG = "sgl_eagle_ext.healthcheck"
 URL_ENV = "EAGLE_EXT_HEALTH_URL"
@@ -66,9 +67,10 @@ def target_from_cmdline(cmdline: list[str]) -> Target | None:
             break
     else:
         return None
-    host = last_value(args, "--host") or "127.0.0.1"
+    argv = ServerArgv(args)
+    host = argv.host
     try:
-        port = int(last_value(args, "--port") or 30000)
+        port = int(argv.port_text)
     except ValueError:
         return None
     return Target(f"http://{probe_host(host)}:{port}", port)

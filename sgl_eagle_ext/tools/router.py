@@ -29,12 +29,13 @@ import time
 from datetime import datetime
 
 from sgl_eagle_ext.common import http
-from sgl_eagle_ext.common.cli_args import last_value, number, pop_flag, port_number, split_extra
+from sgl_eagle_ext.common.cli_args import number, port_number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.http import check_port_free, probe_host
 from sgl_eagle_ext.common.paths import check_writable_file, read_secret_file
-from sgl_eagle_ext.launcher.server_process import (
+from sgl_eagle_ext.common.server_argv import ServerArgv
+from sgl_eagle_ext.common.server_process import (
     EXIT_SERVER_FAILED,
     EXIT_WATCHDOG,
     ServerProcess,
@@ -198,7 +199,7 @@ def router_command(args, urls: list[str], extra: list[str], keyed: bool = False)
         "--prometheus-port",
         str(args.metrics_port),
     ]
-    if last_value(extra, "--health-check-timeout-secs") is None:
+    if ServerArgv(extra).value("health-check-timeout-secs") is None:
         cmd += ["--health-check-timeout-secs", HEALTH_TIMEOUT_S]
     return cmd + extra
 
@@ -207,7 +208,8 @@ def router_command(args, urls: list[str], extra: list[str], keyed: bool = False)
 def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
-    extra, api_key = pop_flag(extra, "--api-key")  # travels in the environment
+    router_argv, api_key = ServerArgv(extra).without("api-key")  # travels in the environment
+    extra = list(router_argv)
     api_key = (
         api_key
         or read_secret_file("--api-key-file", args.api_key_file)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sgl_eagle_ext.common.cli_args import last_value
 from sgl_eagle_ext.common.releases import Release
+from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, WARNING, Finding
 
 FLAG = "--speculative-adaptive"
@@ -37,8 +37,8 @@ KNOBS = {
 }
 
 
-def enabled(server_args: list[str]) -> bool:
-    return FLAG in server_args
+def enabled(server_args) -> bool:
+    return ServerArgv.of(server_args).has(FLAG)
 
 
 def _bad(path, field, message, fix, fid="adaptive.config") -> Finding:
@@ -199,24 +199,16 @@ def _knob(path, field: str, value) -> list[Finding]:
     ]
 
 
-def _flag_value(server_args: list[str], flag: str) -> str | None:
-    if flag in server_args and last_value(server_args, flag) is None:
-        return ""
-    value = last_value(server_args, flag)
-    if value is not None and value.startswith("--"):
-        return ""  # a bare boolean flag followed by the next flag
-    return value
-
-
 def turned_off(server_args: list[str], release: Release) -> list[Finding]:
     """Every setting under which `release` would turn adaptive off (one warning line
     in SGLang's log, static speculation served)."""
     found = []
-    algo = (last_value(server_args, "--speculative-algorithm") or "").upper()
+    argv = ServerArgv.of(server_args)
+    algo = (argv.value("speculative-algorithm") or "").upper()
     if algo and algo not in ("EAGLE", "EAGLE3"):
         found.append((f"--speculative-algorithm {algo}", "only EAGLE and EAGLE3 adapt"))
     for what, flag, trigger in release.adaptive.turned_off_by:
-        value = _flag_value(server_args, f"--{release.flag(flag)}")
+        value = argv.switch(release.flag(flag))  # "": bare, or followed by the next flag
         if value is None:
             continue
         if trigger is None:
@@ -261,8 +253,9 @@ def check(server_args: list[str], release: Release) -> list[Finding]:
                 "use a fixed preset (eagle3-3step), or SGLang 0.5.13.post1 or newer",
             )
         ]
-    found = turned_off(server_args, release)
-    path = last_value(server_args, CONFIG_FLAG)
+    argv = ServerArgv(server_args)
+    found = turned_off(argv, release)
+    path = argv.value(CONFIG_FLAG)
     if path is None:
         found.append(
             Finding(
@@ -276,7 +269,7 @@ def check(server_args: list[str], release: Release) -> list[Finding]:
         return found
     buckets, problems = load(path, release)
     found += problems
-    steps = last_value(server_args, "--speculative-num-steps")
+    steps = argv.value("speculative-num-steps")
     if buckets is not None and steps is not None:
         union = sorted({s for c in buckets.values() for s in c})
         if not steps.isdigit() or int(steps) not in union:

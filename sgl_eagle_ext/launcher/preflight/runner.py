@@ -6,9 +6,9 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.common.cli_args import last_value
+from sgl_eagle_ext.common import patches, releases, wheels
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher.preflight import (
     adaptive,
     aux_layers,
@@ -19,12 +19,6 @@ from sgl_eagle_ext.launcher.preflight import (
     shapes,
 )
 from sgl_eagle_ext.launcher.preflight.findings import INFO, WARNING, Finding, Report
-from sgl_eagle_ext.tools import patches, wheels
-
-
-def _arg(server_args: list[str], *flags: str) -> str | None:
-    found = [last_value(server_args, f) for f in flags]
-    return next((v for v in found if v is not None), None)
 
 
 def _int(text: str | None, default: int) -> int:
@@ -98,6 +92,7 @@ def run(
     mismatch; Report.overlay / Report.retarget(server_args) then point at it.
     """
     server_args = list(server_args)
+    argv = ServerArgv(server_args)
     env = os.environ if env is None else env
     report = Report(release.version, target_dir, draft_dir)
     target, found = model_dirs.load("target", "--model-path", target_dir)
@@ -107,7 +102,7 @@ def run(
         draft, found = model_dirs.load("draft", "--draft-model-path", draft_dir)
         report.add(*found)
 
-    algorithm = (_arg(server_args, "--speculative-algorithm") or "EAGLE3").upper()
+    algorithm = (argv.value("speculative-algorithm") or "EAGLE3").upper()
     eagle3 = draft is not None and algorithm == "EAGLE3"
     # Where to read the release's code: the installed SGLang if it is this release,
     # else its cached wheel (never downloaded here); None: the tables and our rule.
@@ -123,7 +118,7 @@ def run(
         target,
         draft,
         pkg,
-        _arg(server_args, "--context-length"),
+        argv.value("context-length"),
         env,
         fix,
         overlay_root,
@@ -139,8 +134,8 @@ def run(
         found, fc_count = _safely(report, "shape", ([], None), shapes.check, target, draft)
         report.add(*found)
         # Off: the classic flag, or any of the settings the release spells it as.
-        graphs_off = "--disable-cuda-graph" in server_args or any(
-            _arg(server_args, f"--{flag}") == value
+        graphs_off = argv.has("disable-cuda-graph") or any(
+            argv.value(flag) == value
             for flag, value in release.expansions.get("disable-cuda-graph", ())
         )
         report.add(
@@ -171,10 +166,10 @@ def run(
     if host_checks:
         tp = scaleout.gpus_per_node(server_args)  # this node's share of tp * pp
         try:
-            fraction = float(_arg(server_args, "--mem-fraction-static") or 0) or None
+            fraction = float(argv.value("mem-fraction-static") or 0) or None
         except ValueError:
             fraction = None
-        device = _arg(server_args, "--device") or "cuda"
+        device = argv.value("device") or "cuda"
         if device == "cuda":
             report.add(*_safely(report, "host", [], host.check_gpus, env, tp, hardware, fraction))
             report.add(*_safely(report, "host", [], host.check_p2p, tp))
@@ -184,8 +179,8 @@ def run(
                 "host",
                 [],
                 host.check_port,
-                _arg(server_args, "--host") or "127.0.0.1",
-                _int(_arg(server_args, "--port"), 30000),
+                argv.host,
+                _int(argv.port_text, 30000),
             )
         )
     report.waive(skip)

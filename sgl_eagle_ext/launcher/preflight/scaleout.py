@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding
 
 FLAGS = {  # our name -> SGLang spellings (aliases included)
@@ -50,14 +51,9 @@ IPV6_ADDR = re.compile(r"^\[(?P<host>[^\]]+)\]:(?P<port>[^:]+)$")
 NETWORK_ENV = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "GLOO_SOCKET_IFNAME")
 
 
-def _value(server_args: list[str], name: str) -> str | None:
-    from sgl_eagle_ext.common.cli_args import last_value
-
-    found = None
-    for i, tok in enumerate(server_args):  # the last spelling on the line wins, as in argparse
-        for flag in FLAGS[name]:
-            if tok == flag or tok.startswith(flag + "="):
-                found = last_value(server_args[i : i + 2], flag)
+def _value(server_args, name: str) -> str | None:
+    # the last spelling on the line wins, as in argparse
+    found = ServerArgv.of(server_args).last_of(*FLAGS[name])
     return found if found is not None else DEFAULTS.get(name)
 
 

@@ -22,10 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_eagle_ext.common import proctree
-from sgl_eagle_ext.common.cli_args import pop_flag
 from sgl_eagle_ext.common.contract import API_KEY_ENV
-from sgl_eagle_ext.launcher import cli as launch
-from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.launcher import plan as launch_plan
 from sgl_eagle_ext.tools.bench import provenance
 
 READY = re.compile(r"READY in [\d.]+ s: (\S+)")
@@ -71,26 +69,24 @@ def plan_arm(
     overlays: list[str] | None = None,
 ) -> ArmPlan:
     """The launcher command for one arm and the exact server args/env it will use
-    (launch.build_plan): bad input fails here, before any server starts."""
+    (launcher/plan.py build): bad input fails here, before any server starts."""
     is_file = preset.endswith(".toml") or os.sep in preset
-    ours = ["--preset-file" if is_file else "--preset", preset]
-    for name in overlays or ():
-        ours += ["--overlay", name]
-    if cpu:
-        ours.append("--cpu")
-    if model_path:
-        ours += ["--model-path", model_path]
-    speculative = presets.load(path=Path(preset)) if is_file else presets.load(name=preset)
-    if draft_model_path and speculative.speculative:
-        ours += ["--draft-model-path", draft_model_path]
-    if sglang_version:
-        ours += ["--sglang-version", sglang_version]
-    if force:
-        ours.append("--force")
     server_extra = ["--port", str(port), *extra]
-    ns = launch.parser().parse_args(ours)
-    p, release, how, server_args, env = launch.build_plan(ns, list(server_extra))
-    server_args, _key = pop_flag(server_args, "--api-key")
+    request = launch_plan.LaunchRequest(
+        preset=None if is_file else preset,
+        preset_file=preset if is_file else None,
+        model_path=model_path,
+        draft_model_path=draft_model_path,
+        overlays=tuple(overlays or ()),
+        cpu=cpu,
+        sglang_version=sglang_version,
+        force=force,
+        extra=tuple(server_extra),
+    )
+    plan = launch_plan.build(request)
+    p, release, how, env = plan.preset, plan.release, plan.how, plan.env
+    ours = launcher_args(request, plan)
+    server_args = list(plan.argv)
     facts = {
         "preset": p.name,
         "preset_chain": p.chain,
@@ -117,6 +113,25 @@ def plan_arm(
     }
     args = [*ours, "--log-file", str(log_file), "--quiet", "--no-spec-check", "--", *server_extra]
     return ArmPlan(label, p.name.split("+")[0], args, facts)
+
+
+def launcher_args(request: launch_plan.LaunchRequest, plan: launch_plan.LaunchPlan) -> list[str]:
+    """`python -m sgl_eagle_ext.launch` arguments (before `--`) for `request`."""
+    ours = ["--preset-file", str(request.preset_file)] if request.preset_file else []
+    ours = ours or ["--preset", str(request.preset)]
+    for name in request.overlays:
+        ours += ["--overlay", name]
+    if request.cpu:
+        ours.append("--cpu")
+    if request.model_path:
+        ours += ["--model-path", request.model_path]
+    if request.draft_model_path and plan.preset.speculative:
+        ours += ["--draft-model-path", request.draft_model_path]
+    if request.sglang_version:
+        ours += ["--sglang-version", request.sglang_version]
+    if request.force:
+        ours.append("--force")
+    return ours
 
 
 class LauncherProcess:

@@ -21,8 +21,9 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common.cli_args import number, pop_flag, port_number
+from sgl_eagle_ext.common.cli_args import number, port_number
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.tools.bench import (
     arms,
     compare,
@@ -225,7 +226,8 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     levels, open_loop = options.load_levels(args)
     # A key for the servers travels to each launcher in its environment: never on a
     # printed line or a child's command line.
-    extra, key = pop_flag(extra, "--api-key")
+    servers_argv, key = ServerArgv(extra).without("api-key")
+    extra = list(servers_argv)
     args.api_key = key or args.api_key
     ps = prompts.load(args.prompts)
     workload.check_paths(args)
