@@ -4,6 +4,7 @@ of an argument list): unit tests, no SGLang needed."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -59,8 +60,14 @@ def test_view_edge_cases():
     assert key == "t" and c == ["--port", "1"]
     assert ServerArgv(["--x", "--y"]).switch("x") == ""  # bare, followed by another flag
     spec = ServerArgv(
-        "--speculative-num-steps 3 --speculative-eagle-topk 1 "
-        "--speculative-num-draft-tokens 4".split()
+        [
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "4",
+        ]
     )
     assert (spec.num_steps, spec.topk, spec.num_draft_tokens) == (3, 1, 4)
 
@@ -131,7 +138,7 @@ def test_notes_are_returned_not_printed(capsys):
 def test_adaptive_resolution(tmp_path):
     p = build(req(preset="eagle3-adaptive", draft_model_path="/d"))
     cfg = p.flag("speculative-adaptive-config")
-    assert cfg and json.loads(open(cfg).read())  # resolved to a real shipped file
+    assert cfg and json.loads(Path(cfg).read_text())  # resolved to a real shipped file
     table = tmp_path / "t.json"
     table.write_text(json.dumps({"1": {"candidate_steps": [1, 2]}, "8": {"candidate_steps": [1]}}))
     p = build(req(preset="eagle3-adaptive", draft_model_path="/d", adaptive_config=table))
