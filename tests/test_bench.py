@@ -298,6 +298,15 @@ def test_prometheus_counters_are_summed_over_labels():
         text, {"sglang:generation_tokens_total", "sglang:spec_verify_calls_total"}
     )
     assert got == {"sglang:generation_tokens_total": 52.0, "sglang:spec_verify_calls_total": 30.0}
+    # a sample may carry a timestamp (ms) after its value: the value is not the last token
+    stamped = (
+        "# TYPE sglang:generation_tokens counter\n"
+        'sglang:generation_tokens_total{m="a b"} 40 1700000000000\n'
+        'sglang:generation_tokens_total{m="c\\\\"} 2.5e1 1700000000001\n'
+    )
+    got = probe.parse_prometheus(stamped, {"sglang:generation_tokens_total"})
+    assert got == {"sglang:generation_tokens_total": 65.0}
+    assert probe.parse_prometheus("not a metric {{{ page", {"x"}) == {}
     acc = probe.accept_from_counters(probe.Counters(52, 30), probe.Counters(152, 70))
     assert acc == {"generation_tokens": 100, "verify_calls": 40, "accept_length": 2.5}
     assert (

@@ -20,6 +20,7 @@ from pathlib import Path
 from sgl_eagle_ext.common.contract import NCCL_EXTRA, NCCL_PREFIXES, NCCL_TAG
 from sgl_eagle_ext.common.releases import Release
 from sgl_eagle_ext.common.server_argv import ServerArgv
+from sgl_eagle_ext.common.table import Col, L, Table
 
 UNSET = "<unset>"
 NCCL_TAKEN = re.compile(r"NCCL INFO (\S+) set by environment to (\S+)")
@@ -42,23 +43,20 @@ def table(reports: dict[str, dict[str, str]], expected: dict[str, str]) -> tuple
         set(expected) | {k for r in reports.values() for k in r if k.startswith(NCCL_PREFIXES)}
     )
     ranks = sorted(reports, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else r))
-    width = max([len(n) for n in names] + [8])
-    cols = [max(len(f"rank {r}"), *(len(reports[r].get(n, UNSET)) for n in names)) for r in ranks]
-    lines = [
-        f"{'variable':{width}}  {'preset':>10}  "
-        + "  ".join(f"{'rank ' + r:>{c}}" for r, c in zip(ranks, cols))
-    ]
-    warnings = []
+    grid = Table(
+        L("variable", 8),
+        Col("preset", 10, sep="  "),
+        *(Col(f"rank {r}", sep="  ") for r in ranks),
+    )
+    rows, warnings = [], []
     for n in names:
         want = expected.get(n, "")
-        cells = []
-        for r, c in zip(ranks, cols):
-            got = reports[r].get(n, UNSET)
-            cells.append(f"{got:>{c}}")
-            if n in expected and got != want:
-                warnings.append(f"rank {r} has {n}={got}, the preset says {want}")
-        lines.append(f"{n:{width}}  {want or '-':>10}  " + "  ".join(cells))
-    return "\n".join(lines), warnings
+        got = [reports[r].get(n, UNSET) for r in ranks]
+        rows.append((n, want or "-", *got))
+        for r, value in zip(ranks, got):
+            if n in expected and value != want:
+                warnings.append(f"rank {r} has {n}={value}, the preset says {want}")
+    return "\n".join(grid.render(rows)), warnings
 
 
 def _int_arg(args: ServerArgv, *flags: str, default: int = 1) -> int:

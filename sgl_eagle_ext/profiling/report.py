@@ -36,6 +36,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.profiling import adaptive_log
 from sgl_eagle_ext.profiling.names import ENV, ENV_FILE, TAG
 from sgl_eagle_ext.profiling.phases import PHASES
@@ -274,6 +275,27 @@ def group_figures(g: Group, bs: int, args, baseline: Parsed | None) -> dict:
     return row
 
 
+PHASE_TABLE = Table(
+    L("phase", 14),
+    Col("mean ms", 10, ".2f", sep=""),
+    Col("p50 ms", 10, ".2f", sep=""),
+    Col("p90 ms", 10, ".2f", sep=""),
+    Col("share", 9, ".1f", "%", sep=""),
+    indent="  ",
+)
+BY_STEPS_TABLE = Table(
+    L("by draft steps", 16),
+    Col("cycles", 8, "d", sep=""),
+    Col("cycle ms", 10, ".2f", sep=""),
+    Col("draft ms", 10, ".2f", sep=""),
+    Col("accept", 8, ".2f", sep=""),
+    Col("tok/s", 9, ".1f", sep=""),
+    Col("tau*", 7, ".2f", sep=""),
+    Col("vs base", 9, ".2f", "x", sep=""),
+    indent="  ",
+)
+
+
 def print_table(rows: list[dict], parsed: Parsed) -> None:
     print(
         f"{parsed.profile_records} profile windows, {parsed.decode_lines} SGLang Decode batch "
@@ -285,12 +307,11 @@ def print_table(rows: list[dict], parsed: Parsed) -> None:
             + (f" ({row['mixed_windows']} with mixed batch sizes)" if row["mixed_windows"] else "")
         )
         if "phases" in row:
-            print(f"  {'phase':14}{'mean ms':>10}{'p50 ms':>10}{'p90 ms':>10}{'share':>9}")
-            for p, s in row["phases"].items():
-                print(
-                    f"  {p:14}{s['mean_ms']:10.2f}{s['p50_ms']:10.2f}{s['p90_ms']:10.2f}"
-                    f"{s['share_pct']:8.1f}%"
-                )
+            rows = [
+                (p, s["mean_ms"], s["p50_ms"], s["p90_ms"], s["share_pct"])
+                for p, s in row["phases"].items()
+            ]
+            print("\n".join(PHASE_TABLE.render(rows)))
             if row.get("accept_len") is not None:
                 print(
                     f"  accept length {row['accept_len']:.2f} tokens/cycle -> "
@@ -333,26 +354,22 @@ def print_table(rows: list[dict], parsed: Parsed) -> None:
 
 
 def print_by_steps(subrows: list[dict]) -> None:
-    print(
-        f"  {'by draft steps':16}{'cycles':>8}{'cycle ms':>10}{'draft ms':>10}"
-        f"{'accept':>8}{'tok/s':>9}{'tau*':>7}{'vs base':>9}"
-    )
-
-    def num(v, width: int, fmt: str = ".2f", unit: str = "") -> str:
-        text = "-" if v is None else format(v, fmt) + unit
-        return f"{text:>{width}}"
-
+    rows = []
     for r in subrows:
         ph = r.get("phases", {})
-        label = f"{r['steps']} (no draft)" if r["no_draft"] else str(r["steps"])
-        print(
-            f"  {label:16}{r['cycles']:8d}"
-            f"{num(ph.get('cycle', {}).get('mean_ms'), 10)}"
-            f"{num(ph.get('draft', {}).get('mean_ms'), 10)}"
-            f"{num(r.get('accept_len'), 8)}{num(r.get('tok_s'), 9, '.1f')}"
-            f"{num(r.get('break_even_accept_len'), 7)}"
-            f"{num(r.get('speedup'), 9, '.2f', 'x')}"
+        rows.append(
+            (
+                f"{r['steps']} (no draft)" if r["no_draft"] else str(r["steps"]),
+                r["cycles"],
+                ph.get("cycle", {}).get("mean_ms"),
+                ph.get("draft", {}).get("mean_ms"),
+                r.get("accept_len"),
+                r.get("tok_s"),
+                r.get("break_even_accept_len"),
+                r.get("speedup"),
+            )
         )
+    print("\n".join(BY_STEPS_TABLE.render(rows)))
 
 
 def print_adaptive(log: adaptive_log.AdaptiveLog, limit: int = 20) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.bench.sweep import CONCURRENCY, Axis
 
 
@@ -82,18 +83,24 @@ def side_by_side(
     axis: Axis = CONCURRENCY,
 ) -> tuple[list[str], dict]:
     """Table lines and the per-level comparison fields."""
-    rows, per_level = [], []
-    head = (
-        f"{'conc' if axis is CONCURRENCY else 'rate':>5} | {'A tok/s':>9} {'B tok/s':>9} {'B/A':>6} | {'A TPOT':>7} "
-        f"{'B TPOT':>7} {'B/A':>6} | {'A E2E99':>8} {'B E2E99':>8} | {'A good':>8} "
-        f"{'B good':>8} {'B/A':>6} | {'B acc':>5} | err A/B"
+    cells, per_level = [], []
+    bar = " | "
+    table = Table(
+        Col("conc" if axis is CONCURRENCY else "rate", 5, "g"),
+        Col("A tok/s", 9, sep=bar),
+        Col("B tok/s", 9),
+        Col("B/A", 6),
+        Col("A TPOT", 7, sep=bar),
+        Col("B TPOT", 7),
+        Col("B/A", 6),
+        Col("A E2E99", 8, sep=bar),
+        Col("B E2E99", 8),
+        Col("A good", 8, sep=bar),
+        Col("B good", 8),
+        Col("B/A", 6),
+        Col("B acc", 5, sep=bar),
+        L("err A/B", sep=bar),
     )
-    rows += [
-        f"A = {name_a}   B = {name_b}   (tok/s: output tokens/s; TPOT p50 ms; "
-        f"E2E p99 s; good: goodput tok/s within the SLO; acc: accept length)",
-        head,
-        "-" * len(head),
-    ]
     for c in levels:
         fa, fb = a.get(c), b.get(c)
         if fa is None or fb is None:
@@ -125,13 +132,29 @@ def side_by_side(
                 "b_errors": errb,
             }
         )
-        rows.append(
-            f"{c:>5g} | {_n(fa.get('output_tok_s')):>9} {_n(fb.get('output_tok_s')):>9} "
-            f"{_x(thr):>6} | {_n(ta):>7} {_n(tb):>7} {_x(tpot):>6} | "
-            f"{_n(ea and ea / 1e3, '{:.2f}'):>8} {_n(eb and eb / 1e3, '{:.2f}'):>8} | "
-            f"{_n(ga):>8} {_n(gb):>8} {_x(good):>6} | "
-            f"{_n(fb.get('accept_length'), '{:.2f}'):>5} | {erra}/{errb}"
+        cells.append(
+            (
+                c,
+                _n(fa.get("output_tok_s")),
+                _n(fb.get("output_tok_s")),
+                _x(thr),
+                _n(ta),
+                _n(tb),
+                _x(tpot),
+                _n(ea and ea / 1e3, "{:.2f}"),
+                _n(eb and eb / 1e3, "{:.2f}"),
+                _n(ga),
+                _n(gb),
+                _x(good),
+                _n(fb.get("accept_length"), "{:.2f}"),
+                f"{erra}/{errb}",
+            )
         )
+    rows = [
+        f"A = {name_a}   B = {name_b}   (tok/s: output tokens/s; TPOT p50 ms; "
+        f"E2E p99 s; good: goodput tok/s within the SLO; acc: accept length)",
+        *table.render(cells, rule="-"),
+    ]
     return rows, {"levels": per_level}
 
 
@@ -267,22 +290,23 @@ def by_level(
 def arms_table(rows: list[dict], names: list[str], axis: Axis = CONCURRENCY) -> list[str]:
     """One line per level: every arm's tok/s and its ratio to the level's best."""
     width = max(14, *(len(n) + 2 for n in names))
-    head = (
-        f"{'conc' if axis is CONCURRENCY else 'rate':>5} | "
-        + " ".join(f"{n:>{width}}" for n in names)
-        + " | best"
+    table = Table(
+        Col("conc" if axis is CONCURRENCY else "rate", 5, "g"),
+        *(Col(n, width, sep=" | " if i == 0 else " ") for i, n in enumerate(names)),
+        L("best", sep=" | "),
     )
-    lines = [
-        "output tok/s per arm (ratio to the level's best arm)",
-        head,
-        "-" * len(head),
-    ]
-    for r in rows:
-        cells = " ".join(
-            f"{_n(r['values'][n]) + ' (' + _x(r['ratio_to_best'][n]) + ')':>{width}}" for n in names
+    cells = [
+        (
+            r["level"],
+            *(f"{_n(r['values'][n])} ({_x(r['ratio_to_best'][n])})" for n in names),
+            r["best"],
         )
-        lines.append(f"{r['level']:>5g} | {cells} | {r['best']}")
-    return lines
+        for r in rows
+    ]
+    return [
+        "output tok/s per arm (ratio to the level's best arm)",
+        *table.render(cells, rule="-"),
+    ]
 
 
 def best_arm_line(rows: list[dict], axis: Axis = CONCURRENCY) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.bench import request_log
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -140,31 +141,38 @@ def _n(v, fmt="{:.1f}") -> str:
 def table(results, slo: dict, percentiles) -> list[str]:
     ps = [_pname(p) for p in percentiles]
     lat = "/".join(p.removeprefix("p") for p in ps)
-    head = (
-        f"{'arm':<14} {'level':>8} {'done':>5} {'tok/s':>9} "
-        f"{'TTFT ms p' + lat:>22} {'TPOT ms p' + lat:>22} {'E2E ms p' + lat:>22} "
-        f"{'accept':>6}"
-    )
+    cols = [
+        L("arm", 14),
+        Col("level", 8),
+        Col("done", 5),
+        Col("tok/s", 9, ".1f"),
+        Col("TTFT ms p" + lat, 22),
+        Col("TPOT ms p" + lat, 22),
+        Col("E2E ms p" + lat, 22),
+        Col("accept", 6, ".2f"),
+    ]
     if slo:
-        head += f" {'SLO met':>9} {'good tok/s':>10} {'good req/s':>10}"
-    lines = [head]
+        cols += [Col("SLO met", 9), Col("good tok/s", 10, ".1f"), Col("good req/s", 10, ".2f")]
 
     def trio(f, m):
         return "/".join(_n(f[f"{m}_ms"][p], "{:.0f}") for p in ps)
 
+    rows = []
     for (_run, arm, level), f in results:
-        line = (
-            f"{(arm or '-')[:14]:<14} {str(level):>8} {f['completed']:>5} "
-            f"{_n(f['output_tok_s']):>9} {trio(f, 'ttft'):>22} {trio(f, 'tpot'):>22} "
-            f"{trio(f, 'e2e'):>22} {_n(f['accept_length'], '{:.2f}'):>6}"
-        )
+        row = [
+            (arm or "-")[:14],
+            str(level),
+            f["completed"],
+            f["output_tok_s"],
+            trio(f, "ttft"),
+            trio(f, "tpot"),
+            trio(f, "e2e"),
+            f["accept_length"],
+        ]
         if slo:
-            share = f"{f['slo_met']}/{f['requests']}"
-            line += (
-                f" {share:>9} {_n(f['goodput_tok_s']):>10} {_n(f['goodput_req_s'], '{:.2f}'):>10}"
-            )
-        lines.append(line)
-    return lines
+            row += [f"{f['slo_met']}/{f['requests']}", f["goodput_tok_s"], f["goodput_req_s"]]
+        rows.append(row)
+    return Table(*cols).render(rows)
 
 
 def describe_slo(slo: dict) -> str:

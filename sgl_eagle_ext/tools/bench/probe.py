@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from sgl_eagle_ext.common import http, releases
 from sgl_eagle_ext.common.errors import UserError
 
@@ -24,18 +26,17 @@ class Counters:
 
 
 def parse_prometheus(text: str, names: set[str]) -> dict[str, float]:
-    """Sum each wanted metric over all its label sets."""
+    """Sum each wanted sample over all its label sets (prometheus_client's parser:
+    labels, escapes and a sample's optional timestamp read as the format says).
+    A page it cannot parse gives {}: no counters rather than a partial sum."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        head, _, value = line.rpartition(" ")
-        name = head.split("{", 1)[0].strip()
-        if name in names:
-            try:
-                out[name] = out.get(name, 0.0) + float(value)
-            except ValueError:
-                continue
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in names:
+                    out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+    except ValueError:
+        return {}
     return out
 
 

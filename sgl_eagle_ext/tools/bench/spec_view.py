@@ -19,6 +19,7 @@ import io
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from sgl_eagle_ext.common.table import Col, Table
 from sgl_eagle_ext.profiling import names as profile_names
 
 DEFAULT_EDGES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -107,10 +108,13 @@ def mean_accept_length(hist: Counter) -> float | None:
 def tables(buckets: list[dict], positions: dict[str, list[dict]]) -> list[str]:
     lines = []
     if buckets:
-        lines.append(f"{'input tokens':>14} {'requests':>8} {'verify':>8} {'accept':>7}")
-        for b in buckets:
-            acc = "-" if b["accept_length"] is None else f"{b['accept_length']:.2f}"
-            lines.append(f"{b['bucket']:>14} {b['requests']:>8} {b['verify_cycles']:>8} {acc:>7}")
+        table = Table(
+            Col("input tokens", 14), Col("requests", 8), Col("verify", 8), Col("accept", 7, ".2f")
+        )
+        lines += table.render(
+            (str(b["bucket"]), b["requests"], b["verify_cycles"], b["accept_length"])
+            for b in buckets
+        )
     for source, rates in positions.items():
         if rates:
             lines.append(f"acceptance per draft position ({source}):")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.bench import arrivals as arr
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import probe, stats
@@ -433,19 +434,28 @@ def _trio(block: dict, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
     return "/".join(fmt.format(block[p] * scale) for p in ("p50", "p90", "p99"))
 
 
-def _num(v, fmt: str = "{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
+def level_table(axis: Axis = CONCURRENCY, goodput: bool = False) -> Table:
+    """The sweep's table, printed a row at a time as each level finishes."""
+    return Table(
+        Col("rate" if axis is RATE else "conc", 5, "g"),
+        Col("done", 5),
+        Col("err", 4),
+        Col("short", 5),
+        Col("out tok/s", 10, ".1f"),
+        Col("req/s", 7, ".2f"),
+        Col("TTFT ms p50/90/99", 18),
+        Col("TPOT ms p50/90/99", 18),
+        Col("ITL ms p50/90/99", 18),
+        Col("E2E s p50/90/99", 16),
+        Col("tok/chunk", 9, ".2f"),
+        Col("accept", 6, ".2f"),
+        *([Col("goodput tok/s", 13, ".1f")] if goodput else []),
+        L("status", sep="  "),
+    )
 
 
 def table_head(axis: Axis = CONCURRENCY, goodput: bool = False) -> str:
-    return (
-        f"{'rate' if axis is RATE else 'conc':>5} {'done':>5} {'err':>4} {'short':>5} "
-        f"{'out tok/s':>10} {'req/s':>7} "
-        f"{'TTFT ms p50/90/99':>18} {'TPOT ms p50/90/99':>18} {'ITL ms p50/90/99':>18} "
-        f"{'E2E s p50/90/99':>16} {'tok/chunk':>9} {'accept':>6}"
-        + (f" {'goodput tok/s':>13}" if goodput else "")
-        + "  status"
-    )
+    return level_table(axis, goodput).header()
 
 
 TABLE_HEAD = table_head()
@@ -466,16 +476,22 @@ def status_text(f: dict) -> str:
 
 def table_row(f: dict, concurrency: float) -> str:
     err = sum(f["errors"].values()) if f.get("errors") else 0
-    return (
-        f"{concurrency:>5g} {f['completed']:>5} {err:>4} {f['short']:>5} "
-        f"{_num(f['output_tok_s']):>10} {_num(f['request_s'], '{:.2f}'):>7} "
-        f"{_trio(f['ttft_ms']):>18} {_trio(f['tpot_ms'], fmt='{:.1f}'):>18} "
-        f"{_trio(f['itl_ms'], fmt='{:.1f}'):>18} "
-        f"{_trio(f['e2e_ms'], 1e-3, '{:.2f}'):>16} "
-        f"{_num(f.get('tokens_per_chunk'), '{:.2f}'):>9} "
-        f"{_num(f.get('accept_length'), '{:.2f}'):>6}"
-        + (f" {_num(f['goodput_tok_s']):>13}" if "goodput_tok_s" in f else "")
-        + f"  {status_text(f)}"
+    goodput = "goodput_tok_s" in f
+    return level_table(CONCURRENCY, goodput).row(
+        concurrency,
+        f["completed"],
+        err,
+        f["short"],
+        f["output_tok_s"],
+        f["request_s"],
+        _trio(f["ttft_ms"]),
+        _trio(f["tpot_ms"], fmt="{:.1f}"),
+        _trio(f["itl_ms"], fmt="{:.1f}"),
+        _trio(f["e2e_ms"], 1e-3, "{:.2f}"),
+        f.get("tokens_per_chunk"),
+        f.get("accept_length"),
+        *([f["goodput_tok_s"]] if goodput else []),
+        status_text(f),
     )
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.tune import choose, grid, measure, model
 
 PROG = "sgl_eagle_ext.tune"
@@ -68,15 +69,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
+REASONS = Table(
+    Col("bs", 4, "d"),
+    Col("steps", 5, "d"),
+    Col("accept", 7, ".2f"),
+    Col("cycle ms", 9, ".2f"),
+    Col("tok/s", 9, ".1f"),
+    Col("tau*", 6, ".2f"),
+    Col("gain", 6, ".2f", "x"),
+    L("note", sep="  "),
+)
 
 
 def reasons_table(preds: dict, picks: dict) -> list[str]:
-    lines = [
-        f"{'bs':>4} {'steps':>5} {'accept':>7} {'cycle ms':>9} {'tok/s':>9} "
-        f"{'tau*':>6} {'gain':>6}  note"
-    ]
+    lines = [REASONS.header()]
     for bs, rows in preds.items():
         pick = picks[bs]
         for p in rows:
@@ -90,8 +96,16 @@ def reasons_table(preds: dict, picks: dict) -> list[str]:
             if p.baseline_proxy:
                 notes.append("baseline = 0-step cycle")
             lines.append(
-                f"{bs:4d} {p.steps:5d} {p.accept_len:7.2f} {p.cycle_ms:9.2f} {p.tok_s:9.1f} "
-                f"{_fmt(p.break_even, '6.2f')} {_fmt(p.gain, '5.2f')}x  {', '.join(notes)}"
+                REASONS.row(
+                    bs,
+                    p.steps,
+                    p.accept_len,
+                    p.cycle_ms,
+                    p.tok_s,
+                    p.break_even,
+                    p.gain,
+                    ", ".join(notes),
+                )
             )
         lines.append(f"{'':4} -> bucket candidates {pick.steps}: {pick.why}")
     return lines

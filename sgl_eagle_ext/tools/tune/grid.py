@@ -11,6 +11,7 @@ steps + 1.
 
 from __future__ import annotations
 
+from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.tune import model
 
 
@@ -65,16 +66,27 @@ def rank(runs, cells, baseline_ms: float | None, max_steps: int) -> list[dict]:
 
 
 def render(ranked: list[dict]) -> list[str]:
-    lines = [
-        "fixed settings, one stream (best first):",
-        f"{'steps':>5} {'topk':>4} {'draft':>5} {'accept':>7} {'cycle ms':>9} {'tok/s':>8} "
-        f"{'vs base':>8}  source",
-    ]
-    for r in ranked:
-        vs = f"{r['vs_baseline']:7.2f}x" if r["vs_baseline"] else "       -"
-        bad = "" if r["valid"] else "  INVALID: more draft tokens than the tree has"
-        lines.append(
-            f"{r['steps']:5d} {r['topk']:4d} {r['draft_tokens']:5d} {r['accept_len']:7.2f} "
-            f"{r['cycle_ms']:9.2f} {r['tok_s']:8.1f} {vs}  {r['source']}{bad}"
+    table = Table(
+        Col("steps", 5, "d"),
+        Col("topk", 4, "d"),
+        Col("draft", 5, "d"),
+        Col("accept", 7, ".2f"),
+        Col("cycle ms", 9, ".2f"),
+        Col("tok/s", 8, ".1f"),
+        Col("vs base", 8, ".2f", "x"),
+        L("source", sep="  "),
+    )
+    rows = [
+        (
+            r["steps"],
+            r["topk"],
+            r["draft_tokens"],
+            r["accept_len"],
+            r["cycle_ms"],
+            r["tok_s"],
+            r["vs_baseline"] or None,
+            r["source"] + ("" if r["valid"] else "  INVALID: more draft tokens than the tree has"),
         )
-    return lines
+        for r in ranked
+    ]
+    return ["fixed settings, one stream (best first):", *table.render(rows)]
