@@ -397,7 +397,14 @@ def main(argv: list[str] | None = None) -> int:
         prog=f"python -m {PROG}",
         description="Per-phase table and break-even accept length from server logs.",
     )
-    p.add_argument("logs", nargs="+", type=Path, help=f"server logs or {ENV_FILE} files")
+    p.add_argument("logs", nargs="*", type=Path, help=f"server logs or {ENV_FILE} files")
+    p.add_argument(
+        "--where",
+        metavar="PHASE",
+        help="print which SGLang method opens and closes PHASE (draft, verify_fwd, accept, "
+        "draft_extend, cycle) per supported release, and exit",
+    )
+    p.add_argument("--sglang-version", help="--where: only this release")
     base = p.add_mutually_exclusive_group()
     base.add_argument(
         "--baseline-tps", type=number(0, strict=True), help="baseline tokens/s of one stream"
@@ -414,6 +421,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-tps", type=number(0, strict=True), help="tokens/s per stream to reach")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
+    if args.where is not None:
+        from sgl_eagle_ext.profiling import where
+
+        print("\n".join(where.answer(args.where, args.sglang_version)))
+        return 0
+    if not args.logs:
+        p.error("the following arguments are required: logs (or --where PHASE)")
     for value, name in (
         (args.baseline_tps, "--baseline-tps"),
         (args.baseline_ms_per_token, "--baseline-ms-per-token"),
