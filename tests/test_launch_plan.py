@@ -59,6 +59,12 @@ def test_view_edge_cases():
     c, key = ServerArgv(["--api-key", "s3", "--port", "1", "--api-key=t"]).without("api-key")
     assert key == "t" and c == ["--port", "1"]
     assert ServerArgv(["--x", "--y"]).switch("x") == ""  # bare, followed by another flag
+    d = ServerArgv(["--speculative-draft-model-path", "/d", "--speculative-draft-model-path=/e"])
+    assert d.with_value("speculative-draft-model-path", "/o") == [
+        "--speculative-draft-model-path",
+        "/o",
+        "--speculative-draft-model-path=/o",
+    ]
     spec = ServerArgv(
         [
             "--speculative-num-steps",

@@ -161,6 +161,22 @@ class ServerArgv(Sequence[str]):
     def num_draft_tokens(self) -> int | None:
         return self.number("speculative-num-draft-tokens")
 
+    def with_value(self, flag: str, value: str) -> ServerArgv:
+        """This list with every `--flag V` / `--flag=V` set to `value` (nothing added)."""
+        out, skip = [], False
+        flag = "--" + _name(flag)
+        for i, tok in enumerate(self.tokens):
+            if skip:
+                skip = False
+            elif tok == flag and i + 1 < len(self.tokens):
+                out += [flag, value]
+                skip = True
+            elif tok.startswith(flag + "="):
+                out.append(f"{flag}={value}")
+            else:
+                out.append(tok)
+        return ServerArgv(out)
+
     def without(self, flag: str) -> tuple[ServerArgv, str | None]:
         """This list without `--flag V` / `--flag=V`, and the (last) value removed."""
         out, value, skip = [], None, False

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common.server_argv import ServerArgv
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 _ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
@@ -70,18 +72,8 @@ class Report:
         """`server_args` with the draft path pointed at the overlay (if --fix wrote one)."""
         if not self.overlay:
             return list(server_args)
-        flag, out, skip = "--speculative-draft-model-path", [], False
-        for i, tok in enumerate(server_args):
-            if skip:
-                skip = False
-            elif tok == flag and i + 1 < len(server_args):
-                out += [flag, str(self.overlay)]
-                skip = True
-            elif tok.startswith(flag + "="):
-                out.append(f"{flag}={self.overlay}")
-            else:
-                out.append(tok)
-        return out
+        argv = ServerArgv.of(server_args)
+        return list(argv.with_value("speculative-draft-model-path", str(self.overlay)))
 
     def summary(self) -> str:
         count = {
