@@ -205,6 +205,10 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
     if args.demo:
         from sgl_eagle_ext.cpu import tiny_models
 
+        # bad input is refused before the (slow, first time) model build
+        presets.load(name=args.preset or "eagle3-2step", path=args.preset_file)
+        releases.resolve(args.sglang_version, force=args.force)
+
         built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
         if not (model_path or draft_model_path):  # the pair the manifest describes
             args.demo_manifest = Path(built["target"]).parent / "manifest.json"
