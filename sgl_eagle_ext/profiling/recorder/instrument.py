@@ -17,7 +17,7 @@ import sys
 
 import wrapt
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import accept_length, releases
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling import phases
 from sgl_eagle_ext.profiling.names import LOGGER, TAG
@@ -120,7 +120,7 @@ def _accepted_from(result) -> list[int] | None:
     """Per-request tokens per cycle, bonus included (SGLang's accept length unit)."""
     drafts = getattr(result, _accept_attr, None)  # accepted drafts, bonus excluded
     if drafts is not None:
-        return [int(d) + 1 for d in drafts]
+        return [accept_length.per_cycle(d) for d in drafts]
     return None
 
 
