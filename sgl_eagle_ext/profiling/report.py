@@ -5,7 +5,7 @@ what accept length would break even.
     python -m sgl_eagle_ext.report spec.log --baseline-log baseline.log --target-tps 120
     python -m sgl_eagle_ext.report spec.log --json
 
-Reads EAGLE3_PROFILE lines (see profiling/recorder/window.py), the same records as JSON
+Reads EAGLE3_PROFILE lines (format: profiling/record.py), the same records as JSON
 lines (EAGLE3_PROFILE_FILE), and SGLang's own "Decode batch" lines of every
 supported release. Per batch size it prints cycle time, per-phase time and
 share, accept length, tokens/s, and the break-even accept length
