@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sgl_eagle_ext.profiling import adaptive_log  # noqa: E402
-from sgl_eagle_ext.profiling.report import record_from_line  # noqa: E402
+from sgl_eagle_ext.profiling.record import iter_records  # noqa: E402
 
 READY = re.compile(r"READY in [\d.]+ s: (\S+)")
 FIXED = ("eagle3-2step", "eagle3-3step", "eagle3-5step")
@@ -91,14 +91,9 @@ def sweep(url: str, label: str, args, results: Path, levels: str) -> dict[int, f
 
 def steps_mix(log: Path) -> Counter:
     cycles = Counter()
-    for line in log.read_text(errors="replace").splitlines():
-        if "EAGLE3_PROFILE v=" in line:
-            try:
-                rec = record_from_line(line)
-            except (ValueError, KeyError, IndexError):
-                continue
-            for k, v in (rec.get("steps") or {}).items():
-                cycles[int(k)] += v
+    for rec in iter_records(log):  # bad lines skipped
+        for k, v in (rec.get("steps") or {}).items():
+            cycles[int(k)] += v
     return cycles
 
 

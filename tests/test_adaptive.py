@@ -18,7 +18,7 @@ import pytest
 
 from sgl_eagle_ext.common import releases, wheels
 from sgl_eagle_ext.launcher.preflight import adaptive
-from sgl_eagle_ext.profiling import adaptive_log
+from sgl_eagle_ext.profiling import adaptive_log, record
 from sgl_eagle_ext.profiling.recorder import window
 from sgl_eagle_ext.profiling.recorder.config import Config
 from sgl_eagle_ext.profiling.recorder.cycles import Resolved
@@ -242,10 +242,9 @@ def test_windows_are_keyed_by_batch_size_and_steps(caplog):
     prof.window += [cyc(2, 0, 25.0, [1, 1]), Resolved("prefill", 1, 4, {"cycle": 50.0}, [], 0, 3)]
     with caplog.at_level(logging.INFO, logger="sgl_eagle_ext.profile"):
         prof.emit()
-    lines = [r.getMessage() for r in caplog.records if window.TAG in r.getMessage()]
-    from sgl_eagle_ext.profiling.report import record_from_line
-
-    recs = [record_from_line(ln) for ln in lines]
+    counts = record.Counts()
+    recs = list(record.iter_records((r.getMessage() for r in caplog.records), counts))
+    assert counts.skipped == 0
     keys = sorted((tuple(r["bs"]), tuple(r["steps"]), r["cycles"]) for r in recs)
     assert keys == [((1,), (0,), 1), ((1,), (3,), 2), ((2,), (0,), 1)]
     zero = next(r for r in recs if r["steps"] == {0: 1} and r["bs"] == {1: 1})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from sgl_eagle_ext.common import accept_length as _accept_length
 from sgl_eagle_ext.common.errors import UserError
 
 
@@ -136,13 +137,8 @@ def probe_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def accept_length(meta: dict) -> float | None:
-    """SGLang's accept length of one request (tokens per verify cycle)."""
-    if "spec_accept_length" in meta:
-        return float(meta["spec_accept_length"])
-    if meta.get("spec_verify_ct"):
-        return meta["completion_tokens"] / meta["spec_verify_ct"]
-    return None
+# SGLang's accept length of one request from its meta_info (common/accept_length.py).
+accept_length = _accept_length.of_meta
 
 
 def generate(

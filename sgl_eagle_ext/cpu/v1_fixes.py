@@ -2,79 +2,81 @@
 (SGLang 0.5.10.post1, the v1 EAGLEWorker); newer releases need none of them.
 
 Each fix finds out from SGLang's own code whether it is needed (so the same
-harness serves every release), patches only then, and says in one line what
-it did or which anchor it could not find. All are idempotent.
+harness serves every release), patches only then, through the patching base
+(in_sglang/patching.py: all anchors first, idempotent, revert() undoes them), and
+says in one line what it did or which anchor it could not find.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 
+from sgl_eagle_ext.in_sglang import patching
+
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
 LLAMA = "sglang.srt.models.llama"
-_MARK = "_eagle_ext_cpu"
+KERNEL = "sgl_build_tree_kernel_efficient"  # the name 0.5.10's tree build calls
+# Installed and reverted through the patching base (one line when an anchor is missing).
+TREE_OPS = patching.Patches("v1 fix (tree ops)", off="not supplied")
+SET_EMBED = patching.Patches("v1 fix (set_embed)", off="not guarded")
 
 
-def _rebind(original, replacement, name: str) -> int:
-    """Point every loaded sglang module that holds `original` as `name` at `replacement`."""
-    count = 0
-    for mod_name, mod in list(sys.modules.items()):
-        if mod_name.startswith("sglang.") and getattr(mod, name, None) is original:
-            setattr(mod, name, replacement)
-            count += 1
-    return count
+def _holders(original, name: str) -> list[str]:
+    """Every loaded sglang module that holds `original` as `name` (imported by name)."""
+    return [
+        mod_name
+        for mod_name, mod in list(sys.modules.items())
+        if mod_name.startswith("sglang.") and getattr(mod, name, None) is original
+    ]
 
 
 def supply_tree_ops(say) -> None:
     """0.5.10's eagle_utils builds the tree with `sgl_build_tree_kernel_efficient`,
     imported only on CUDA/HIP (NameError on CPU), and its `verify_tree_greedy_func`
     silently does nothing off CUDA/HIP/NPU. Both get the stand-in's CPU ops."""
-    try:
-        from sglang.srt.speculative import eagle_utils
-    except ImportError as exc:
-        say(f"anchor missing: {EAGLE_UTILS} ({exc}); tree ops not supplied")
+    TREE_OPS.sink = say
+    if TREE_OPS.installed:
         return
-    build = getattr(eagle_utils, "build_tree_kernel_efficient", None)
-    verify = getattr(eagle_utils, "verify_tree_greedy_func", None)
-    if build is None or verify is None:
-        say(
-            f"anchor missing: {EAGLE_UTILS}.build_tree_kernel_efficient / "
-            "verify_tree_greedy_func; tree ops not supplied"
-        )
+    try:
+        eagle_utils, _, build = patching.resolve(f"{EAGLE_UTILS}:build_tree_kernel_efficient")
+        _, _, verify = patching.resolve(f"{EAGLE_UTILS}:verify_tree_greedy_func")
+    except LookupError as e:
+        TREE_OPS.refuse(f"anchor missing: {e}")
         return
     import sgl_kernel
 
-    done = []
-    kernel_name = "sgl_build_tree_kernel_efficient"
+    patches, done = [], []
     code = getattr(build, "__code__", None)
-    if code is not None and kernel_name in code.co_names and not hasattr(eagle_utils, kernel_name):
-        setattr(eagle_utils, kernel_name, sgl_kernel.build_tree_kernel_efficient_cpu)
+    if code is not None and KERNEL in code.co_names and not hasattr(eagle_utils, KERNEL):
+        cpu_build = sgl_kernel.build_tree_kernel_efficient_cpu
+        patches.append(patching.Set(f"{EAGLE_UTILS}:{KERNEL}", cpu_build, create=True))
         done.append("tree build")
-    if getattr(verify, _MARK, False):
-        return
     names = getattr(verify, "__code__", None)
     has_cpu_branch = names is None or any(
         n == "_is_cpu" or n.endswith("_cpu") for n in names.co_names
     )
-    if verify.__module__ == EAGLE_UTILS and not has_cpu_branch:
-        replacement = _cpu_verify(verify, sgl_kernel.verify_tree_greedy_cpu)
-        eagle_utils.verify_tree_greedy_func = replacement
-        _rebind(verify, replacement, "verify_tree_greedy_func")
+    if getattr(verify, "__module__", None) == EAGLE_UTILS and not has_cpu_branch:
+        wrapper = _cpu_verify(verify, sgl_kernel.verify_tree_greedy_cpu)
+        patches += [
+            patching.Wrap(f"{m}:verify_tree_greedy_func", wrapper, in_capture=True)
+            for m in _holders(verify, "verify_tree_greedy_func")
+        ]
         done.append("greedy tree verify")
-    if done:
-        say(f"{EAGLE_UTILS} has no CPU branch: {' and '.join(done)} from the sgl_kernel stand-in")
+    if patches:
+        TREE_OPS.install(
+            patches,
+            on=f"{EAGLE_UTILS} has no CPU branch: {' and '.join(done)} from the sgl_kernel "
+            "stand-in",
+        )
 
 
 def _cpu_verify(original, cpu_op):
-    """verify_tree_greedy_func with the original's signature, running the CPU op."""
+    """A wrapper making verify_tree_greedy_func (the original's signature) run the CPU op."""
     signature = inspect.signature(original)
 
-    @functools.wraps(original)
-    def verify_tree_greedy_func(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        given = bound.arguments
+    def verify_on_cpu(wrapped, instance, args, kwargs):
+        given = signature.bind(*args, **kwargs).arguments
 
         def tree(stem):  # sgl-kernel spells retrive_*, newer SGLang retrieve_*
             return given.get(f"retrive_{stem}", given.get(f"retrieve_{stem}"))
@@ -90,8 +92,7 @@ def _cpu_verify(original, cpu_op):
             target_predict=given["target_predict"],
         )
 
-    setattr(verify_tree_greedy_func, _MARK, True)
-    return verify_tree_greedy_func
+    return verify_on_cpu
 
 
 def no_cuda_sync_in_set_embed(say) -> None:
@@ -101,46 +102,47 @@ def no_cuda_sync_in_set_embed(say) -> None:
     asynchronously on CPU. Any other synchronize still fails loudly."""
     import torch
 
-    if torch.cuda.is_available():
+    SET_EMBED.sink = say
+    if torch.cuda.is_available() or SET_EMBED.installed:
         return
     try:
-        from sglang.srt.models import llama
-    except ImportError as exc:
-        say(f"anchor missing: {LLAMA} ({exc}); set_embed not guarded")
-        return
-    cls = getattr(llama, "LlamaForCausalLM", None)
-    if cls is None:
-        say(f"anchor missing: {LLAMA}.LlamaForCausalLM; set_embed not guarded")
+        _, _, cls = patching.resolve(f"{LLAMA}:LlamaForCausalLM")
+    except LookupError as e:
+        SET_EMBED.refuse(f"anchor missing: {e}")
         return
     guarded = []
     for name in ("set_embed", "set_embed_and_head"):
-        method = cls.__dict__.get(name)
-        code = getattr(method, "__code__", None)
-        if method is None or getattr(method, _MARK, False) or code is None:
-            continue
-        if "cuda" in code.co_names and "synchronize" in code.co_names:
-            setattr(cls, name, _without_cuda_sync(method))
+        code = getattr(vars(cls).get(name), "__code__", None)
+        if code is not None and "cuda" in code.co_names and "synchronize" in code.co_names:
             guarded.append(name)
     if guarded:
-        say(f"LlamaForCausalLM.{'/'.join(guarded)}: torch.cuda.synchronize is a no-op inside (CPU)")
+        SET_EMBED.install(
+            [
+                patching.Wrap(f"{LLAMA}:LlamaForCausalLM.{n}", _without_cuda_sync, in_capture=True)
+                for n in guarded
+            ],
+            on=f"LlamaForCausalLM.{'/'.join(guarded)}: torch.cuda.synchronize is a no-op "
+            "inside (CPU)",
+        )
 
 
-def _without_cuda_sync(method):
+def _without_cuda_sync(wrapped, instance, args, kwargs):
     import torch
 
-    @functools.wraps(method)
-    def wrapper(*args, **kwargs):
-        real = torch.cuda.synchronize
-        torch.cuda.synchronize = lambda *a, **k: None
-        try:
-            return method(*args, **kwargs)
-        finally:
-            torch.cuda.synchronize = real
-
-    setattr(wrapper, _MARK, True)
-    return wrapper
+    real = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda *a, **k: None
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        torch.cuda.synchronize = real
 
 
 def apply(say) -> None:
     supply_tree_ops(say)
     no_cuda_sync_in_set_embed(say)
+
+
+def revert() -> None:
+    """Every fix undone, newest first."""
+    SET_EMBED.uninstall()
+    TREE_OPS.uninstall()

@@ -11,25 +11,21 @@ probe that holds resets it. A draft that starts to pay is still found, later.
 
 Installed in each scheduler process by injection.py when EAGLE_EXT_ADAPTIVE_BACKOFF
 is set (the eagle3-adaptive preset sets it). A wrapt wrapper on the release
-table's anchor: idempotent, reversible, fail closed with one log line. The
-decision runs on the host every few batches; nothing here touches the GPU.
+table's anchor, through the patching base (patching.py): idempotent, reversible,
+fail closed with one log line. The decision runs on the host every few batches;
+nothing here touches the GPU.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import sys
 import weakref
 from dataclasses import dataclass
 
-import wrapt
-
-from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.contract import ADAPTIVE_BACKOFF_ENV
+from sgl_eagle_ext.in_sglang import patching
 
-logger = logging.getLogger("sgl_eagle_ext.adaptive_backoff")
-_installed: tuple[object, str, object] | None = None  # (owner, name, original)
+PATCHES = patching.Patches(ADAPTIVE_BACKOFF_ENV, logger="sgl_eagle_ext.adaptive_backoff")
 
 
 @dataclass
@@ -42,17 +38,7 @@ class _SlotState:
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _say(level: int, msg: str) -> None:
-    """Through logging once SGLang has configured it; before that (we are installed
-    first in the scheduler process) straight to stderr, which the server log captures."""
-    if logging.getLogger().handlers and logger.isEnabledFor(level):
-        logger.log(level, msg)
-    else:
-        print(msg, file=sys.stderr, flush=True)
-
-
 def _decide(limit: int):
-    @wrapt.decorator
     def wrapper(wrapped, slot, args, kwargs):
         state = _states.setdefault(slot, _SlotState())
         before = slot.current_steps
@@ -68,7 +54,7 @@ def _decide(limit: int):
             state.skips_left = state.backoff - 1
             state.probing = False
             if state.backoff > 1:
-                _say(
+                PATCHES.say(
                     logging.INFO,
                     f"{ADAPTIVE_BACKOFF_ENV}: probe at steps {before} failed; "
                     f"next probe after {state.backoff} decisions at steps 0",
@@ -82,42 +68,23 @@ def _decide(limit: int):
 
 def install(limit: int, version: str | None = None) -> bool:
     """Wrap the controller's decision; True when installed (now or before)."""
-    global _installed
-    if _installed is not None:
+    if PATCHES.installed:
         return True
-    try:
-        release, _ = releases.resolve(version)
-    except Exception as e:  # an unknown release: serve as SGLang would
-        _say(logging.WARNING, f"{ADAPTIVE_BACKOFF_ENV}: disabled: {e}")
+    release = PATCHES.release(version)
+    if release is None:  # an unknown release: serve as SGLang would
         return False
     anchor = release.adaptive.decide_anchor if release.adaptive else None
     if anchor is None:
-        _say(
-            logging.WARNING,
-            f"{ADAPTIVE_BACKOFF_ENV}: disabled: SGLang {release.version} has no 0-step "
-            "adaptive state to back off",
-        )
-        return False
-    module_name, qualname = anchor.split(":")
-    owner_name, name = qualname.split(".")
-    try:
-        owner = getattr(importlib.import_module(module_name), owner_name)
-        original = vars(owner)[name]
-    except (ImportError, AttributeError, KeyError) as e:
-        _say(logging.WARNING, f"{ADAPTIVE_BACKOFF_ENV}: disabled: anchor {anchor}: {e!r}")
-        return False
-    setattr(owner, name, _decide(limit)(original))
-    _installed = (owner, name, original)
-    _say(logging.INFO, f"{ADAPTIVE_BACKOFF_ENV}: on (up to {limit} decisions at steps 0)")
-    return True
+        return PATCHES.refuse(f"SGLang {release.version} has no 0-step adaptive state to back off")
+    return PATCHES.install(
+        [patching.Wrap(anchor, _decide(limit), label="the adaptive step decision")],
+        release=release.version,
+        on=f"on (up to {limit} decisions at steps 0)",
+    )
 
 
 def uninstall() -> None:
-    global _installed
-    if _installed is not None:
-        owner, name, original = _installed
-        setattr(owner, name, original)
-        _installed = None
+    PATCHES.uninstall()
 
 
 def install_from_env(env) -> bool:
@@ -125,6 +92,6 @@ def install_from_env(env) -> bool:
     if not text or text == "0":
         return False
     if not text.isdigit():
-        _say(logging.WARNING, f"{ADAPTIVE_BACKOFF_ENV}={text!r} is not a whole number: off")
+        PATCHES.say(logging.WARNING, f"{ADAPTIVE_BACKOFF_ENV}={text!r} is not a whole number: off")
         return False
     return install(int(text))

@@ -6,7 +6,7 @@ installs it there (in_sglang/), the report and the tests. Plain constants: no
 import cost in SGLang's processes.
 """
 
-# Log lines: "EAGLE3_PROFILE v=1 rank=0 ..." (profiling/recorder/window.py), and the
+# Log lines: "EAGLE3_PROFILE v=1 rank=0 ..." (profiling/record.py), and the
 # on/disabled announcements, all through this logger.
 TAG = "EAGLE3_PROFILE"
 LOGGER = "sgl_eagle_ext.profile"

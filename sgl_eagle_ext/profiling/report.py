@@ -5,7 +5,7 @@ what accept length would break even.
     python -m sgl_eagle_ext.report spec.log --baseline-log baseline.log --target-tps 120
     python -m sgl_eagle_ext.report spec.log --json
 
-Reads EAGLE3_PROFILE lines (see profiling/recorder/window.py), the same records as JSON
+Reads EAGLE3_PROFILE lines (format: profiling/record.py), the same records as JSON
 lines (EAGLE3_PROFILE_FILE), and SGLang's own "Decode batch" lines of every
 supported release. Per batch size it prints cycle time, per-phase time and
 share, accept length, tokens/s, and the break-even accept length
@@ -39,10 +39,16 @@ from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.profiling import adaptive_log
 from sgl_eagle_ext.profiling.names import ENV, ENV_FILE, TAG
-from sgl_eagle_ext.profiling.phases import PHASES
+from sgl_eagle_ext.profiling.record import (  # noqa: F401 (record_from_line: re-exported)
+    BAD_LINE,
+    ROWS,
+    checked,
+    find_record,
+    read_lines,
+    record_from_line,
+)
 
 PROG = "sgl_eagle_ext.report"
-ROWS = ("cycle", *PHASES, "other")
 DECODE_BATCH = re.compile(
     r"Decode batch.*?#running-req: (?P<bs>\d+),.*?"
     r"(?:accept len: (?P<acc>[\d.]+),.*?)?gen throughput \(token/s\): (?P<tps>[\d.]+)"
@@ -80,40 +86,7 @@ class Parsed:
     )
 
 
-# -- reading -------------------------------------------------------------------
-def _mix(text: str) -> dict[int, int]:
-    return {int(k): int(v) for k, v in (p.split(":") for p in text.split(",") if p)}
-
-
-def _triplet(text: str) -> dict:
-    mean, p50, p90 = (float(x) for x in text.split("/"))
-    return {"mean": mean, "p50": p50, "p90": p90}
-
-
-def record_from_line(line: str) -> dict:
-    """An EAGLE3_PROFILE log line -> the same dict as the JSON record."""
-    body = line[line.index(TAG) + len(TAG) :].split()
-    f = dict(tok.split("=", 1) for tok in body)
-    rec = {
-        "v": int(f["v"]),
-        "rank": int(f["rank"]),
-        "cycles": int(f["cycles"]),
-        "bs": _mix(f["bs"]),
-        "draft_tokens": _mix(f["draft_tokens"]),
-    }
-    n, ms = f["prefill"].split("/")
-    rec["prefill"] = {"n": int(n), "ms_mean": float(ms)}
-    if "steps" in f:
-        rec["steps"] = _mix(f["steps"])
-    if rec["cycles"]:
-        rec["phases"] = {p: _triplet(f[f"{p}_ms"]) for p in ROWS}
-        for item in f["share"].split(","):
-            p, s = item.split(":")
-            rec["phases"][p]["share"] = float(s)
-        rec["accept_hist"] = _mix(f["accept_hist"])
-    return rec
-
-
+# -- reading (the record format itself: profiling/record.py) -------------------------
 def add_record(parsed: Parsed, rec: dict) -> None:
     parsed.profile_records += 1
     if rec.get("prefill", {}).get("n"):
@@ -143,52 +116,19 @@ def _merge(g: Group, rec: dict, bs_mix: dict) -> None:
     g.hist.update({int(k): v for k, v in rec["accept_hist"].items()})
 
 
-def checked(rec):
-    """`rec` if every number in it is finite, else ValueError: one NaN
-    line is skipped, never averaged into (and poisoning) its batch-size group."""
-    stack = [rec]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v):
-            raise ValueError(f"number out of range: {v}")
-    return rec
-
-
-def read_lines(path: Path):
-    """The file's lines, read as a stream (server logs run to gigabytes)."""
-    if path.is_dir():
-        raise UserError(
-            f"{path}: is a directory.", fix="give the server log file (launcher: logs/*.log)"
-        )
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            yield from f
-    except OSError as e:
-        raise UserError(
-            f"{path}: cannot be read: {e.strerror or e}.",
-            fix="give the server log file (launcher: logs/*.log)",
-        ) from None
-
-
 def parse(paths: list[Path]) -> Parsed:
     parsed = Parsed()
     for path in paths:
         # two streamed passes (the adaptive switches, then the records): memory stays
         # flat however large the log
-        log = adaptive_log.read(line.rstrip("\r\n") for line in read_lines(path))
+        log = adaptive_log.read(read_lines(path))
         parsed.adaptive.switches += log.switches
         parsed.adaptive.disabled += log.disabled
         for line in read_lines(path):
-            line = line.rstrip("\r\n")
             try:
-                if line.startswith("{") and '"cycles"' in line:
-                    add_record(parsed, checked(json.loads(line)))
-                elif TAG + " " in line:
-                    add_record(parsed, checked(record_from_line(line)))
+                rec = find_record(line)
+                if rec is not None:
+                    add_record(parsed, rec)
                 elif "Decode batch" in line:
                     m = DECODE_BATCH.search(line)
                     if not m:
@@ -199,7 +139,7 @@ def parse(paths: list[Path]) -> Parsed:
                     g.sglang_tps.append(float(m["tps"]))
                     if m["acc"]:
                         g.sglang_accept.append(float(m["acc"]))
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
+            except BAD_LINE:
                 parsed.skipped += 1
     return parsed
 

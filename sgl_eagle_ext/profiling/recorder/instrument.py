@@ -1,24 +1,20 @@
 """Version-gated, idempotent, reversible wrappers on SGLang's EAGLE workers.
 
-Modelled on instrumentation libraries (wrapt + an instrumentor with
-instrument()/uninstrument()): every anchor comes from the release table
-(releases.WorkerAnchors); if the release is unknown or any anchor is missing,
-nothing is patched and one log line says why (fail closed), and SGLang serves
-as usual. Wrappers only take marks (clock.py) and never synchronize.
+Modelled on instrumentation libraries (an instrumentor with instrument()/
+uninstrument() on the patching base, in_sglang/patching.py): every anchor comes
+from the release table (releases.WorkerAnchors); if the release is unknown or any
+anchor is missing, nothing is patched and one log line says why (fail closed), and
+SGLang serves as usual. Wrappers only take marks (clock.py) and never synchronize.
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib
-import inspect
 import logging
-import sys
 
-import wrapt
-
-from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common import accept_length, releases
+from sgl_eagle_ext.in_sglang import patching
+from sgl_eagle_ext.in_sglang.patching import resolve as resolve_anchor  # noqa: F401 (tests)
 from sgl_eagle_ext.profiling import phases
 from sgl_eagle_ext.profiling.names import LOGGER, TAG
 from sgl_eagle_ext.profiling.recorder import syncs
@@ -38,50 +34,12 @@ SYNC_ANCHORS = (
 UNWRAPPED_WORKERS = {"enable_multi_layer_eagle": "MultiLayerEagleWorkerV2"}
 
 PROFILER: Profiler | None = None
+PATCHES = patching.Patches(TAG, logger=LOGGER, off="disabled, serving unprofiled")
 # The release's GenerationBatchResult field with the accept counts (Release.accept_counts_attr).
 _accept_attr = releases.PRIMARY.accept_counts_attr
-_patched: list[tuple[object, str, object, bool]] = []  # (owner, name, original, was_own)
 # This process's decision (True: instrumented, False: refused), made once: the
 # scheduler entry and SGLang's plugin entry point (0.5.13+) both ask.
 _decision: bool | None = None
-
-
-def _announce(level: int, msg: str, *args) -> None:
-    """Through logging once it is configured; before SGLang configures it (we
-    run first in the scheduler process), straight to stderr, which the server
-    log captures."""
-    if logging.getLogger().handlers and logger.isEnabledFor(level):
-        logger.log(level, msg, *args)
-    else:
-        print(msg % args, file=sys.stderr, flush=True)
-
-
-# -- anchors -----------------------------------------------------------------
-def resolve_anchor(anchor: str):
-    """'pkg.mod:Class.method' -> (owner, name, original); raises LookupError."""
-    module_name, qualname = anchor.split(":")
-    try:
-        owner = importlib.import_module(module_name)
-    except ImportError as e:
-        raise LookupError(f"{module_name} cannot be imported ({e})") from None
-    *path, name = qualname.split(".")
-    for part in path:
-        owner = getattr(owner, part, None)
-        if owner is None:
-            raise LookupError(f"{module_name}:{'.'.join(path)} does not exist")
-    try:
-        original = inspect.getattr_static(owner, name)
-    except AttributeError:
-        raise LookupError(f"{anchor} does not exist") from None
-    return owner, name, original
-
-
-def _wrap(owner, name: str, original, wrapper) -> None:
-    was_own = name in vars(owner)
-    target = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
-    proxy = wrapt.FunctionWrapper(target, wrapper)
-    setattr(owner, name, proxy)
-    _patched.append((owner, name, original, was_own))
 
 
 # -- batch facts (no device reads) ---------------------------------------------
@@ -120,7 +78,7 @@ def _accepted_from(result) -> list[int] | None:
     """Per-request tokens per cycle, bonus included (SGLang's accept length unit)."""
     drafts = getattr(result, _accept_attr, None)  # accepted drafts, bonus excluded
     if drafts is not None:
-        return [int(d) + 1 for d in drafts]
+        return [accept_length.per_cycle(d) for d in drafts]
     return None
 
 
@@ -218,7 +176,7 @@ WRAPPERS = {
 
 # -- instrumentor ----------------------------------------------------------------------
 def is_instrumented() -> bool:
-    return bool(_patched)
+    return PATCHES.installed
 
 
 def decided() -> bool | None:
@@ -244,48 +202,34 @@ def instrument(
 
 def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
     global PROFILER, _accept_attr
-    if _patched:
+    if PATCHES.installed:
         return True
     for flag, worker in UNWRAPPED_WORKERS.items():
         if getattr(server_args, flag, False):
-            _announce(
-                logging.WARNING,
-                "%s: disabled, serving unprofiled: --%s runs %s, which profiling does not wrap",
-                TAG,
-                flag.replace("_", "-"),
-                worker,
+            return PATCHES.refuse(
+                f"--{flag.replace('_', '-')} runs {worker}, which profiling does not wrap"
             )
-            return False
-    try:
-        release, _ = releases.resolve(version)
-    except UserError as e:
-        _announce(logging.WARNING, "%s: disabled, serving unprofiled: %s", TAG, e.message)
+    release = PATCHES.release(version)
+    if release is None:
         return False
-    plan = []
-    for worker in release.workers:
-        for role, anchor in worker.anchors().items():
-            try:
-                plan.append((role, *resolve_anchor(anchor)))
-            except LookupError as e:
-                _announce(
-                    logging.WARNING,
-                    "%s: disabled, serving unprofiled: SGLang %s (%s worker): anchor "
-                    "%s for phase '%s' not found: %s",
-                    TAG,
-                    release.version,
-                    worker.worker,
-                    anchor,
-                    role,
-                    e,
-                )
-                return False
+    wraps = [
+        patching.Wrap(anchor, WRAPPERS[role], label=f"{worker.worker} worker, phase '{role}'")
+        for worker in release.workers
+        for role, anchor in worker.anchors().items()
+    ]
+    plan = PATCHES.resolve(wraps, release=release.version)  # all anchors, before anything
+    if plan is None:
+        return False
     if device_is_cuda is None:
         import torch
 
         device_is_cuda = torch.cuda.is_available()
     sync_counted = syncs.select(config.sync_check, device_is_cuda)
     if sync_counted == syncs.EXPLICIT:
-        plan += [("sync", *resolve_anchor(a)) for a in SYNC_ANCHORS]
+        counted = PATCHES.resolve([patching.Wrap(a, _count_sync) for a in SYNC_ANCHORS])
+        if counted is None:
+            return False
+        plan += counted
     if callable(metrics):
         metrics = metrics()
     _accept_attr = release.accept_counts_attr
@@ -293,22 +237,16 @@ def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
     PROFILER.sync_counted = sync_counted
     if sync_counted == syncs.DEVICE:
         syncs.watch_device_syncs(PROFILER.count_sync)
-    seen = set()
-    for role, owner, name, original in plan:
-        if (id(owner), name) in seen:  # an anchor shared by two workers
-            continue
-        seen.add((id(owner), name))
-        _wrap(owner, name, original, _count_sync if role == "sync" else WRAPPERS[role])
+    if not PATCHES.install(plan):  # refused during a CUDA-graph capture (one line said)
+        PROFILER = None
+        return False
     atexit.register(flush)  # the partial window, when the scheduler exits normally
-    _announce(
+    ranks = "all" if config.ranks is None else ",".join(map(str, sorted(config.ranks)))
+    PATCHES.say(
         logging.INFO,
-        "%s: on (SGLang %s, workers %s, clock %s, ranks %s, sync check %s)",
-        TAG,
-        release.version,
-        "+".join(w.worker for w in release.workers),
-        PROFILER.clock_kind,
-        "all" if config.ranks is None else ",".join(map(str, sorted(config.ranks))),
-        sync_counted,
+        f"{TAG}: on (SGLang {release.version}, workers "
+        f"{'+'.join(w.worker for w in release.workers)}, clock {PROFILER.clock_kind}, "
+        f"ranks {ranks}, sync check {sync_counted})",
     )
     return True
 
@@ -330,10 +268,5 @@ def uninstrument() -> None:
     if PROFILER is not None:
         PROFILER.poll()
         PROFILER.emit()
-    while _patched:
-        owner, name, original, was_own = _patched.pop()
-        if was_own:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
+    PATCHES.uninstall()
     PROFILER = None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 
+from sgl_eagle_ext.profiling import record
 from sgl_eagle_ext.profiling.names import LOGGER
 from sgl_eagle_ext.profiling.recorder import window
 from sgl_eagle_ext.profiling.recorder.config import Config
@@ -124,10 +124,10 @@ class Profiler:
         return rec
 
     def _write(self, rec: dict) -> None:
-        logger.info(window.log_line(rec))
+        logger.info(record.log_line(rec))
         if self.config.file:
             path = self.config.file.replace("{rank}", str(self.rank or 0))
-            line = json.dumps(rec, separators=(",", ":")) + "\n"
+            line = record.json_line(rec)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:  # one write per record: appends from ranks never interleave
                 os.write(fd, line.encode())

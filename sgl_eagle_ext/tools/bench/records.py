@@ -28,53 +28,85 @@ from sgl_eagle_ext.common.redaction import redact_values
 SCHEMA = 1
 DEFAULT_RESULTS = Path("bench-results/results.jsonl")
 
-# The flat CSV view: one fixed column set for every record kind (blank when n/a).
-CSV_COLUMNS = (
-    "date",
-    "run_id",
-    "kind",
-    "arm",
-    "status",
-    "url",
-    "preset",
-    "sglang_version",
-    "project_version",
-    "model",
-    "draft_model",
-    "gpus",
-    "prompt_set",
-    "prompt_sha256",
-    "max_tokens",
-    "temperature",
-    "concurrency",
-    "requests",
-    "completed",
-    "errors",
-    "short",
-    "malformed_chunks",
-    "duration_s",
-    "output_tokens",
-    "output_tok_s",
-    "request_s",
-    "goodput_tok_s",
-    *(f"{m}_{p}_ms" for m in ("ttft", "tpot", "itl", "e2e") for p in ("p50", "p90", "p99")),
-    "tokens_per_chunk",
-    "accept_length",
-    "accept_length_source",
-    "tok_s_mean",
-    "tok_s_median",
-    "tok_s_min",
-    "tok_s_max",
-    "tok_s_stdev",
-    "tok_s_ci95_low",
-    "tok_s_ci95_high",
-    "overall_tok_s",
-    "runs",
-    "steady",
-    "compared",
-    "identical",
-    "verdict",
+
+# The flat CSV view: one fixed column set for every record kind (blank when n/a),
+# each column with where its value comes from in a record. csv_row() and the header
+# both come from this one table.
+def _field(key: str):
+    return lambda rec: rec.get(key)
+
+
+def _at(*path: str):
+    def get(rec: dict):
+        for key in path:
+            rec = rec.get(key) if isinstance(rec, dict) else None
+        return rec
+
+    return get
+
+
+def _gpus(rec: dict) -> str:
+    gpus = _at("provenance", "host", "gpu", "gpus")(rec) or []
+    return "; ".join(f"{g['name']} (driver {g['driver']})" for g in gpus) or "none"
+
+
+def _errors(rec: dict):
+    errors = rec.get("errors")
+    return sum(errors.values()) if isinstance(errors, dict) else None
+
+
+def _tok_s(key: str):
+    return lambda rec: rec["tok_s"].get(key) if isinstance(rec.get("tok_s"), dict) else None
+
+
+_SERVER = ("provenance", "server")
+COLUMNS = (
+    ("date", _at("provenance", "host", "date")),
+    ("run_id", _field("run_id")),
+    ("kind", _field("kind")),
+    ("arm", _field("arm")),
+    ("status", _field("status")),
+    ("url", _at(*_SERVER, "url")),
+    ("preset", _at(*_SERVER, "preset")),
+    ("sglang_version", _at(*_SERVER, "sglang_version")),
+    ("project_version", _at("provenance", "host", "project", "version")),
+    ("model", _at(*_SERVER, "model_path")),
+    ("draft_model", _at(*_SERVER, "draft_model_path")),
+    ("gpus", _gpus),
+    ("prompt_set", _at("provenance", "prompts", "set")),
+    ("prompt_sha256", _at("provenance", "prompts", "sha256")),
+    *(
+        (k, _field(k))
+        for k in ("max_tokens", "temperature", "concurrency", "requests", "completed")
+    ),
+    ("errors", _errors),
+    *(
+        (k, _field(k))
+        for k in (
+            "short",
+            "malformed_chunks",
+            "duration_s",
+            "output_tokens",
+            "output_tok_s",
+            "request_s",
+            "goodput_tok_s",
+        )
+    ),
+    *(
+        (f"{m}_{p}_ms", _at(f"{m}_ms", p))
+        for m in ("ttft", "tpot", "itl", "e2e")
+        for p in ("p50", "p90", "p99")
+    ),
+    *((k, _field(k)) for k in ("tokens_per_chunk", "accept_length", "accept_length_source")),
+    *(
+        (f"tok_s_{k}", _tok_s(k))
+        for k in ("mean", "median", "min", "max", "stdev", "ci95_low", "ci95_high")
+    ),
+    ("overall_tok_s", _field("overall_tok_s")),
+    ("runs", _tok_s("n")),
+    *((k, _field(k)) for k in ("steady", "compared", "identical", "verdict")),
 )
+CSV_COLUMNS = tuple(name for name, _ in COLUMNS)
 
 
 def new_run_id() -> str:
@@ -175,69 +207,9 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
     return records, problems
 
 
-def _pct(block: dict | None, p: str):
-    return None if not block else block.get(p)
-
-
 def csv_row(record: dict) -> dict:
-    """The flat view of a record for the CSV file."""
-    prov = record.get("provenance", {})
-    server = prov.get("server", {})
-    host = prov.get("host", {})
-    gpu = host.get("gpu", {})
-    row = {
-        "date": host.get("date"),
-        "run_id": record.get("run_id"),
-        "kind": record.get("kind"),
-        "arm": record.get("arm"),
-        "status": record.get("status"),
-        "url": server.get("url"),
-        "preset": server.get("preset"),
-        "sglang_version": server.get("sglang_version"),
-        "project_version": host.get("project", {}).get("version"),
-        "model": server.get("model_path"),
-        "draft_model": server.get("draft_model_path"),
-        "gpus": "; ".join(f"{g['name']} (driver {g['driver']})" for g in gpu.get("gpus", []))
-        or "none",
-        "prompt_set": prov.get("prompts", {}).get("set"),
-        "prompt_sha256": prov.get("prompts", {}).get("sha256"),
-    }
-    for key in (
-        "max_tokens",
-        "temperature",
-        "concurrency",
-        "requests",
-        "completed",
-        "short",
-        "malformed_chunks",
-        "duration_s",
-        "output_tokens",
-        "output_tok_s",
-        "request_s",
-        "goodput_tok_s",
-        "tokens_per_chunk",
-        "accept_length",
-        "accept_length_source",
-        "overall_tok_s",
-        "compared",
-        "identical",
-        "verdict",
-    ):
-        if key in record:
-            row[key] = record[key]
-    if isinstance(record.get("errors"), dict):
-        row["errors"] = sum(record["errors"].values())
-    for m in ("ttft", "tpot", "itl", "e2e"):
-        for p in ("p50", "p90", "p99"):
-            row[f"{m}_{p}_ms"] = _pct(record.get(f"{m}_ms"), p)
-    tok = record.get("tok_s")
-    if isinstance(tok, dict):
-        for k in ("mean", "median", "min", "max", "stdev", "ci95_low", "ci95_high"):
-            row[f"tok_s_{k}"] = tok.get(k)
-        row["runs"] = tok.get("n")
-    if "steady" in record:
-        row["steady"] = record["steady"]
-    return row
+    """The flat view of a record for the CSV file (every column; None when n/a)."""
+    return {name: get(record) for name, get in COLUMNS}
 
 
 def results_paths(results: Path) -> tuple[Path, Path]:

@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import records
 
@@ -26,13 +27,9 @@ def _ms(v: float | None) -> float | None:
 
 
 def accept_length(r: cl.RequestResult) -> float | None:
-    """Tokens per verify cycle of one request (bonus token included; SGLang's meaning)."""
-    spec = r.spec_details or {}
-    if spec.get("spec_accept_length"):
-        return float(spec["spec_accept_length"])
-    if r.spec_verify_ct and r.completion_tokens:
-        return r.completion_tokens / r.spec_verify_ct
-    return None
+    """Tokens per verify cycle of one request (common/accept_length.py)."""
+    reported = (r.spec_details or {}).get("spec_accept_length")
+    return accept.of_request(reported, r.completion_tokens, r.spec_verify_ct)
 
 
 def record(r: cl.RequestResult, level_start: float, **extra) -> dict:

@@ -19,6 +19,7 @@ import io
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.common.table import Col, Table
 from sgl_eagle_ext.profiling import names as profile_names
 
@@ -56,7 +57,7 @@ def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[dict]:
                 "high": hi,
                 "requests": n,
                 "verify_cycles": ver,
-                "accept_length": tok / ver if ver else None,
+                "accept_length": accept.from_counts(tok, ver),
             }
         )
     return out
@@ -80,7 +81,7 @@ def hist_from_profile(paths: list[Path]) -> Counter:
     h = Counter()
     for g in parsed.groups.values():
         for accepted, n in g.hist.items():
-            h[max(0, int(accepted) - 1)] += n
+            h[max(0, int(accepted) - accept.BONUS)] += n
     return h
 
 
@@ -101,8 +102,7 @@ def position_rates(hist: Counter) -> list[dict]:
 
 
 def mean_accept_length(hist: Counter) -> float | None:
-    total = sum(hist.values())
-    return (sum((k + 1) * v for k, v in hist.items()) / total) if total else None
+    return accept.from_histogram(hist)
 
 
 def tables(buckets: list[dict], positions: dict[str, list[dict]]) -> list[str]:

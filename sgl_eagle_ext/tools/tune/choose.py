@@ -7,12 +7,12 @@ controller walks down this ladder as the accept-length EMA falls) and 0 as the
 floor when the margin is thin (best gain below `floor_margin`) or the release
 allows it and the batch is not a single stream; SGLang drops to 0 only when
 almost no draft is accepted. Consecutive batch sizes with the same list share
-one bucket (keyed by the smallest; bucket "1" always exists).
+one bucket (keyed by the smallest; bucket "1" always exists). The file itself is
+written and checked by common/adaptive_config.py.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from sgl_eagle_ext.tools.tune.model import Prediction
@@ -79,10 +79,3 @@ def buckets(choices: list[Choice]) -> dict[str, list[int]]:
         table["1" if not table else str(c.bs)] = c.steps
         last = c.steps
     return table
-
-
-def config_text(table: dict[str, list[int]], about: str) -> str:
-    """The JSON file: provenance first, one bucket per line."""
-    lines = [f'  "_about": {json.dumps(about)}']
-    lines += [f'  "{k}": {{"candidate_steps": {json.dumps(v)}}}' for k, v in table.items()]
-    return "{\n" + ",\n".join(lines) + "\n}\n"

@@ -25,7 +25,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import adaptive_config, releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
@@ -192,11 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             + f"; per-position acceptance {', '.join(f'{a:.2f}' for a in alphas)}"
         )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(choose.config_text(table, about), encoding="utf-8")
-        from sgl_eagle_ext.launcher.preflight import adaptive
-
-        checked, found = adaptive.load(args.out, release)
+        adaptive_config.write(args.out, table, about)
+        checked, found = adaptive_config.load(args.out, release)
         if checked is None:  # our own output refused by the release's rules: a bug
             raise UserError(f"{args.out}: {found[0].message}", code=1)
         out["written"] = str(args.out)

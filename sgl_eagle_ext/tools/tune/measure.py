@@ -10,7 +10,6 @@ line (speculative_num_steps / eagle_topk / num_draft_tokens / adaptive).
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sgl_eagle_ext.profiling.recorder.window import TAG
-from sgl_eagle_ext.profiling.report import DECODE_BATCH, checked, read_lines, record_from_line
+from sgl_eagle_ext.profiling.record import BAD_LINE, checked, find_record, read_lines
+from sgl_eagle_ext.profiling.report import DECODE_BATCH
 
 SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\()?(?P<body>\{.*\})")
 SPEC_KEYS = (
@@ -106,15 +105,13 @@ def read(path: Path) -> Run:
             run.spec = _spec_from(line)
             break
     for line in read_lines(path):
-        line = line.rstrip("\r\n")
         try:
-            if line.startswith("{") and '"cycles"' in line:
-                _add(run, checked(json.loads(line)))
-            elif TAG + " v=" in line:
-                _add(run, checked(record_from_line(line)))
+            rec = find_record(line)
+            if rec is not None:
+                _add(run, rec)
             elif "Decode batch" in line and (m := DECODE_BATCH.search(line)):
                 run.decode_tps.setdefault(int(m["bs"]), []).append(checked(float(m["tps"])))
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
+        except BAD_LINE:
             continue  # a truncated line, or NaN / infinity (never averaged in)
     return run
 
