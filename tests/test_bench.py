@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TARGET_DRAFT, free_port
+from conftest import TARGET_DRAFT, free_port, wait_until
 from fakes.fake_sglang import Background, FakeSGLang, Faults
 
 from sgl_eagle_ext.common import http
@@ -669,7 +669,9 @@ def test_single_flags_short_runs_and_averages_the_rest(fake, tmp_path, capsys):
 
 
 def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
-    bg = fake(delay_ms=20)  # 20 tokens: ~0.4 s per request
+    # Level 1 (3 requests) finishes; level 2's first request (the 4th) hangs halfway, so
+    # level 2 cannot finish before the signal, however slow the machine.
+    bg = fake(delay_ms=5, faults=dict(hang_every=4))
     res = tmp_path / "r.jsonl"
     proc = subprocess.Popen(
         bench_cmd(
@@ -698,9 +700,10 @@ def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
         lines.append(line)
         if line.startswith("    1 "):
             break
-    time.sleep(0.5)  # level 2 is running
+    # level 2 is running: its first request has reached the server
+    wait_until(lambda: bg.fake.requests >= 4, 120, "level 2's first request")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (lines, out, err)
     assert "interrupted at concurrency 2; finished results are recorded" in err
     assert "Traceback" not in err
