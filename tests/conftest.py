@@ -70,6 +70,16 @@ def readable(text: str, min_share: float = 0.8) -> bool:
     return bool(words) and sum(w in corpus_words for w in words) >= min_share * len(words)
 
 
+def wait_until(predicate, timeout: float = 120, what: str = "condition") -> None:
+    """Poll `predicate` until it holds: a wait on an event with a generous overall
+    timeout (a busy machine is slow, never wrong), not a sleep that guesses how long."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"{what}: not met after {timeout:g} s")
+        time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,12 +13,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TARGET_DRAFT, free_port
+from conftest import TARGET_DRAFT, free_port, wait_until
 from fakes.fake_sglang import Background, FakeSGLang, Faults
 
 from sgl_eagle_ext.common import http
@@ -678,7 +677,9 @@ def test_single_flags_short_runs_and_averages_the_rest(fake, tmp_path, capsys):
 
 
 def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
-    bg = fake(delay_ms=20)  # 20 tokens: ~0.4 s per request
+    # Level 1 (3 requests) finishes; level 2's first request (the 4th) hangs halfway, so
+    # level 2 cannot finish before the signal, however slow the machine.
+    bg = fake(delay_ms=5, faults=dict(hang_every=4))
     res = tmp_path / "r.jsonl"
     proc = subprocess.Popen(
         bench_cmd(
@@ -707,9 +708,10 @@ def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
         lines.append(line)
         if line.startswith("    1 "):
             break
-    time.sleep(0.5)  # level 2 is running
+    # level 2 is running: its first request has reached the server
+    wait_until(lambda: bg.fake.requests >= 4, 120, "level 2's first request")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (lines, out, err)
     assert "interrupted at concurrency 2; finished results are recorded" in err
     assert "Traceback" not in err
@@ -1281,10 +1283,11 @@ def test_server_killed_mid_sweep(spec_server, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    for line in proc.stdout:
+    for line in proc.stdout:  # level 1 done: level 2 (2 x 32 tokens) is next
         if line.startswith("    1 "):
             break
-    time.sleep(1.0)
+    # Kill at once: whether level 2's requests are refused or cut, it cannot finish
+    # (a pause here gave a quiet machine time to finish it).
     for pid in http.listener_pids(spec_server.port) or ():
         psutil.Process(pid).kill()  # the SGLang HTTP server; its scheduler follows it
     out, err = proc.communicate(timeout=300)

@@ -22,7 +22,7 @@ import pytest
 
 from sgl_eagle_ext.common import http
 from sgl_eagle_ext.common.redaction import redact_args
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -185,7 +185,12 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
             out.append(line)
             if "READY in" in line or time.monotonic() - t0 > 300:
                 break
-        time.sleep(1)  # let the command-line sampler see the router's own process
+        # the command-line sampler has seen the router's own process
+        wait_until(
+            lambda: any("router_entry" in c for c in list(cmdlines.seen.values())),
+            120,
+            "the router's command line sampled",
+        )
         router.send_signal(signal.SIGTERM)
         rest, _ = router.communicate(timeout=60)
         printed.append("".join(out) + rest)

@@ -220,11 +220,6 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("no worker given.", fix="pass --worker-url http://HOST:PORT per replica")
     if len(set(urls)) != len(urls):
         raise UserError("the same --worker-url is given twice.", fix="list each replica once")
-    if importlib.util.find_spec("sglang_router") is None:
-        raise UserError(
-            "the sglang-router package is not installed in this Python.",
-            fix="pip install sglang-router (it ships the router's Rust binary)",
-        )
     check_port_free(args.host, args.port)
     check_port_free(args.host, args.metrics_port)
 
@@ -232,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     log_path = check_writable_file(
         "--log-file", args.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log"
     )
+    # after the arguments: a bad one is reported as such, router installed or not
+    if importlib.util.find_spec("sglang_router") is None:
+        raise UserError(
+            "the sglang-router package is not installed in this Python.",
+            fix="pip install sglang-router (it ships the router's Rust binary)",
+        )
     env = {**os.environ, API_KEY_ENV: api_key} if api_key else None
     router = ServerProcess(
         router_command(args, urls, extra, keyed=bool(api_key)),

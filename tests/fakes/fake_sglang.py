@@ -150,8 +150,10 @@ class FakeSGLang:
             ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
-    def _every(self, n: int) -> bool:
-        return n > 0 and self.requests % n == 0
+    def _every(self, n: int, k: int | None = None) -> bool:
+        """Request number `k` (default: the latest) is an Nth one."""
+        k = self.requests if k is None else k
+        return n > 0 and k % n == 0
 
     def _finish(self, tokens: int) -> int | None:
         self.generation_tokens += tokens
@@ -263,9 +265,9 @@ class FakeSGLang:
                     },
                 }
             )
-        return await self._stream(req, body, n, finish)
+        return await self._stream(req, body, n, finish, self.requests)
 
-    async def _stream(self, req: web.Request, body: dict, n: int, finish: str):
+    async def _stream(self, req: web.Request, body: dict, n: int, finish: str, k: int):
         rid = uuid.uuid4().hex
         head = (
             f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":'
@@ -278,21 +280,17 @@ class FakeSGLang:
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
+        # `k`: this request's number, taken before any await (requests arriving
+        # meanwhile do not shift which one is faulted)
+        f = self.faults
+        hang, drop, err = (
+            self._every(f.hang_every, k),
+            self._every(f.drop_every, k),
+            self._every(f.error_every, k),
+        )
+        cut = n // 2 if (hang or drop or err) else -1
         await resp.prepare(req)
         self.active += 1
-        f = self.faults
-        cut = (
-            n // 2
-            if (
-                self._every(f.drop_every) or self._every(f.hang_every) or self._every(f.error_every)
-            )
-            else -1
-        )
-        hang, drop, err = (
-            self._every(f.hang_every),
-            self._every(f.drop_every),
-            self._every(f.error_every),
-        )
         try:
             await resp.write(first)
             sent, batch = 0, []
