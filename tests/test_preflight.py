@@ -118,6 +118,7 @@ def pair(tmp_path):
 
 def check(t, d, release=NEW, args=(), **kw):
     kw.setdefault("host_checks", False)
+    kw.setdefault("ask", False)  # the rules; tests/test_ask_sglang.py asks SGLang
     return run(str(t), str(d) if d else None, release, list(args), **kw)
 
 

@@ -202,7 +202,11 @@ def check(
     applied: set[str] | None,
     graphs_on: bool,
     fc_in_checkpoint: int | None,
+    sglang=None,
 ) -> list[Finding]:
+    """sglang: ask_sglang.Answer whose .aux holds the release's own capture indices
+    (its set_eagle3_layers_to_capture, run) and, where its decoder loop ran on stand-in
+    layers, which boundaries arrive; else the rules of the release table decide."""
     n, bad = target.number(
         "num_hidden_layers", required=True, why=" (needed to place the aux layers)"
     )
@@ -217,12 +221,41 @@ def check(
     key = f"eagle_config.{IDS_KEY}"
 
     eff = effective(ids, n, rule)
+    asked = (sglang.aux if sglang is not None else None) or {}
+    if applied:  # our patches change the release's rule: SGLang's pristine answer is moot
+        asked = {}
+    verdict = "predicted from the release table"
+    if "raised" in asked:
+        found.append(
+            draft.finding(
+                "aux.sglang-raised",
+                ERROR,
+                f"SGLang {sglang.version}'s own {arch}.set_eagle3_layers_to_capture raises on "
+                f"ids {ids}: {asked['raised']}.",
+                "use ids of the target's decoder layers (0..N-1)",
+                key,
+                text=False,
+            )
+        )
+        return found
+    if isinstance(asked.get("layers_to_capture"), list):
+        eff, verdict = asked["layers_to_capture"], sglang.label
     # The capture boundaries this release's loop reaches for this architecture.
+    ran = asked.get("boundaries") or {}
     low = 0 if arch in release.aux_capture_embedding else 1
     top = n if arch in release.aux_capture_final else n - 1
+    if ran.get("embedding") is not None:
+        low = 0 if ran["embedding"] else 1
+    if ran.get("final") is not None:
+        top = n if ran["final"] else n - 1
+    bounds = (
+        f"its decoder loop ran on stand-in layers ({sglang.label})"
+        if ran.get("embedding") is not None or ran.get("final") is not None
+        else "predicted from the release table"
+    )
     reachable = lambda e: low <= e <= top  # noqa: E731
     if ids is not None:
-        embedding = [e for raw, e in zip(ids, eff, strict=True) if raw == -1]
+        embedding = [e for raw, e in zip(ids, eff, strict=False) if raw == -1]
         if embedding and not all(map(reachable, embedding)):
             found.append(
                 draft.finding(
@@ -273,7 +306,7 @@ def check(
             )
 
     # (raw id, capture index); a raw -1 is reported once, as aux.embedding, above.
-    pairs = list(zip(ids, eff, strict=True)) if ids is not None else [(None, e) for e in eff]
+    pairs = list(zip(ids, eff, strict=False)) if ids is not None else [(None, e) for e in eff]
     outside = [e for raw, e in pairs if raw != -1 and not reachable(e)]
     if outside:
         found.append(
@@ -336,19 +369,23 @@ def check(
         if ids is not None
         else "defaults [2, N//2, N-3], no +1"
     )
+    if verdict != "predicted from the release table" and eff != effective(ids, n, rule):
+        how = f"SGLang's own set_eagle3_layers_to_capture ({asked.get('via')})"
     found.append(
         draft.finding(
             "aux.effective",
             INFO,
             f"{arch} target ({n} layers, {fam} convention) on SGLang {release.version}: ids "
             f"{ids if ids is not None else '(none)'} from {aux.where}, {how} -> captures the hidden "
-            f"state entering layers [{inputs}] (= outputs of layers [{outputs}]). Compare with the "
-            f"draft's training. Per release: {per_release(ids, n, fam)}.",
+            f"state entering layers [{inputs}] (= outputs of layers [{outputs}]) ({verdict}; "
+            f"which boundaries can be captured: {bounds}). Compare with the draft's training. "
+            f"Per release: {per_release(ids, n, fam)}.",
             key=key,
             text=False,
             effective=eff,
             ids=ids,
             rule=rule,
+            verdict=verdict,
         )
     )
 

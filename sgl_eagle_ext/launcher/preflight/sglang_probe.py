@@ -57,7 +57,10 @@ def _model_config(path: str, **kw) -> dict:
 
 def context_case(case: dict) -> dict:
     user = case.get("context_length")
-    out = {"target": _model_config(case["target"], context_length=user)}
+    out = {"target_own": _model_config(case["target"])}
+    out["target"] = (
+        _model_config(case["target"], context_length=user) if user else out["target_own"]
+    )
     if case.get("draft"):
         out["draft_own"] = _model_config(case["draft"])
         effective = user or out["target"].get("len")
@@ -82,7 +85,9 @@ class _Recorder:
         if name.startswith("__"):
             raise AttributeError(name)
         if name == "layers":
-            child = [_Recorder(f"{self._path}.layers[{i}]", self._log, self._n) for i in range(self._n)]
+            child = [
+                _Recorder(f"{self._path}.layers[{i}]", self._log, self._n) for i in range(self._n)
+            ]
         else:
             child = _Recorder(f"{self._path}.{name}", self._log, self._n)
         object.__setattr__(self, name, child)
@@ -143,9 +148,33 @@ def _inner_classes(cls) -> list:
     ]
 
 
+def resolve(arch: str):
+    """The model class SGLang registers for `arch`. The module defining it is imported
+    alone when its file is found (the full registry imports every model: seconds)."""
+    import sglang.srt.models as models
+
+    needle = f"class {arch}("
+    for folder in models.__path__:
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(".py"):
+                continue
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    if needle not in f.read():
+                        continue
+                mod = importlib.import_module(f"sglang.srt.models.{name[:-3]}")
+            except Exception:
+                continue
+            cls = getattr(mod, arch, None)
+            if isinstance(cls, type):
+                return cls
+    from sglang.srt.models.registry import ModelRegistry
+
+    return ModelRegistry.resolve_model_cls([arch])[0]
+
+
 def _delegate_class(arch: str, config):
     """The class of `language_model` for a wrapper: its text config's causal LM."""
-    from sglang.srt.models.registry import ModelRegistry
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     text = getattr(config, "text_config", None)
@@ -155,7 +184,7 @@ def _delegate_class(arch: str, config):
         names.append(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[mt])
     for name in names:
         try:
-            return ModelRegistry.resolve_model_cls([name])[0]
+            return resolve(name)
         except Exception:
             continue
     return None
@@ -183,7 +212,10 @@ def capture_indices(cls, arch: str, n: int, ids, config=None, depth: int = 0) ->
             sub = _run_setter(inner, n, passed, config)
             for k, p, v in sub:
                 if k == "set" and p.endswith(".layers_to_capture"):
-                    return {"layers_to_capture": list(v), "via": f"{cls.__name__} -> {inner.__name__}"}
+                    return {
+                        "layers_to_capture": list(v),
+                        "via": f"{cls.__name__} -> {inner.__name__}",
+                    }
         return {"layers_to_capture": list(passed or []), "via": f"{cls.__name__} -> {path}"}
     return {"layers_to_capture": None, "via": cls.__name__}
 
@@ -266,7 +298,11 @@ def _boundary_run(cls, n: int, capture: list) -> dict:
     if hasattr(aux, "finalize"):  # a packer: its buffer holds the captures side by side
         aux = list(aux.finalize().split(4, dim=-1)) if len(aux) else []
     got = sorted({int(t.flatten()[0].item()) for t in aux})
-    return {"embedding": 0 in got if 0 in capture else None, "final": n in got if n in capture else None, "got": got}
+    return {
+        "embedding": 0 in got if 0 in capture else None,
+        "final": n in got if n in capture else None,
+        "got": got,
+    }
 
 
 def _loop_classes(cls):
@@ -291,21 +327,19 @@ def _loop_classes(cls):
 
 
 def aux_case(case: dict) -> dict:
-    from sglang.srt.models.registry import ModelRegistry
-
     arch, n, ids = case["arch"], case["n"], case.get("ids")
     try:
-        cls = ModelRegistry.resolve_model_cls([arch])[0]
+        cls = resolve(arch)
     except Exception as e:
         return {"missing": f"{type(e).__name__}: {e}"[:300]}
     if not hasattr(cls, "set_eagle3_layers_to_capture"):
         return {"missing": f"{arch} has no set_eagle3_layers_to_capture"}
     config = None
-    if case.get("config"):
-        from transformers import AutoConfig
+    if case.get("config"):  # the target's config as SGLang loads it
+        from sglang.srt.configs.model_config import ModelConfig
 
         try:
-            config = AutoConfig.from_pretrained(case["config"])
+            config = ModelConfig(case["config"], trust_remote_code=False).hf_config
         except Exception:
             config = None
     try:
