@@ -308,14 +308,24 @@ AUX_PLUS_ONE, AUX_FIRST_IS_1, AUX_UNLESS_MAX_IS_N = (
     "+1 if first id is 1",
     "+1 unless max is N",
 )
+# AUX_DEFAULTS_TOO: +1 to the ids and to the defaults (MiniMax-M3 VL, 0.5.23).
+AUX_DEFAULTS_TOO = "+1, defaults included"
 # Keys: target families (preflight/aux_layers.py maps architectures to them).
 _AUX_OFFSET_OLD = MappingProxyType(
-    {"llama": AUX_PLUS_ONE, "deepseek": AUX_PLUS_ONE, "gpt-oss": AUX_PLUS_ONE}
+    {
+        "llama": AUX_PLUS_ONE,
+        "deepseek": AUX_PLUS_ONE,
+        "gpt-oss": AUX_PLUS_ONE,
+        "minimax-m3-vl": AUX_DEFAULTS_TOO,
+    }
 )
 _AUX_OFFSET_V13 = MappingProxyType({**_AUX_OFFSET_OLD, "deepseek": AUX_FIRST_IS_1})
 _AUX_OFFSET_NEW = MappingProxyType({**_AUX_OFFSET_V13, "gpt-oss": AUX_UNLESS_MAX_IS_N})  # 0.5.19+
 
 _GPT_OSS = frozenset({"GptOssForCausalLM"})  # 0.5.19+: the boundary-capture loop
+# Qwen2's loop captures the embedding itself when there is no residual yet (0.5.10.post1,
+# run; kept in later releases, where only 0.5.23 was run).
+_QWEN2 = frozenset({"Qwen2ForCausalLM"})
 # DeepSeek-V2/V3 and Kimi-K2.5, 0.5.16+: the layer captures its own input (capture 0 is
 # the embedding output).
 _DEEPSEEK_BOUNDARY = frozenset(
@@ -390,9 +400,6 @@ _ROPE_PER_LAYER_TF5_19 = _ROPE_PER_LAYER_TF5_3 | {
     "deepseek_v4",
     "diffusion_gemma",
     "embedding_gemma2",
-    "gemma4",
-    "gemma4_text",
-    "gemma4_unified",
     "olmo3",
     "step3p5",
     "step3p7",
@@ -425,6 +432,7 @@ RELEASES: tuple[Release, ...] = (
         context_rule_file="srt/utils/hf_transformers_utils.py",
         workers=(V1_WORKER, V2_WORKER_0510),
         aux_offset=_AUX_OFFSET_OLD,
+        aux_capture_embedding=_QWEN2,
         graph_resets_aux_layers=True,
         draft_fc_follows_ids=False,
         eagle3_drafts=("LlamaForCausalLMEagle3",),
@@ -446,6 +454,7 @@ RELEASES: tuple[Release, ...] = (
         resolve_once=False,
         torch="2.11.0",
         aux_offset=_AUX_OFFSET_V13,
+        aux_capture_embedding=_QWEN2,
         chat_spec_details_field=None,
     ),
     # --cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode.
@@ -461,7 +470,7 @@ RELEASES: tuple[Release, ...] = (
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         env_overrides=_ENV_OVERRIDES_0516,
         aux_offset=_AUX_OFFSET_V13,
-        aux_capture_embedding=_DEEPSEEK_BOUNDARY,
+        aux_capture_embedding=_DEEPSEEK_BOUNDARY | _QWEN2,
         chat_spec_details_field=None,
     ),
     Release(
@@ -474,7 +483,7 @@ RELEASES: tuple[Release, ...] = (
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         env_overrides=_ENV_OVERRIDES_0519,
-        aux_capture_embedding=_GPT_OSS | _DEEPSEEK_BOUNDARY,
+        aux_capture_embedding=_GPT_OSS | _DEEPSEEK_BOUNDARY | _QWEN2,
         aux_capture_final=_GPT_OSS,
     ),
     # --cuda-graph-max-bs is gone (argparse: ambiguous option).
@@ -496,7 +505,7 @@ RELEASES: tuple[Release, ...] = (
                 needs=("tp-lm-head-a2a",),
             ),
         ),
-        aux_capture_embedding=_GPT_OSS | _DEEPSEEK_BOUNDARY,
+        aux_capture_embedding=_GPT_OSS | _DEEPSEEK_BOUNDARY | _QWEN2,
         aux_capture_final=_GPT_OSS,
     ),
     Release(

@@ -31,6 +31,9 @@ DEEPSEEK = frozenset(
     }
 )
 GPT_OSS = frozenset({"GptOssForCausalLM"})
+# Targets whose capture the rules cannot mirror: MindSpore hands the ids to a model of
+# another framework. Without the release to ask, the dry run says so.
+UNMIRRORED = frozenset({"MindSporeForCausalLM"})
 MLA_DRAFT = "Eagle3DeepseekV2ForCausalLM"
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 # Patch ids (patches/manifest.toml) that change the rules computed here.
@@ -51,6 +54,8 @@ _EMBEDDING = {
     "then a shape error or 'captured 2 of 3 aux hidden states'",
     releases.AUX_UNLESS_MAX_IS_N: "it becomes index 0, the embedding output, which the "
     "capture loop does not support",
+    releases.AUX_DEFAULTS_TOO: "it becomes index 0, the embedding output, which the "
+    "capture loop does not support",
 }
 
 
@@ -59,6 +64,8 @@ def family(arch: str | None) -> str:
     rest of the EAGLE-3 targets always add 1)."""
     if arch in DEEPSEEK:
         return "deepseek"
+    if arch == "MiniMaxM3SparseForConditionalGeneration":
+        return "minimax-m3-vl"
     return "gpt-oss" if arch in GPT_OSS else "llama"
 
 
@@ -68,8 +75,10 @@ def defaults(n_layers: int) -> list[int]:
 
 def effective(ids: list[int] | None, n_layers: int, rule: str) -> list[int]:
     """Capture indices (inputs of these layers) for the ids under an offset rule."""
+    if rule == releases.AUX_DEFAULTS_TOO:
+        return [i + 1 for i in (defaults(n_layers) if ids is None else ids)]
     if ids is None:
-        return defaults(n_layers)  # no +1 on the defaults, in every family and release
+        return defaults(n_layers)  # no +1 on the defaults, elsewhere
     plus_one = [i + 1 for i in ids]
     if rule == releases.AUX_FIRST_IS_1:
         return plus_one if ids and ids[0] == 1 else list(ids)
@@ -240,6 +249,19 @@ def check(
         return found
     if isinstance(asked.get("layers_to_capture"), list):
         eff, verdict = asked["layers_to_capture"], sglang.label
+    elif arch in UNMIRRORED:
+        found.append(
+            draft.finding(
+                "aux.unpredictable",
+                WARNING,
+                f"which layers a {arch} target captures for ids {ids} cannot be predicted "
+                f"without SGLang {release.version} (it hands them to its own backend).",
+                "run preflight where that release is installed (it then asks SGLang)",
+                key,
+                text=False,
+            )
+        )
+        return found
     # The capture boundaries this release's loop reaches for this architecture.
     ran = asked.get("boundaries") or {}
     low = 0 if arch in release.aux_capture_embedding else 1
@@ -365,6 +387,7 @@ def check(
             releases.AUX_UNLESS_MAX_IS_N: "as is (max is N)"
             if ids and max(ids) == n
             else "+1 to each id",
+            releases.AUX_DEFAULTS_TOO: "+1 to each id",
         }[rule]
         if ids is not None
         else "defaults [2, N//2, N-3], no +1"

@@ -84,7 +84,7 @@ def check(
         asked = {}  # SGLang could not load the target: the rules decide, said so
     split = release.rope_per_layer_types
     t_how = context_rule.loaded_as(target.config, target.text, split)
-    t_why = context_rule.derive(target.text, t_how)
+    t_why = context_rule.derive(context_rule.sglang_text(target.config, target.text), t_how)
     if asked:
         t_len = own["len"]
         verdict = sglang.label
@@ -138,7 +138,7 @@ def check(
     if draft is None or draft.config is None:
         return found, None
     d_how = context_rule.loaded_as(draft.config, draft.text, split)
-    d_why = context_rule.derive(draft.text, d_how)
+    d_why = context_rule.derive(context_rule.sglang_text(draft.config, draft.text), d_how)
     d_key = context_rule.field_for(draft.text)
     d_own = asked.get("draft_own", {})
     if asked and "len" in d_own and "draft" in asked:

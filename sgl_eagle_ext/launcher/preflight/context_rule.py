@@ -46,7 +46,7 @@ CLASS_DEFAULT_LENGTH = {
     "code_llama": 2048,
     "deepseek_v2": 2048,
     "deepseek_v3": 4096,
-    "deepseek_v32": 163840,
+    "deepseek_v32": 4096,  # SGLang 0.5.23 loads it as its DeepSeek-V3 config
     "exaone_moe": 2048,
     "gemma3_text": 131072,
     "gemma4_text": 131072,
@@ -57,6 +57,7 @@ CLASS_DEFAULT_LENGTH = {
     "llama": 2048,
     "llama4_text": 131072,
     "longcat_flash": 131072,
+    "mellum": 131072,
     "minimax_m2": 196608,
     "ministral3": 262144,
     "mistral": 131072,
@@ -85,6 +86,18 @@ TEXT_TYPE = {
     "qwen3_vl": "qwen3_vl_text",
     "qwen3_vl_moe": "qwen3_vl_moe_text",
 }
+# Multimodal config classes that ignore text keys written at the top level: SGLang
+# reads their text_config (class defaults when the file has none).
+TOP_LEVEL_IGNORED = frozenset(
+    {"gemma3", "gemma4", "gemma4_unified", "llama4", "qwen3_vl", "qwen3_vl_moe"}
+)
+TEXT_TYPE.update(gemma4_unified="gemma4_text")
+# Config classes that keep a yarn/longrope dict as written (no original length filled
+# in), so its factor multiplies.
+NO_ROPE_FILL = frozenset({"longcat_flash", "qwen3_next"})
+# Config classes whose length SGLang derives in ways these rules do not mirror: the
+# dry-run verdict says it cannot predict them.
+UNMIRRORED = frozenset({"glm5_next", "gemma4_unified_assistant"})
 # Config classes that split rope per attention layer type (transformers 5: rope_parameters
 # {"full_attention": {...}, "sliding_attention": {...}}): SGLang's rule then finds no
 # top-level factor and counts 1. The classes differ per transformers release
@@ -101,7 +114,7 @@ def per_layer(rope: dict) -> bool:
     return bool(rope) and all(isinstance(v, dict) for v in rope.values())
 
 
-def rope_view(cfg: dict, split: bool = False) -> dict | None:
+def rope_view(cfg: dict, split: bool = False, fills: bool = True) -> dict | None:
     """The rope dict SGLang reads as `config.rope_scaling` under transformers 5.
     split: the config class splits rope per layer type (a flat dict in the file
     becomes the full-attention entry)."""
@@ -117,7 +130,7 @@ def rope_view(cfg: dict, split: bool = False) -> dict | None:
         return {"full_attention": rope, "sliding_attention": {"rope_type": "default"}}
     if "type" in rope and "rope_type" not in rope:
         rope["rope_type"] = rope["type"]
-    if rope.get("rope_type") in FILLS_ORIGINAL:
+    if fills and rope.get("rope_type") in FILLS_ORIGINAL:
         # transformers 5 (standardize_rope_params) moves a top-level
         # original_max_position_embeddings into these rope types, else fills it from
         # max_position_embeddings: SGLang then counts their factor as 1.
@@ -164,21 +177,38 @@ class Derivation:
 
 @dataclass(frozen=True)
 class Loaded:
-    """How a config's class shapes what SGLang reads: its text model_type and whether
-    it splits rope per layer type (release-dependent)."""
+    """How a config's class shapes what SGLang reads: its text model_type, whether it
+    splits rope per layer type (release-dependent), whether it fills yarn's original
+    length, and whether the rules can mirror it at all."""
 
     model_type: str | None = None
     split_rope: bool = False
+    fills_original: bool = True
+    mirrored: bool = True
 
 
 def loaded_as(config: dict | None, text: dict, split_types=frozenset()) -> Loaded:
     outer = (config or {}).get("model_type")
-    mt = text.get("model_type") or (TEXT_TYPE.get(outer, outer) if text is not config else outer)
-    return Loaded(mt, mt in split_types or outer in split_types)
+    own = None if text is config else text.get("model_type")
+    mt = own or TEXT_TYPE.get(outer, outer)
+    return Loaded(
+        mt,
+        mt in split_types,
+        mt not in NO_ROPE_FILL,
+        not ({mt, outer} & UNMIRRORED),
+    )
+
+
+def sglang_text(config: dict | None, text: dict) -> dict:
+    """The text config SGLang reads: a multimodal class that ignores top-level text keys
+    sees only its (default) text_config when the file has none."""
+    if text is config and (config or {}).get("model_type") in TOP_LEVEL_IGNORED:
+        return {}
+    return text
 
 
 def factor(cfg: dict, how: Loaded = Loaded()) -> float:
-    rope = rope_view(cfg, how.split_rope)
+    rope = rope_view(cfg, how.split_rope, how.fills_original)
     if not rope:
         return 1
     if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":

@@ -24,6 +24,8 @@ Request (JSON): {"context": [{"target": DIR, "draft": DIR|null, "context_length"
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import importlib
 import json
 import os
@@ -126,7 +128,14 @@ def _run_setter(cls, n: int, ids, config) -> list:
     log: list = []
     me = _Recorder("self", log, n)
     text = types.SimpleNamespace(num_hidden_layers=n)
-    cfg = config or types.SimpleNamespace(num_hidden_layers=n, text_config=text)
+    cfg = types.SimpleNamespace(num_hidden_layers=n, text_config=text)
+    if config is not None:  # the real config, with the layer count asked about
+        cfg = copy.copy(config)
+        cfg.num_hidden_layers = n
+        sub = getattr(config, "text_config", None)
+        if sub is not None:
+            cfg.text_config = copy.copy(sub)
+            cfg.text_config.num_hidden_layers = n
     object.__setattr__(me, "config", cfg)
     object.__setattr__(me, "pp_group", _RANK)
     with _single_rank(sys.modules[cls.__module__]):
@@ -326,6 +335,17 @@ def _loop_classes(cls):
             yield c
 
 
+@functools.lru_cache(maxsize=None)
+def _hf_config(path: str):
+    """The target's config as SGLang loads it (None if it cannot)."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    try:
+        return ModelConfig(path, trust_remote_code=False).hf_config
+    except Exception:
+        return None
+
+
 def aux_case(case: dict) -> dict:
     arch, n, ids = case["arch"], case["n"], case.get("ids")
     try:
@@ -334,14 +354,7 @@ def aux_case(case: dict) -> dict:
         return {"missing": f"{type(e).__name__}: {e}"[:300]}
     if not hasattr(cls, "set_eagle3_layers_to_capture"):
         return {"missing": f"{arch} has no set_eagle3_layers_to_capture"}
-    config = None
-    if case.get("config"):  # the target's config as SGLang loads it
-        from sglang.srt.configs.model_config import ModelConfig
-
-        try:
-            config = ModelConfig(case["config"], trust_remote_code=False).hf_config
-        except Exception:
-            config = None
+    config = _hf_config(case["config"]) if case.get("config") else None
     try:
         out = capture_indices(cls, arch, n, ids, config)
     except Exception as e:  # what SGLang's own method does with these ids
@@ -367,6 +380,57 @@ def families() -> dict:
     return {"targets": found, "unimportable": failed}
 
 
+def _model_type_of(arch: str) -> str | None:
+    from transformers.models.auto import modeling_auto
+
+    for name in dir(modeling_auto):
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES"):
+            for mt, archs in getattr(modeling_auto, name).items():
+                if arch == archs or (isinstance(archs, (list, tuple)) and arch in archs):
+                    return mt
+    return None
+
+
+def family_cases(fams: dict, req: dict, root: str) -> dict:
+    """Every enumerated family: its context length for each config variant built on its
+    transformers config class, and its capture answers for each id set (the class's
+    config from the first variant that loads: a wrapper resolves its language model)."""
+    out = {}
+    for fam in fams["targets"]:
+        arch = fam["arch"]
+        mt = _model_type_of(arch)
+        entry: dict = {"model_type": mt, "aux": [], "context": []}
+        loaded = None
+        given = req.get("configs", {}).get(arch)
+        if given is not None:  # a class transformers does not map (SGLang's own config)
+            loaded = os.path.join(root, f"{arch}-given")
+            os.makedirs(loaded, exist_ok=True)
+            with open(os.path.join(loaded, "config.json"), "w") as f:
+                json.dump(given, f)
+        for i, variant in enumerate(req.get("context", []) if mt else []):
+            variant = dict(variant)
+            cfg = {"architectures": [arch], "model_type": mt}
+            if variant.pop("_nested", False):
+                cfg["text_config"] = variant
+            else:
+                cfg.update(variant)
+            path = os.path.join(root, f"{arch}-{i}")
+            os.makedirs(path, exist_ok=True)
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            try:
+                got = _model_config(path)
+            except Exception as e:  # a class SGLang cannot load from this alone
+                got = {"skip": f"{type(e).__name__}: {e}"[:200]}
+            if loaded is None and "len" in got:
+                loaded = path
+            entry["context"].append({"config": cfg, **got})
+        for case in req.get("aux", []):
+            entry["aux"].append(aux_case({"arch": arch, "config": loaded, **case}))
+        out[arch] = entry
+    return out
+
+
 def main() -> None:
     t0 = time.monotonic()
     with open(sys.argv[1]) as f:
@@ -378,6 +442,11 @@ def main() -> None:
     out["aux"] = [aux_case(c) for c in req.get("aux", [])]
     if req.get("families"):
         out["families"] = families()
+    if req.get("family_cases"):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as root:
+            out["family_cases"] = family_cases(out["families"], req["family_cases"], root)
     out["seconds"] = round(time.monotonic() - t0, 2)
     sys.stdout.write(TAG + json.dumps(out) + "\n")
 
