@@ -178,7 +178,9 @@ def test_every_family_context_agrees_with_sglang(answer, tmp_path):
             compared += 1
             if ours != case["len"]:
                 bad.append(f"{arch} {case['config']}: rules {ours}, SGLang {case['len']}")
-    print(f"\n{answer['version']}: {compared} family configs compared, {skipped} not loadable or not mirrored")
+    print(
+        f"\n{answer['version']}: {compared} family configs compared, {skipped} not loadable or not mirrored"
+    )
     assert compared > 100
     assert bad == [], "\n".join(bad)
 

@@ -335,7 +335,7 @@ def _loop_classes(cls):
             yield c
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hf_config(path: str):
     """The target's config as SGLang loads it (None if it cannot)."""
     from sglang.srt.configs.model_config import ModelConfig
