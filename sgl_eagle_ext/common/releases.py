@@ -260,6 +260,9 @@ class Release:
     # loop; Llama's 0 on 0.5.23 was run on the CPU harness, 0.5.10.post1 raises TypeError).
     aux_capture_embedding: frozenset[str] = frozenset()
     aux_capture_final: frozenset[str] = frozenset()
+    # transformers config model_types (of the release's pinned transformers) that split
+    # rope per attention layer type: SGLang's context rule then reads no factor.
+    rope_per_layer_types: frozenset[str] = field(default_factory=lambda: _ROPE_PER_LAYER_TF5_3)
     # CUDA-graph setup resets the capture layers to the defaults, so decode/verify
     # graphs capture other layers than prefill (upstream #22836, fixed in 0.5.13).
     graph_resets_aux_layers: bool = False
@@ -305,15 +308,104 @@ AUX_PLUS_ONE, AUX_FIRST_IS_1, AUX_UNLESS_MAX_IS_N = (
     "+1 if first id is 1",
     "+1 unless max is N",
 )
+# AUX_DEFAULTS_TOO: +1 to the ids and to the defaults (MiniMax-M3 VL, 0.5.23).
+AUX_DEFAULTS_TOO = "+1, defaults included"
 # Keys: target families (preflight/aux_layers.py maps architectures to them).
 _AUX_OFFSET_OLD = MappingProxyType(
-    {"llama": AUX_PLUS_ONE, "deepseek": AUX_PLUS_ONE, "gpt-oss": AUX_PLUS_ONE}
+    {
+        "llama": AUX_PLUS_ONE,
+        "deepseek": AUX_PLUS_ONE,
+        "gpt-oss": AUX_PLUS_ONE,
+        "minimax-m3-vl": AUX_DEFAULTS_TOO,
+    }
 )
 _AUX_OFFSET_V13 = MappingProxyType({**_AUX_OFFSET_OLD, "deepseek": AUX_FIRST_IS_1})
 _AUX_OFFSET_NEW = MappingProxyType({**_AUX_OFFSET_V13, "gpt-oss": AUX_UNLESS_MAX_IS_N})  # 0.5.19+
 
 _GPT_OSS = frozenset({"GptOssForCausalLM"})  # 0.5.19+: the boundary-capture loop
-_LAYER_BOUNDARY = _GPT_OSS | {"LlamaForCausalLM"}  # 0.5.23: Llama moved there too
+# Qwen2's loop captures the embedding itself when there is no residual yet (0.5.10.post1,
+# run; kept in later releases, where only 0.5.23 was run).
+_QWEN2 = frozenset({"Qwen2ForCausalLM"})
+# DeepSeek-V2/V3 and Kimi-K2.5, 0.5.16+: the layer captures its own input (capture 0 is
+# the embedding output).
+_DEEPSEEK_BOUNDARY = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "Glm4MoeLiteForCausalLM",
+        "GlmMoeDsaForCausalLM",
+        "MistralLarge3ForCausalLM",
+    }
+)
+# 0.5.23: every decoder loop that hands the capture to the layer boundary
+# (capture_output= / captured_last_layer_outputs=), or captures before the layer itself
+# (Gemma-3), also delivers capture 0.
+_LAYER_BOUNDARY = (
+    _GPT_OSS
+    | _DEEPSEEK_BOUNDARY
+    | {
+        "ApertusForCausalLM",
+        "BailingMoEForCausalLM",
+        "BailingMoeForCausalLM",
+        "BailingMoeV2ForCausalLM",
+        "ExaoneMoEForCausalLM",
+        "ExaoneMoeForCausalLM",
+        "Gemma3ForCausalLM",
+        "Gemma3ForConditionalGeneration",
+        "Gemma4ForCausalLM",
+        "Gemma4ForConditionalGeneration",
+        "Glm4MoeForCausalLM",
+        "Glm5NextForConditionalGeneration",
+        "IQuestCoderForCausalLM",
+        "InternLM3ForCausalLM",
+        "Llama4ForCausalLM",
+        "Llama4ForConditionalGeneration",
+        "LlamaForCausalLM",
+        "MiniMaxM2ForCausalLM",
+        "MiniMaxM3SparseForCausalLM",
+        "Ministral3ForCausalLM",
+        "MistralForCausalLM",
+        "Phi3ForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Qwen3NextForCausalLM",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+        "TeleFLMForCausalLM",
+    }
+)
+# Gemma-3 also captures the last layer's output (index N).
+_FINAL_0523 = _GPT_OSS | {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}
+_ROPE_PER_LAYER_TF5_3 = frozenset(
+    {
+        "colmodernvbert",
+        "gemma3",
+        "gemma3_text",
+        "gemma3n",
+        "gemma3n_text",
+        "modernbert",
+        "modernbert-decoder",
+        "modernvbert",
+        "pe_audio",
+        "shieldgemma2",
+        "t5gemma2",
+        "t5gemma2_encoder",
+    }
+)
+_ROPE_PER_LAYER_TF5_19 = _ROPE_PER_LAYER_TF5_3 | {
+    "deepseek_v4",
+    "diffusion_gemma",
+    "embedding_gemma2",
+    "olmo3",
+    "step3p5",
+    "step3p7",
+    "t5gemma2_decoder",
+    "t5gemma2_text",
+}
 
 _GRAPH_FLAGS_V16 = MappingProxyType(
     {"cuda-graph-max-bs": "cuda-graph-max-bs-decode", "cuda-graph-bs": "cuda-graph-bs-decode"}
@@ -340,6 +432,7 @@ RELEASES: tuple[Release, ...] = (
         context_rule_file="srt/utils/hf_transformers_utils.py",
         workers=(V1_WORKER, V2_WORKER_0510),
         aux_offset=_AUX_OFFSET_OLD,
+        aux_capture_embedding=_QWEN2,
         graph_resets_aux_layers=True,
         draft_fc_follows_ids=False,
         eagle3_drafts=("LlamaForCausalLMEagle3",),
@@ -361,6 +454,7 @@ RELEASES: tuple[Release, ...] = (
         resolve_once=False,
         torch="2.11.0",
         aux_offset=_AUX_OFFSET_V13,
+        aux_capture_embedding=_QWEN2,
         chat_spec_details_field=None,
     ),
     # --cuda-graph-max-bs becomes an alias of --cuda-graph-max-bs-decode.
@@ -376,6 +470,7 @@ RELEASES: tuple[Release, ...] = (
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         env_overrides=_ENV_OVERRIDES_0516,
         aux_offset=_AUX_OFFSET_V13,
+        aux_capture_embedding=_DEEPSEEK_BOUNDARY | _QWEN2,
         chat_spec_details_field=None,
     ),
     Release(
@@ -388,7 +483,7 @@ RELEASES: tuple[Release, ...] = (
         expansions=_GRAPH_OFF_V16,
         tree_kernels="sglang.kernels.ops.speculative.spec_tree",
         env_overrides=_ENV_OVERRIDES_0519,
-        aux_capture_embedding=_GPT_OSS,
+        aux_capture_embedding=_GPT_OSS | _DEEPSEEK_BOUNDARY | _QWEN2,
         aux_capture_final=_GPT_OSS,
     ),
     # --cuda-graph-max-bs is gone (argparse: ambiguous option).
@@ -410,7 +505,7 @@ RELEASES: tuple[Release, ...] = (
                 needs=("tp-lm-head-a2a",),
             ),
         ),
-        aux_capture_embedding=_GPT_OSS,
+        aux_capture_embedding=_GPT_OSS | _DEEPSEEK_BOUNDARY | _QWEN2,
         aux_capture_final=_GPT_OSS,
     ),
     Release(
@@ -425,7 +520,8 @@ RELEASES: tuple[Release, ...] = (
         cpu_requirements="sglang-0.5.23-cpu.txt",
         torchvision="0.29.1",
         aux_capture_embedding=_LAYER_BOUNDARY,
-        aux_capture_final=_GPT_OSS,
+        aux_capture_final=_FINAL_0523,
+        rope_per_layer_types=_ROPE_PER_LAYER_TF5_19,
         env_overrides=_ENV_OVERRIDES_0519
         + (
             EnvOverride(

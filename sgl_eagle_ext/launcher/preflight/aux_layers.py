@@ -31,6 +31,9 @@ DEEPSEEK = frozenset(
     }
 )
 GPT_OSS = frozenset({"GptOssForCausalLM"})
+# Targets whose capture the rules cannot mirror: MindSpore hands the ids to a model of
+# another framework. Without the release to ask, the dry run says so.
+UNMIRRORED = frozenset({"MindSporeForCausalLM"})
 MLA_DRAFT = "Eagle3DeepseekV2ForCausalLM"
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 # Patch ids (patches/manifest.toml) that change the rules computed here.
@@ -51,6 +54,8 @@ _EMBEDDING = {
     "then a shape error or 'captured 2 of 3 aux hidden states'",
     releases.AUX_UNLESS_MAX_IS_N: "it becomes index 0, the embedding output, which the "
     "capture loop does not support",
+    releases.AUX_DEFAULTS_TOO: "it becomes index 0, the embedding output, which the "
+    "capture loop does not support",
 }
 
 
@@ -59,6 +64,8 @@ def family(arch: str | None) -> str:
     rest of the EAGLE-3 targets always add 1)."""
     if arch in DEEPSEEK:
         return "deepseek"
+    if arch == "MiniMaxM3SparseForConditionalGeneration":
+        return "minimax-m3-vl"
     return "gpt-oss" if arch in GPT_OSS else "llama"
 
 
@@ -68,8 +75,10 @@ def defaults(n_layers: int) -> list[int]:
 
 def effective(ids: list[int] | None, n_layers: int, rule: str) -> list[int]:
     """Capture indices (inputs of these layers) for the ids under an offset rule."""
+    if rule == releases.AUX_DEFAULTS_TOO:
+        return [i + 1 for i in (defaults(n_layers) if ids is None else ids)]
     if ids is None:
-        return defaults(n_layers)  # no +1 on the defaults, in every family and release
+        return defaults(n_layers)  # no +1 on the defaults, elsewhere
     plus_one = [i + 1 for i in ids]
     if rule == releases.AUX_FIRST_IS_1:
         return plus_one if ids and ids[0] == 1 else list(ids)
@@ -202,7 +211,11 @@ def check(
     applied: set[str] | None,
     graphs_on: bool,
     fc_in_checkpoint: int | None,
+    sglang=None,
 ) -> list[Finding]:
+    """sglang: ask_sglang.Answer whose .aux holds the release's own capture indices
+    (its set_eagle3_layers_to_capture, run) and, where its decoder loop ran on stand-in
+    layers, which boundaries arrive; else the rules of the release table decide."""
     n, bad = target.number(
         "num_hidden_layers", required=True, why=" (needed to place the aux layers)"
     )
@@ -217,12 +230,54 @@ def check(
     key = f"eagle_config.{IDS_KEY}"
 
     eff = effective(ids, n, rule)
+    asked = (sglang.aux if sglang is not None else None) or {}
+    if applied:  # our patches change the release's rule: SGLang's pristine answer is moot
+        asked = {}
+    verdict = "predicted from the release table"
+    if "raised" in asked:
+        found.append(
+            draft.finding(
+                "aux.sglang-raised",
+                ERROR,
+                f"SGLang {sglang.version}'s own {arch}.set_eagle3_layers_to_capture raises on "
+                f"ids {ids}: {asked['raised']}.",
+                "use ids of the target's decoder layers (0..N-1)",
+                key,
+                text=False,
+            )
+        )
+        return found
+    if isinstance(asked.get("layers_to_capture"), list):
+        eff, verdict = asked["layers_to_capture"], sglang.label
+    elif arch in UNMIRRORED:
+        found.append(
+            draft.finding(
+                "aux.unpredictable",
+                WARNING,
+                f"which layers a {arch} target captures for ids {ids} cannot be predicted "
+                f"without SGLang {release.version} (it hands them to its own backend).",
+                "run preflight where that release is installed (it then asks SGLang)",
+                key,
+                text=False,
+            )
+        )
+        return found
     # The capture boundaries this release's loop reaches for this architecture.
+    ran = asked.get("boundaries") or {}
     low = 0 if arch in release.aux_capture_embedding else 1
     top = n if arch in release.aux_capture_final else n - 1
+    if ran.get("embedding") is not None:
+        low = 0 if ran["embedding"] else 1
+    if ran.get("final") is not None:
+        top = n if ran["final"] else n - 1
+    bounds = (
+        f"its decoder loop ran on stand-in layers ({sglang.label})"
+        if ran.get("embedding") is not None or ran.get("final") is not None
+        else "predicted from the release table"
+    )
     reachable = lambda e: low <= e <= top  # noqa: E731
     if ids is not None:
-        embedding = [e for raw, e in zip(ids, eff, strict=True) if raw == -1]
+        embedding = [e for raw, e in zip(ids, eff, strict=False) if raw == -1]
         if embedding and not all(map(reachable, embedding)):
             found.append(
                 draft.finding(
@@ -273,7 +328,7 @@ def check(
             )
 
     # (raw id, capture index); a raw -1 is reported once, as aux.embedding, above.
-    pairs = list(zip(ids, eff, strict=True)) if ids is not None else [(None, e) for e in eff]
+    pairs = list(zip(ids, eff, strict=False)) if ids is not None else [(None, e) for e in eff]
     outside = [e for raw, e in pairs if raw != -1 and not reachable(e)]
     if outside:
         found.append(
@@ -332,23 +387,28 @@ def check(
             releases.AUX_UNLESS_MAX_IS_N: "as is (max is N)"
             if ids and max(ids) == n
             else "+1 to each id",
+            releases.AUX_DEFAULTS_TOO: "+1 to each id",
         }[rule]
         if ids is not None
         else "defaults [2, N//2, N-3], no +1"
     )
+    if verdict != "predicted from the release table" and eff != effective(ids, n, rule):
+        how = f"SGLang's own set_eagle3_layers_to_capture ({asked.get('via')})"
     found.append(
         draft.finding(
             "aux.effective",
             INFO,
             f"{arch} target ({n} layers, {fam} convention) on SGLang {release.version}: ids "
             f"{ids if ids is not None else '(none)'} from {aux.where}, {how} -> captures the hidden "
-            f"state entering layers [{inputs}] (= outputs of layers [{outputs}]). Compare with the "
-            f"draft's training. Per release: {per_release(ids, n, fam)}.",
+            f"state entering layers [{inputs}] (= outputs of layers [{outputs}]) ({verdict}; "
+            f"which boundaries can be captured: {bounds}). Compare with the draft's training. "
+            f"Per release: {per_release(ids, n, fam)}.",
             key=key,
             text=False,
             effective=eff,
             ids=ids,
             rule=rule,
+            verdict=verdict,
         )
     )
 

@@ -54,6 +54,17 @@ def parser() -> argparse.ArgumentParser:
         help="waive a finding id (or an id prefix such as `host`); repeatable",
     )
     p.add_argument("--no-host", action="store_true", help="skip the host checks")
+    p.add_argument(
+        "--rules-only",
+        action="store_true",
+        help="decide context length and aux layers by the project's rules even where the "
+        "release is installed (default: ask that SGLang itself, about 10 s)",
+    )
+    p.add_argument(
+        "--sglang-python",
+        help="the python that will start SGLang (default: this one); preflight asks the "
+        "SGLang it imports when that is the release checked",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="hide info-level notes")
     return p
@@ -82,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         hardware=args.hardware,
         host_checks=not args.no_host,
         overlay_root=args.overlay_dir,
+        ask=not args.rules_only,
+        sglang_python=args.sglang_python,
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=1))

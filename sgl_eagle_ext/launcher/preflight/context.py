@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.launcher.preflight import context_rule, overlay
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding
 from sgl_eagle_ext.launcher.preflight.model_dirs import ModelDir, is_number
@@ -39,7 +40,12 @@ def _validate(md: ModelDir) -> Finding | None:
         if bad:
             return bad
     rope = context_rule.rope_view(md.text)
-    if rope and "factor" in rope and not is_number(rope["factor"]):
+    if (
+        rope
+        and not context_rule.per_layer(rope)
+        and "factor" in rope
+        and not is_number(rope["factor"])
+    ):
         where = (
             "rope_parameters"
             if isinstance(md.text.get("rope_parameters"), dict)
@@ -63,16 +69,43 @@ def check(
     env,
     fix: bool,
     overlay_root: Path | None,
+    release: releases.Release = releases.PRIMARY,
+    sglang=None,
 ) -> tuple[list[Finding], Path | None]:
+    """sglang: ask_sglang.Answer (the release's own verdicts), else the rules decide."""
     found: list[Finding] = []
     dirs = [md for md in (target, draft) if md is not None and md.config is not None]
     bad = [b for b in map(_validate, dirs) if b]
     if bad or target.config is None:
         return bad, None
-    t_len, how = context_rule.context_length(target.text, pkg)
-    t_why = context_rule.derive(target.text)
+    asked = (sglang.context if sglang is not None else None) or {}
+    own = asked.get("target_own", {})
+    if "len" not in own:
+        asked = {}  # SGLang could not load the target: the rules decide, said so
+    split = release.rope_per_layer_types
+    t_how = context_rule.loaded_as(target.config, target.text, split)
+    t_why = context_rule.derive(context_rule.sglang_text(target.config, target.text), t_how)
+    if asked:
+        t_len = own["len"]
+        verdict = sglang.label
+        how = f"{verdict}: its ModelConfig derived the lengths ({sglang.seconds:.1f} s)"
+        t_explain = (
+            t_why.explain()
+            if t_why.value == t_len
+            else f"SGLang {sglang.version}'s ModelConfig derives {t_len}"
+        )
+    else:
+        t_len, verdict = t_why.value, "predicted from the release table"
+        how = f"{verdict} (sgl-eagle-ext's rule for SGLang {release.version})"
+        t_explain = t_why.explain()
     found.append(
-        target.finding("context.rule", INFO, f"context-length rule: {how}.", target_limit=t_len)
+        target.finding(
+            "context.rule",
+            INFO,
+            f"context-length rule: {how}.",
+            target_limit=t_len,
+            verdict=verdict,
+        )
     )
     allow = env_true(env, ALLOW_ENV)
 
@@ -88,13 +121,14 @@ def check(
                     "pass an integer number of tokens, e.g. 131072",
                 )
             ], None
-        if wanted > t_len and not allow:
+        over = "error" in asked["target"] if asked else wanted > t_len
+        if over and not allow:
             found.append(
                 target.finding(
                     "context.over-target",
                     ERROR,
                     f"--context-length {wanted} exceeds the target's limit {t_len} "
-                    f"({t_why.explain()}): SGLang refuses to start.",
+                    f"({t_explain}): SGLang refuses to start ({verdict}).",
                     f"pass --context-length {t_len} or less",
                     t_why.key or "max_position_embeddings",
                 )
@@ -103,19 +137,33 @@ def check(
 
     if draft is None or draft.config is None:
         return found, None
-    d_len, _ = context_rule.context_length(draft.text, pkg)
-    d_why = context_rule.derive(draft.text)
+    d_how = context_rule.loaded_as(draft.config, draft.text, split)
+    d_why = context_rule.derive(context_rule.sglang_text(draft.config, draft.text), d_how)
     d_key = context_rule.field_for(draft.text)
-    if effective <= d_len:
+    d_own = asked.get("draft_own", {})
+    if asked and "len" in d_own and "draft" in asked:
+        d_len = d_own["len"]
+        refused = "error" in asked["draft"]
+        d_explain = (
+            d_why.explain()
+            if d_why.value == d_len
+            else f"SGLang {sglang.version}'s ModelConfig derives {d_len}"
+        )
+    else:
+        d_len, d_explain = d_why.value, d_why.explain()
+        refused = effective > d_len
+        verdict = "predicted from the release table"
+    if not refused:
         found.append(
             draft.finding(
                 "context.ok",
                 INFO,
-                f"the draft allows {d_len} tokens ({d_why.explain()}); the "
-                f"target runs at {effective}.",
+                f"the draft allows {d_len} tokens ({d_explain}); the "
+                f"target runs at {effective} ({verdict}).",
                 key=d_key,
                 draft_limit=d_len,
                 target_context=effective,
+                verdict=verdict,
             )
         )
         return found, None
@@ -123,12 +171,12 @@ def check(
     source = (
         "--context-length"
         if user_len is not None
-        else f"the target's own limit, {target.config_file}: {target.text_prefix}{t_why.explain()}"
+        else f"the target's own limit, {target.config_file}: {target.text_prefix}{t_explain}"
     )
     msg = (
-        f"the draft's context limit is {d_len} ({d_why.explain()}), below the {effective} "
+        f"the draft's context limit is {d_len} ({d_explain}), below the {effective} "
         f"tokens the target runs at ({source}); SGLang refuses to start (ValueError in every "
-        f"TP worker)."
+        f"TP worker; {verdict})."
     )
     fixes = (
         f"(1) pass --context-length {d_len} (or less) to serve at most {d_len} tokens; "
@@ -137,7 +185,7 @@ def check(
         f"(the original directory is not modified; the draft was trained up to {d_len} "
         f"positions, so acceptance may drop on longer prompts)"
     )
-    data = {"draft_limit": d_len, "target_context": effective}
+    data = {"draft_limit": d_len, "target_context": effective, "verdict": verdict}
     if allow:
         allowed = msg.replace(
             "SGLang refuses to start (ValueError in every TP worker)",
@@ -151,7 +199,7 @@ def check(
         return found, None
 
     corrected = dict(draft.config)
-    new_text = context_rule.raised(draft.text, effective)
+    new_text = context_rule.raised(draft.text, effective, d_how)
     if draft.text_prefix:  # a nested text config: replace that sub-dict
         parent = corrected
         parts = draft.text_prefix.rstrip(".").split(".")
@@ -180,7 +228,7 @@ def check(
             )
         )
         return found, None
-    check_len, _ = context_rule.context_length(new_text, pkg)
+    check_len = context_rule.derive(new_text, d_how).value
     if check_len < effective:  # only if SGLang's own rule disagrees with ours
         found.append(
             draft.finding(

@@ -11,6 +11,7 @@ from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher.preflight import (
     adaptive,
+    ask_sglang,
     aux_layers,
     context,
     host,
@@ -70,6 +71,53 @@ def applied_patches(release: releases.Release) -> tuple[set[str] | None, Finding
     )
 
 
+def ask_release(
+    target: model_dirs.ModelDir,
+    draft: model_dirs.ModelDir | None,
+    release: releases.Release,
+    user_len: str | None,
+    env: Mapping[str, str],
+    python: str | None,
+    eagle3: bool,
+) -> tuple[ask_sglang.Answer | None, Finding]:
+    """SGLang's own verdicts when `python` imports the release being launched."""
+    python = python or ask_sglang.default_python()
+    installed = ask_sglang.installed_version(python, dict(env))
+    dry = "verdicts predicted from the release table"
+    if installed is None:
+        return None, Finding("sglang.dry-run", INFO, f"no SGLang in {python}: {dry}.")
+    if installed != release.version:
+        return None, Finding(
+            "sglang.dry-run",
+            INFO,
+            f"{python} has SGLang {installed}, the launch is for {release.version}: {dry}.",
+        )
+    aux = None
+    n = target.text.get("num_hidden_layers")
+    if eagle3 and draft is not None and isinstance(n, int) and target.architecture:
+        ids, _ = aux_layers.read_ids(draft)
+        aux = {"arch": target.architecture, "n": n, "ids": ids.ids, "config": str(target.path)}
+    length = context.parse_length(user_len) if user_len is not None else None
+    answer, why = ask_sglang.ask(
+        python,
+        str(target.path),
+        str(draft.path) if draft is not None and draft.config is not None else None,
+        length,
+        aux,
+        dict(env),
+    )
+    if answer is None:
+        return None, Finding("sglang.unavailable", WARNING, f"{why}; {dry}.")
+    return answer, Finding(
+        "sglang.asked",
+        INFO,
+        f"context-length and aux-layer verdicts by SGLang {answer.version} itself ({python}: its "
+        f"ModelConfig and the target class's set_eagle3_layers_to_capture, no weights) in "
+        f"{answer.seconds:.1f} s.",
+        data={"seconds": round(answer.seconds, 2), "version": answer.version},
+    )
+
+
 def run(
     target_dir: str | None,
     draft_dir: str | None,
@@ -82,6 +130,8 @@ def run(
     hardware: str | None = None,
     host_checks: bool = True,
     overlay_root: Path | None = None,
+    ask: bool = True,
+    sglang_python: str | None = None,
 ) -> Report:
     """Check the pair before launch. Never raises for bad model input (it is a finding).
 
@@ -109,6 +159,22 @@ def run(
     pkg = _safely(report, "source", None, wheels.source_for, release.version)
     applied, note = applied_patches(release)
     report.add(note)
+    answer = None
+    if ask and target.config is not None:
+        answer, note = _safely(
+            report,
+            "sglang",
+            (None, None),
+            ask_release,
+            target,
+            draft,
+            release,
+            _arg(server_args, "--context-length"),
+            env,
+            sglang_python,
+            eagle3,
+        )
+        report.add(note)
 
     found, report.overlay = _safely(
         report,
@@ -122,6 +188,8 @@ def run(
         env,
         fix,
         overlay_root,
+        release,
+        answer,
     )
     report.add(*found)
     report.add(*_safely(report, "rope", [], context.check_rope, target, draft))
@@ -150,6 +218,7 @@ def run(
                 applied,
                 not graphs_off,
                 fc_count,
+                answer,
             )
         )
     elif draft is not None and not eagle3:
