@@ -26,7 +26,25 @@ from sgl_eagle_ext.common.paths import check_writable_file
 from sgl_eagle_ext.common.redaction import redact_values
 
 SCHEMA = 1
+# latency blocks of a sweep record: itl per token (as sglang.bench_serving), chunk_gap
+# between streamed chunks
+LATENCIES = ("ttft", "tpot", "itl", "chunk_gap", "e2e")
 DEFAULT_RESULTS = Path("bench-results/results.jsonl")
+
+# What shaped the load of a record (session.load_shape + the level's own value): one
+# list, in the CSV as in the report's subtitle. request_rate is blank in closed loop
+# and "inf" for a burst (its JSON record: request_rate null, arrival "burst").
+LOAD_COLUMNS = (
+    "request_rate",
+    "max_concurrency",
+    "arrival",
+    "burstiness",
+    "duration_target_s",
+    "dataset",
+    "input_len",
+    "output_len",
+    "stream",
+)
 
 # The flat CSV view: one fixed column set for every record kind (blank when n/a).
 CSV_COLUMNS = (
@@ -47,6 +65,7 @@ CSV_COLUMNS = (
     "max_tokens",
     "temperature",
     "concurrency",
+    *LOAD_COLUMNS,
     "requests",
     "completed",
     "errors",
@@ -54,10 +73,12 @@ CSV_COLUMNS = (
     "malformed_chunks",
     "duration_s",
     "output_tokens",
+    "input_tok_s",
     "output_tok_s",
+    "total_tok_s",
     "request_s",
     "goodput_tok_s",
-    *(f"{m}_{p}_ms" for m in ("ttft", "tpot", "itl", "e2e") for p in ("p50", "p90", "p99")),
+    *(f"{m}_{p}_ms" for m in LATENCIES for p in ("p50", "p90", "p99")),
     "tokens_per_chunk",
     "accept_length",
     "accept_length_source",
@@ -206,13 +227,16 @@ def csv_row(record: dict) -> dict:
         "max_tokens",
         "temperature",
         "concurrency",
+        *LOAD_COLUMNS,
         "requests",
         "completed",
         "short",
         "malformed_chunks",
         "duration_s",
         "output_tokens",
+        "input_tok_s",
         "output_tok_s",
+        "total_tok_s",
         "request_s",
         "goodput_tok_s",
         "tokens_per_chunk",
@@ -227,7 +251,9 @@ def csv_row(record: dict) -> dict:
             row[key] = record[key]
     if isinstance(record.get("errors"), dict):
         row["errors"] = sum(record["errors"].values())
-    for m in ("ttft", "tpot", "itl", "e2e"):
+    if record.get("arrival") == "burst":
+        row["request_rate"] = "inf"
+    for m in LATENCIES:
         for p in ("p50", "p90", "p99"):
             row[f"{m}_{p}_ms"] = _pct(record.get(f"{m}_ms"), p)
     tok = record.get("tok_s")

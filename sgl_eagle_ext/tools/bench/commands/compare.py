@@ -21,6 +21,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sgl_eagle_ext.common import ports
 from sgl_eagle_ext.common.cli_args import number, pop_flag, port_number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import (
@@ -204,6 +205,8 @@ async def _arm(
             derive_slo=derive_slo,
             open_loop=open_loop,
             on_level=hook,
+            closed_duration=args.duration if open_loop is None else None,
+            shape=session.load_shape(args, open_loop, ps if hasattr(ps, "facts") else None),
         )
         outputs = []
         if check_prompts and not outcome.stopped:
@@ -231,14 +234,16 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     workload.check_paths(args)
     # --dataset/--input-len/...: checked now, before any server starts
     wl = workload.WorkloadSet(args, None, args.max_tokens) if workload.wanted(args) else None
-    if wl is not None and wl.multi_turn and open_loop is not None:
+    if wl is not None and wl.multi_turn and (open_loop is not None or args.duration is not None):
         raise UserError(
-            "--multi-turn replays conversations in closed loop only.",
-            fix="use --concurrency with --multi-turn",
+            "--multi-turn replays conversations in closed loop, a request count each.",
+            fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
         )
     rec = session.recorder(args)
     log_dir = Path(args.log_dir)
-    port = args.port or arms.free_port()
+    # outside the kernel's ephemeral range: no outgoing connection (health probes
+    # included) can take it while a server loads for minutes
+    port = args.port or ports.pick()
     labels = string.ascii_uppercase[: len(presets)]
     plans = [
         arms.plan_arm(
@@ -257,14 +262,15 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
         for label, preset in zip(labels, presets)
     ]
     host = provenance.host_facts()
-    slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
+    slo = options.slo(args)
     check_prompts = ps.take(args.lossless_prompts, args.seed) if args.lossless_prompts else []
     title = "A/B" if kind == "ab" else "compare"
     console.info(
         f"{title} run {rec.run_id}: "
         + ", ".join(f"{p.label} = {p.preset}" for p in plans)
-        + f"; levels: {sw.describe_levels(levels, open_loop)}; {args.max_tokens} tokens per "
-        f"request; prompts {ps.name}"
+        + f"; levels: {sw.describe_levels(levels, open_loop, args.duration)}; "
+        + (wl.describe() if wl is not None else f"{args.max_tokens} tokens per request")
+        + f"; prompts {ps.name}"
     )
     done: list[ArmRun] = []
     for plan in plans:

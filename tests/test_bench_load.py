@@ -1,0 +1,227 @@
+"""Load shapes and labels of `bench sweep` against the fake endpoint: a burst capped by
+--max-concurrency, closed-loop --duration, constant arrivals, every load option in
+the records (JSONL and CSV), ITL per token next to the chunk gaps, input/output/total
+token throughput, --no-stream, --header NAME=VALUE, --slo and its aliases, and the
+ports chosen outside the ephemeral range."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fakes.fake_sglang import Background, FakeSGLang
+
+from sgl_eagle_ext.common import ports
+from sgl_eagle_ext.tools.bench import arrivals, cli, records
+
+LOAD = records.LOAD_COLUMNS
+
+
+@pytest.fixture
+def fake():
+    servers = []
+
+    def start(**kw) -> Background:
+        bg = Background(FakeSGLang(**kw)).__enter__()
+        servers.append(bg)
+        return bg
+
+    yield start
+    for bg in servers:
+        bg.stop()
+
+
+def read(path: Path) -> tuple[list[dict], list[dict]]:
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    with open(path.with_suffix(".csv"), newline="") as f:
+        rows = list(csv.reader(f))
+    assert tuple(rows[0]) == records.CSV_COLUMNS
+    return recs, [dict(zip(rows[0], r)) for r in rows[1:]]
+
+
+def run(url: str, res: Path, *extra: str) -> int:
+    base = ["sweep", "--url", url, "--max-tokens", "6", "--warmup", "0", "--results", str(res)]
+    base += ["--prompts-per-concurrency", "0"]  # --num-prompts is the level's count
+    return cli.main([*base, *extra])
+
+
+def test_burst_capped_by_max_concurrency(fake, tmp_path, capsys):
+    """--request-rate inf --max-concurrency 8: every request at once, never more than 8
+    in flight (sglang.bench_serving's meaning); the record says so."""
+    bg = fake(delay_ms=20)
+    res = tmp_path / "r.jsonl"
+    rc = run(bg.url, res, "--request-rate", "inf", "--max-concurrency", "8", "--num-prompts", "24")
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "inf = a burst, every request at once" in out and "at most 8 in flight" in out
+    assert bg.fake.peak_active == 8  # 24 sent at 0, a semaphore of 8
+    (r,), (row,) = read(res)
+    assert r["arrival"] == "burst" and r["request_rate"] is None
+    assert r["concurrency"] == 8 and r["max_concurrency"] == 8
+    assert r["requests"] == r["completed"] == r["arrivals"] == 24
+    assert row["request_rate"] == "inf" and row["max_concurrency"] == "8"
+    assert row["arrival"] == "burst" and row["stream"] == "True"
+    assert row["dataset"] == "shipped" and row["output_len"] == "6"
+    assert all(k in r for k in LOAD)
+
+
+def test_burst_without_a_cap_sends_everything_at_once(fake, tmp_path, capsys):
+    bg = fake(delay_ms=20)
+    res = tmp_path / "r.jsonl"
+    assert run(bg.url, res, "--request-rate", "inf", "--num-prompts", "12") == 0
+    (r,), _ = read(res)
+    assert bg.fake.peak_active == 12 and r["concurrency"] == 12 and r["max_concurrency"] is None
+
+
+def test_max_concurrency_caps_a_poisson_rate(fake, tmp_path):
+    bg = fake(delay_ms=30)  # 6 tokens: ~0.2 s a request; 200 req/s would pile up
+    res = tmp_path / "r.jsonl"
+    rc = run(bg.url, res, "--request-rate", "200", "--max-concurrency", "3", "--num-prompts", "12")
+    assert rc == 0
+    (r,), (row,) = read(res)
+    assert bg.fake.peak_active == 3
+    assert r["request_rate"] == 200 and r["arrival"] == "poisson" and r["max_concurrency"] == 3
+    assert row["request_rate"] == "200.0" and row["burstiness"] == "1.0"
+
+
+def test_closed_loop_duration(fake, tmp_path, capsys):
+    """--concurrency 2 --duration 1: the workers keep sending past the level's prompt
+    count until the time is up; what was in flight finishes and counts."""
+    bg = fake(delay_ms=10)  # ~60 ms a request: ~30 of them in 1 s with two workers
+    res = tmp_path / "r.jsonl"
+    rc = run(bg.url, res, "--concurrency", "2", "--duration", "1", "--num-prompts", "4")
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "concurrency 2 (closed loop, 1 s each)" in out
+    (r,), (row,) = read(res)
+    assert r["requests"] > 4 * 2 and r["completed"] == r["requests"]
+    assert 1.0 <= r["duration_s"] < 1.5 and r["duration_target_s"] == 1.0
+    assert r["arrival"] == "closed loop" and r["concurrency"] == 2
+    assert row["duration_target_s"] == "1.0" and row["request_rate"] == ""
+    assert bg.fake.peak_active <= 2
+    assert "steady_state_note" not in r
+
+
+def test_constant_arrivals(fake, tmp_path, capsys):
+    bg = fake()
+    res = tmp_path / "r.jsonl"
+    rc = run(bg.url, res, "--request-rate", "20", "--arrival", "constant", "--num-prompts", "5")
+    assert rc == 0
+    assert "constant arrivals" in capsys.readouterr().out
+    (r,), (row,) = read(res)
+    assert r["arrival"] == "constant" and row["arrival"] == "constant"
+    assert r["offered_rate"] == pytest.approx(20.0)  # gaps of exactly 1/20 s
+    t = arrivals.schedule(4.0, 1.0, kind="constant", duration=1.0)
+    assert np.allclose(t, [0, 0.25, 0.5, 0.75])
+    t = arrivals.schedule(math.inf, count=3)
+    assert list(t) == [0, 0, 0]
+
+
+def test_request_rate_takes_a_list_and_the_fix_it_prints_works(fake, tmp_path, capsys):
+    bg = fake()
+    res = tmp_path / "r.jsonl"
+    assert run(bg.url, res, "--request-rate", "-1") == 2
+    err = capsys.readouterr().err
+    fix = err.split("fix: e.g. ")[1].split(",")[0]  # "--request-rate 4"
+    assert fix == "--request-rate 4"
+    rc = run(bg.url, res, "--request-rate", "40,80", "--num-prompts", "2")
+    assert rc == 0
+    recs, _ = read(res)
+    assert [r["request_rate"] for r in recs] == [40, 80]
+
+
+def test_itl_per_token_and_chunk_gaps(fake, tmp_path):
+    """Chunks of 4 tokens every ~20 ms: ITL per token ~5 ms (sglang.bench_serving's),
+    the chunk gap ~20 ms, both recorded under their own names."""
+    bg = fake(delay_ms=20, tokens_per_chunk=4)
+    res = tmp_path / "r.jsonl"
+    rc = run(
+        bg.url, res, "--concurrency", "1", "--num-prompts", "2", "--max-tokens", "13"
+    )  # 1 + 3 x 4 tokens
+    assert rc == 0
+    (r,), (row,) = read(res)
+    gap, itl = r["chunk_gap_ms"]["p50"], r["itl_ms"]["p50"]
+    assert gap >= 18 and itl == pytest.approx(gap / 4, rel=0.05)
+    assert r["tokens_per_chunk"] == pytest.approx(13 / 4)
+    assert r["itl_source"] == "chunk gap / the request's mean tokens per chunk"
+    assert float(row["chunk_gap_p50_ms"]) == pytest.approx(gap)
+    assert float(row["itl_p50_ms"]) == pytest.approx(itl)
+    # throughput: input, output and total tokens per second of the level
+    assert r["input_tok_s"] == pytest.approx(r["prompt_tokens"] / r["duration_s"])
+    assert r["total_tok_s"] == pytest.approx(r["input_tok_s"] + r["output_tok_s"])
+    assert float(row["total_tok_s"]) == pytest.approx(r["total_tok_s"])
+
+
+def test_generate_endpoint_counts_tokens_per_chunk_exactly(fake, tmp_path):
+    bg = fake(delay_ms=5)
+    res = tmp_path / "r.jsonl"
+    assert (
+        run(bg.url, res, "--concurrency", "1", "--num-prompts", "1", "--endpoint", "generate") == 0
+    )
+    (r,), _ = read(res)
+    assert r["itl_source"] == "per-chunk token counts"
+
+
+def test_no_stream(fake, tmp_path):
+    bg = fake(delay_ms=1)
+    res = tmp_path / "r.jsonl"
+    assert run(bg.url, res, "--concurrency", "1", "--num-prompts", "2", "--no-stream") == 0
+    assert bg.fake.last_body["stream"] is False and "stream_options" not in bg.fake.last_body
+    (r,), (row,) = read(res)
+    assert r["stream"] is False and row["stream"] == "False"
+    assert r["completed"] == 2 and r["output_tokens"] == 12
+    assert r["ttft_ms"]["p50"] == pytest.approx(r["e2e_ms"]["p50"])  # one answer
+    assert r["itl_ms"]["p50"] is None
+
+
+@pytest.mark.parametrize("header", ["X-Team=bench=1", "X-Team: bench=1", "X-Team:bench=1"])
+def test_header_both_forms(fake, tmp_path, header):
+    bg = fake()
+    res = tmp_path / "r.jsonl"
+    assert run(bg.url, res, "--concurrency", "1", "--num-prompts", "1", "--header", header) == 0
+    assert bg.fake.last_headers["X-Team"] == "bench=1"
+
+
+def test_slo_syntax_and_alias(fake, tmp_path, capsys):
+    bg = fake()
+    for i, slo in enumerate((["--slo", "ttft=5000,tpot=900"], ["--slo-ttft-ms", "5000"])):
+        res = tmp_path / f"r{i}.jsonl"
+        assert run(bg.url, res, "--concurrency", "1", "--num-prompts", "2", *slo) == 0
+        (r,), _ = read(res)
+        assert r["slo"]["ttft_ms"] == 5000 and r["goodput_tok_s"] == pytest.approx(
+            r["output_tok_s"]
+        )
+
+
+def test_warm_up_line_says_what_is_sent(fake, tmp_path, capsys):
+    bg = fake()
+    res = tmp_path / "r.jsonl"
+    rc = run(bg.url, res, "--warmup", "1", "--output-len", "4", "--concurrency", "1")
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "warm-up: 1 request(s) of 4 tokens" in out
+    assert "256 tokens" not in out and "output length 4" in out
+    (r,), _ = read(res)
+    assert r["output_len"] == "4"
+
+
+def test_ports_outside_the_ephemeral_range(tmp_path):
+    f = tmp_path / "range"
+    f.write_text("32768\t60999\n")
+    assert ports.ephemeral_range(f) == (32768, 60999)
+    f.write_text("garbage")
+    assert ports.ephemeral_range(f) == ports.DEFAULT_EPHEMERAL
+    low, high = ports.ephemeral_range()
+    for _ in range(20):
+        p = ports.pick(span=2)
+        assert not low <= p <= high and p >= ports.LOWEST
+        assert ports.bindable(p) and ports.bindable(p + 1)
+    with socket.socket() as s:  # a port someone listens on is not bindable
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert not ports.bindable(s.getsockname()[1])
