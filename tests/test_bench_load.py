@@ -225,3 +225,120 @@ def test_ports_outside_the_ephemeral_range(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         assert not ports.bindable(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------ compare: failed arms
+@pytest.fixture
+def fake_arms(fake, monkeypatch):
+    """bench compare with each preset served by a fake endpoint (or failing) instead of
+    a launcher: `serve(preset)`, `broken(preset, message)`, `garbage(preset)`."""
+    from sgl_eagle_ext.tools.bench import arms
+
+    urls: dict[str, str] = {}
+    fails: dict[str, str] = {}
+
+    def plan_arm(label, preset, **kw):
+        return arms.ArmPlan(label, preset, ["--preset", preset], {"preset": preset})
+
+    class Launched:
+        def __init__(self, plan):
+            self.plan = plan
+            self.stopped_cleanly = True
+
+        def wait_ready(self, timeout):
+            if self.plan.preset in fails:
+                raise arms.ArmFailed(fails[self.plan.preset])
+            return urls[self.plan.preset]
+
+        def stop(self):
+            return 0
+
+    monkeypatch.setattr(arms, "plan_arm", plan_arm)
+    monkeypatch.setattr(arms, "LauncherProcess", Launched)
+
+    class Arms:
+        @staticmethod
+        def serve(preset: str, **kw) -> None:
+            urls[preset] = fake(**kw).url
+
+        @staticmethod
+        def broken(preset: str, message: str) -> None:
+            fails[preset] = message
+
+        @staticmethod
+        def garbage(preset: str) -> None:
+            """A server whose every answer is not HTTP (http.client.BadStatusLine)."""
+            srv = socket.socket()
+            srv.bind(("127.0.0.1", 0))
+            srv.listen()
+
+            def answer():
+                while True:
+                    try:
+                        c, _ = srv.accept()
+                    except OSError:
+                        return
+                    with c:
+                        c.recv(65536)
+                        c.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+
+            import threading
+
+            threading.Thread(target=answer, daemon=True).start()
+            urls[preset] = f"http://127.0.0.1:{srv.getsockname()[1]}"
+
+    return Arms
+
+
+def test_compare_survives_failed_arms(fake_arms, tmp_path, capsys):
+    """One arm's launcher exits before READY, another's server answers garbage: one
+    error line each, and the comparison of the arms that ran."""
+    fake_arms.serve("baseline", delay_ms=5)
+    fake_arms.broken(
+        "broken",
+        "preset broken: the launcher exited with code 2 before READY:\n"
+        "  loading...\n  error: unrecognized arguments: --no-such-flag",
+    )
+    fake_arms.garbage("garbage")
+    fake_arms.serve("spec", delay_ms=1, accept_length=2.0)
+    res = tmp_path / "c.jsonl"
+    argv = ["compare"]
+    for arm in ("baseline", "broken", "garbage", "spec"):
+        argv += ["--arm", arm]
+    argv += ["--concurrency", "1", "--num-prompts", "3", "--prompts-per-concurrency", "0"]
+    argv += ["--max-tokens", "4", "--warmup", "0", "--lossless-prompts", "0"]
+    argv += ["--results", str(res), "--log-dir", str(tmp_path / "logs")]
+    rc = cli.main(argv)
+    cap = capsys.readouterr()
+    assert rc == 1
+    errors = [x for x in cap.err.splitlines() if x.startswith("error:")]
+    assert errors == [
+        "error: [B] broken failed: preset broken: the launcher exited with code 2 before "
+        "READY: error: unrecognized arguments: --no-such-flag",
+        errors[1],
+    ]
+    assert errors[1].startswith("error: [C] garbage failed: BadStatusLine")
+    assert "Traceback" not in cap.err + cap.out
+    assert "=== compare " in cap.out and "(reference baseline)" in cap.out
+    assert "not compared: broken failed" in cap.out and "not compared: garbage" in cap.out
+    # 3 requests per arm at c=1: the verdict comes with the sample-size rule
+    assert "too few requests (c=1: 3 completed per arm)" in cap.err
+    assert ">= 30 completed requests per arm" in cap.err
+    recs = [json.loads(x) for x in res.read_text().splitlines()]
+    (c,) = [r for r in recs if r["kind"] == "compare"]
+    assert c["arms"] == ["baseline", "spec"] and set(c["failed_arms"]) == {"broken", "garbage"}
+    assert c["sample_size_warning"]
+    assert [r["arm"] for r in recs if r["kind"] == "sweep"] == ["baseline", "spec"]
+
+
+def test_compare_with_one_arm_left_says_so(fake_arms, tmp_path, capsys):
+    fake_arms.serve("baseline")
+    fake_arms.broken("broken", "preset broken: not READY after 5 s:\n  capturing graphs")
+    argv = ["compare", "--arm", "baseline", "--arm", "broken", "--concurrency", "1"]
+    argv += ["--num-prompts", "2", "--prompts-per-concurrency", "0", "--max-tokens", "3"]
+    argv += ["--warmup", "0", "--lossless-prompts", "0", "--results", str(tmp_path / "c.jsonl")]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "error: [B] broken failed: preset broken: not READY after 5 s: capturing graphs" in err
+    assert "1 of 2 arm(s) failed and only baseline ran: nothing to compare" in err
+    assert "Traceback" not in err

@@ -83,5 +83,10 @@ class Console:
         print(msg, flush=True)
 
     @staticmethod
+    def error(msg: str) -> None:
+        """A failure the command survives (one arm of a compare): always printed."""
+        print(f"error: {msg}", file=sys.stderr, flush=True)
+
+    @staticmethod
     def warn(msg: str) -> None:
         print(f"warning: {msg}", file=sys.stderr, flush=True)

@@ -19,9 +19,10 @@ import asyncio
 import shlex
 import string
 from dataclasses import dataclass, field
+from http.client import HTTPException
 from pathlib import Path
 
-from sgl_eagle_ext.common import ports
+from sgl_eagle_ext.common import http, ports
 from sgl_eagle_ext.common.cli_args import number, pop_flag, port_number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import (
@@ -34,6 +35,7 @@ from sgl_eagle_ext.tools.bench import (
     provenance,
     records,
     session,
+    startup,
     workload,
 )
 from sgl_eagle_ext.tools.bench import sweep as sw
@@ -155,7 +157,8 @@ class Run:
     ps: prompts.PromptSet
     host: dict
     check_prompts: list
-    arms: list[ArmRun]
+    arms: list[ArmRun]  # the arms that ran to the end, in order
+    failed: dict[str, str] = field(default_factory=dict)  # preset -> why it failed
 
     @property
     def axis(self) -> sw.Axis:
@@ -273,16 +276,19 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
         + f"; prompts {ps.name}"
     )
     done: list[ArmRun] = []
+    failed: dict[str, str] = {}
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
         plan.api_key = args.api_key
-        proc = arms.LauncherProcess(plan)
+        proc = None
         try:
-            try:
-                url = proc.wait_ready(args.startup_timeout)
-            except arms.ArmFailed as e:
-                console.warn(str(e))
-                return session.EXIT_FAILED
+            # Any failure of one arm (its server never READY, an HTTP failure while
+            # probing or sweeping it, its server dying): one error line, the arm is
+            # marked failed, and the next arm still runs.
+            proc = arms.LauncherProcess(plan)
+            url = startup.wait_ready(
+                proc, plan.label, plan.facts.get("log_file"), args.startup_timeout, console
+            )
             server = session.connect(url, args)
             console.info(f"[{plan.label}] ready: {session.describe(server)}")
             if wl is not None and wl.server is None:  # every arm: the same prompts
@@ -313,25 +319,51 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
                     levels,
                     open_loop,
                     slo,
-                    plan is plans[0],
+                    not done,  # the first arm that runs sets the default SLO (ab)
                     check_prompts,
                     hook,
                 )
             )
+        except ARM_FAILURES as e:
+            failed[plan.preset] = arm_error(e)
+            console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
+            continue
         finally:
-            code = proc.stop()
-            console.info(
-                f"[{plan.label}] {plan.preset} stopped "
-                f"({'cleanly' if proc.stopped_cleanly else f'exit code {code}'})"
-            )
-        done.append(ArmRun(plan, server, prov, outcome, outputs))
+            if proc is not None:
+                code = proc.stop()
+                console.info(
+                    f"[{plan.label}] {plan.preset} stopped "
+                    f"({'cleanly' if proc.stopped_cleanly else f'exit code {code}'})"
+                )
         if outcome.stopped:
-            console.warn(
-                f"[{plan.label}] {outcome.stopped}; the finished levels are recorded, "
-                f"the comparison is abandoned"
-            )
-            return session.EXIT_FAILED
-    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done)
+            failed[plan.preset] = f"{outcome.stopped} (its finished levels are recorded)"
+            console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
+            continue
+        done.append(ArmRun(plan, server, prov, outcome, outputs))
+    if len(done) < 2:
+        ran = f"only {done[0].plan.preset} ran" if done else "no arm ran"
+        console.error(
+            f"{len(failed)} of {len(plans)} arm(s) failed and {ran}: nothing to compare"
+            + ("; its sweep is recorded" if done else "")
+        )
+        return session.EXIT_FAILED
+    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done, failed)
+
+
+# What ends one arm, not the run: the launcher's own failure, a server that answers
+# wrongly or not at all (the project's HTTP error, the standard library's), the OS.
+ARM_FAILURES = (arms.ArmFailed, UserError, http.HTTPFailed, HTTPException, OSError)
+
+
+def arm_error(e: BaseException) -> str:
+    """One line for an arm's failure: the message's first line, and for a launcher that
+    exited before READY the last line it printed."""
+    text = str(e.message if isinstance(e, UserError) else e).strip() or type(e).__name__
+    first, *rest = text.splitlines()
+    if isinstance(e, (HTTPException, OSError)) and type(e).__name__ not in first:
+        first = f"{type(e).__name__}: {first}"
+    last = next((x.strip() for x in reversed(rest) if x.strip()), "")
+    return f"{first.rstrip(':')}: {last}" if last else first
 
 
 def _summary_provenance(run: Run, preset: str) -> dict:
@@ -356,6 +388,18 @@ def _summary_provenance(run: Run, preset: str) -> dict:
         },
         "arms": {a.plan.label: a.prov["server"] for a in run.arms},
     }
+
+
+def sample_size(console: Console, run: Run) -> str | None:
+    """Warn (and return the warning for the record) when a verdict rests on fewer
+    completed requests per arm and level than compare.MIN_REQUESTS."""
+    per_arm = {a.plan.preset: a.fields for a in run.arms}
+    text = compare.sample_size_warning(
+        compare.thin_levels(run.levels, per_arm), run.axis, compare.MIN_REQUESTS
+    )
+    if text:
+        console.warn(text)
+    return text
 
 
 def _plot_hint(console: Console, rec: records.Recorder) -> None:
@@ -401,6 +445,7 @@ def report_ab(args, console: Console, run: Run) -> int:
     else:
         out("lossless: skipped (--lossless-prompts 0)")
     out(f"recommendation: {advice}")
+    thin = sample_size(console, run)
     prov = _summary_provenance(run, f"{pa.preset} vs {pb.preset}")
     if ll:
         rec.write(
@@ -434,6 +479,7 @@ def report_ab(args, console: Console, run: Run) -> int:
             "lossless": ll["verdict"] if ll else None,
             "verdict": thr["verdict"],
             "recommendation": advice,
+            "sample_size_warning": thin,
             "max_tokens": args.max_tokens,
         },
         prov,
@@ -475,6 +521,8 @@ def report_compare(args, console: Console, run: Run) -> int:
     out(f"=== compare {rec.run_id}: {', '.join(names)} (reference {ref}) ===")
     for line in compare.arms_table(rows, names, axis):
         out(line)
+    for name, why in run.failed.items():
+        out(f"not compared: {name} failed ({why})")
     out(compare.best_arm_line(rows, axis))
     slo_text = slo.describe() if slo.set else ""
     if good_rows:
@@ -492,6 +540,7 @@ def report_compare(args, console: Console, run: Run) -> int:
     for name, ll in verdicts.items():
         for line in lossless.verdict_lines(ll, ref, name):
             out(line)
+    thin = sample_size(console, run)
     prov = _summary_provenance(run, " vs ".join(names))
     rec.write(
         "compare",
@@ -516,9 +565,12 @@ def report_compare(args, console: Console, run: Run) -> int:
                 n: {"differences": ll["differences"], "failed": ll["failed"]}
                 for n, ll in verdicts.items()
             },
+            "failed_arms": run.failed,
+            "sample_size_warning": thin,
             "max_tokens": args.max_tokens,
         },
         prov,
     )
     _plot_hint(console, rec)
-    return session.EXIT_FAILED if any(v["verdict"] == "DIFFERS" for v in verdicts.values()) else 0
+    differs = any(v["verdict"] == "DIFFERS" for v in verdicts.values())
+    return session.EXIT_FAILED if differs or run.failed else 0
