@@ -809,7 +809,8 @@ def test_plot_draws_both_arms(tmp_path, capsys):
 
 def test_plot_without_matplotlib_is_one_line(monkeypatch, tmp_path, capsys):
     rec = records.Recorder(tmp_path / "r.jsonl", run_id="R1")
-    rec.write("sweep", {"arm": "a", "status": "ok", "concurrency": 1}, {})
+    for c in (1, 2):  # two levels: one level draws nothing, matplotlib or not
+        rec.write("sweep", {"arm": "a", "status": "ok", "concurrency": c}, {})
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert cli.main(["plot", str(tmp_path / "r.jsonl")]) == 2
     err = capsys.readouterr().err

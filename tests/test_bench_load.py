@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import socket
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -342,3 +343,70 @@ def test_compare_with_one_arm_left_says_so(fake_arms, tmp_path, capsys):
     assert "error: [B] broken failed: preset broken: not READY after 5 s: capturing graphs" in err
     assert "1 of 2 arm(s) failed and only baseline ran: nothing to compare" in err
     assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------ plots and report
+def sweep_rec(c: int, run: str = "r1", **load) -> dict:
+    return {
+        "schema": 1,
+        "kind": "sweep",
+        "run_id": run,
+        "arm": "eagle3",
+        "status": "ok",
+        "concurrency": c,
+        "completed": 40,
+        "output_tok_s": 100.0 * c,
+        "tpot_ms": {"p50": 10.0 + c, "p90": 12.0 + c, "p99": 15.0 + c},
+        "ttft_ms": {"p50": 50.0, "p90": 60.0, "p99": 70.0},
+        "itl_ms": {"p50": 5.0, "p90": 6.0, "p99": 7.0},
+        "e2e_ms": {"p50": 500.0, "p90": 600.0, "p99": 700.0},
+        "max_tokens": 256,
+        **load,
+        "provenance": {"prompts": {"set": "mixed"}, "server": {"model_path": "m"}},
+    }
+
+
+def test_load_text_says_what_was_sent():
+    from sgl_eagle_ext.tools.bench import plot
+
+    r = sweep_rec(1, output_len="24", dataset="shipped", input_len="dataset", stream=True)
+    r.update(arrival="gamma", burstiness=0.5, max_concurrency=8)
+    text = plot.load_text(r)
+    assert "output 24 tokens/request" in text and "256" not in text
+    assert "gamma arrivals (burstiness 0.5)" in text and "at most 8 in flight" in text
+    assert plot.load_text({**r, "stream": False}).endswith("not streamed")
+    assert "output 256 tokens/request" in plot.load_text(sweep_rec(1))  # older records
+
+
+def test_one_level_draws_no_curve(tmp_path, capsys):
+    res = tmp_path / "r.jsonl"
+    res.write_text(json.dumps(sweep_rec(4)) + "\n")
+    assert cli.main(["plot", str(res)]) == 0
+    assert "measured at one level only" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.png"))
+    out = tmp_path / "report.html"
+    assert cli.main(["report", str(res), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "one level only: no curve over load to draw" in html
+    assert "<h3>Pareto</h3>" not in html and "output 256 tokens/request" in html
+
+
+@pytest.mark.harness  # matplotlib (the test extra)
+def test_draft_position_axis_has_integer_ticks(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from sgl_eagle_ext.tools.bench import spec_view
+
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    rates = spec_view.position_rates(Counter({0: 4, 1: 3, 2: 2, 3: 1}))
+    spec_view.render_spec([], {"SGLang per request": rates})
+    ax = figs[0].axes[1]
+    ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    # the conventions: cumulative = share of all cycles; conditional = given j-1 accepted
+    assert [round(r["rate"], 2) for r in rates] == [0.6, 0.3, 0.1]
+    assert [round(r["conditional"], 3) for r in rates] == [0.6, 0.5, 0.333]
+    lines = spec_view.tables([], {"src": rates})
+    assert lines[1].strip().startswith("cumulative: share of all verify cycles")
+    assert lines[2].strip().startswith("conditional: share of the cycles that reached")
