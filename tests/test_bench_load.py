@@ -410,3 +410,188 @@ def test_draft_position_axis_has_integer_ticks(monkeypatch):
     lines = spec_view.tables([], {"src": rates})
     assert lines[1].strip().startswith("cumulative: share of all verify cycles")
     assert lines[2].strip().startswith("conditional: share of the cycles that reached")
+
+
+# ------------------------------------------------------------------ workloads
+class RecordingFake(FakeSGLang):
+    """The fake endpoint that keeps every chat body and when it came."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.bodies: list[dict] = []
+        self.times: list[float] = []
+
+    async def chat(self, req):
+        import time
+
+        self.times.append(time.monotonic())
+        self.bodies.append(await req.json())
+        return await super().chat(req)
+
+
+@pytest.fixture
+def recording():
+    with Background(RecordingFake()) as bg:
+        yield bg
+
+
+def test_shared_prefix(recording, tmp_path):
+    res = tmp_path / "r.jsonl"
+    argv = ["--dataset", "shared-prefix:300", "--concurrency", "2", "--num-prompts", "4"]
+    assert run(recording.url, res, *argv) == 0
+    bodies = recording.fake.bodies
+    assert len(bodies) == 4
+    systems = {b["messages"][0]["content"] for b in bodies}
+    users = {b["messages"][1]["content"] for b in bodies}
+    assert [m["role"] for m in bodies[0]["messages"]] == ["system", "user"]
+    assert len(systems) == 1 and len(users) == 4  # one prefix, each its own question
+    (prefix,) = systems
+    assert 300 * 3 <= len(prefix) <= 300 * 5  # ~300 tokens at ~4 characters each
+    (r,), (row,) = read(res)
+    assert r["dataset"] == "shared-prefix:300" and row["dataset"] == "shared-prefix:300"
+    # with --input-len: the question is that many tokens of source text
+    recording.fake.bodies.clear()
+    argv = [*argv[:-1], "2", "--input-len", "50"]
+    assert run(recording.url, tmp_path / "q.jsonl", *argv) == 0
+    qs = [b["messages"][1]["content"] for b in recording.fake.bodies]
+    assert all(150 <= len(q) <= 300 for q in qs) and len(set(qs)) == 2
+
+
+MOONCAKE = [  # ms; two requests share the block of hash id 7
+    {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [7, 1]},
+    {"timestamp": 400, "input_length": 700, "output_length": 5, "hash_ids": [7, 2]},
+    {"timestamp": 200, "input_length": 40, "output_length": 4, "hash_ids": [9]},
+]
+
+
+def test_trace_replay_mooncake(recording, tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps(x) for x in MOONCAKE) + "\n")
+    res = tmp_path / "r.jsonl"
+    assert run(recording.url, res, "--dataset", f"trace:{trace}") == 0
+    out = capsys.readouterr().out
+    assert "trace replay: 3 request(s) at the trace's own times over 0.4 s" in out
+    bodies, times = recording.fake.bodies, recording.fake.times
+    # sent in time order, at the trace's gaps (0, 0.2, 0.4 s), each at its own lengths
+    assert [b["max_tokens"] for b in bodies] == [3, 4, 5]
+    gaps = np.diff(times)
+    assert gaps[0] == pytest.approx(0.2, abs=0.08) and gaps[1] == pytest.approx(0.2, abs=0.08)
+    first, third = bodies[0]["messages"][0]["content"], bodies[2]["messages"][0]["content"]
+    block = first.split("\n\n")[0]
+    assert third.startswith(block) and not bodies[1]["messages"][0]["content"].startswith(block)
+    assert len(first) > len(bodies[1]["messages"][0]["content"])  # 600 vs 40 tokens
+    (r,), (row,) = read(res)
+    assert r["arrival"] == "trace" and r["arrivals"] == 3 and row["arrival"] == "trace"
+    assert r["request_rate"] == pytest.approx(5.0)  # 2 gaps over 0.4 s
+
+
+def test_trace_burstgpt_csv_with_a_given_load(recording, tmp_path):
+    trace = tmp_path / "b.csv"
+    trace.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5.0,ChatGPT,120,6,126,Conversation log\n"
+        "1.0,GPT-4,80,2,82,Conversation log\n"
+        "9.0,ChatGPT,100,0,100,Conversation log\n"  # a failed request: dropped
+    )
+    res = tmp_path / "r.jsonl"
+    argv = ["--dataset", f"trace:{trace}", "--concurrency", "1", "--num-prompts", "2"]
+    assert run(recording.url, res, *argv) == 0  # closed loop over the trace's lengths
+    assert [b["max_tokens"] for b in recording.fake.bodies] == [2, 6]
+    (r,), _ = read(res)
+    assert r["arrival"] == "closed loop" and r["dataset"] == f"trace:{trace}"
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ('{"timestamp": 0, "input_length": 5}\n', "t.jsonl:1: no 'output_length'"),
+        (
+            '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": -1, '
+            '"input_length": 5, "output_length": 1}\n',
+            "t.jsonl:2: timestamp is -1, not a time",
+        ),
+        (
+            '{"timestamp": 0, "input_length": "x", "output_length": 1}\n',
+            "input_length is 'x', not a token count",
+        ),
+        ("{nope\n", "t.jsonl:1: not valid JSON"),
+    ],
+)
+def test_bad_traces_name_file_line_and_field(tmp_path, content, words):
+    from sgl_eagle_ext.tools.bench import datasets
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(content)
+    with pytest.raises(records.UserError) as e:
+        datasets.trace_times(str(trace))
+    assert words in str(e.value), str(e.value)
+
+
+def test_bad_dataset_specs(capsys, tmp_path):
+    for spec, words in (
+        ("shared-prefix:x", "N must be a token count >= 1"),
+        ("shared-prefix", "unknown"),
+        ("trace", "unknown"),
+        (f"trace:{tmp_path}/none.jsonl", "no such file"),
+    ):
+        from sgl_eagle_ext.tools.bench import datasets
+
+        with pytest.raises(records.UserError) as e:
+            kind, path = datasets.parse_spec(spec)
+            datasets.trace_times(path)
+        assert words in str(e.value), spec
+
+
+def test_hf_dataset_without_the_package_names_the_install(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from sgl_eagle_ext.tools.bench import datasets, hf_data
+
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    (tmp_path / "d.parquet").write_bytes(b"PAR1")
+    for path, module in ((folder, "datasets"), (tmp_path / "d.parquet", "pyarrow.parquet")):
+        with pytest.raises(records.UserError) as e:
+            datasets.load_hf(str(path))
+        assert f"needs the `{module}` package" in str(e.value)
+        assert "pip install datasets" in str(e.value)
+    with pytest.raises(records.UserError, match="not a folder written by save_to_disk"):
+        datasets.load_hf(str(tmp_path / "missing"))
+    # rows of the usual layouts -> conversations
+    assert hf_data.as_sharegpt({"prompt": "hi", "response": "yo"}, "r")["conversations"] == [
+        {"from": "human", "value": "hi"},
+        {"from": "gpt", "value": "yo"},
+    ]
+    msgs = [{"role": "user", "content": "q"}]
+    assert hf_data.as_sharegpt({"messages": msgs}, "r")["conversations"] == msgs
+    with pytest.raises(records.UserError, match="no column to take a prompt from"):
+        hf_data.as_sharegpt({"foo": 1}, "d row 0")
+
+
+def test_hf_dataset_rows_become_requests(recording, tmp_path, monkeypatch):
+    """hf:PATH read through `datasets` (a stand-in module here: the harness venvs do not
+    install it): its rows' prompts are sent, replies set the output length."""
+    import sys
+    import types
+
+    rows = [{"question": f"q{i}?", "answer": " x" * (i + 1)} for i in range(3)]
+    fake_mod = types.ModuleType("datasets")
+
+    class DatasetDict(dict):
+        pass
+
+    fake_mod.DatasetDict = DatasetDict
+    fake_mod.load_from_disk = lambda p: DatasetDict(train=rows)
+    monkeypatch.setitem(sys.modules, "datasets", fake_mod)
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    res = tmp_path / "r.jsonl"
+    argv = ["--dataset", f"hf:{folder}", "--concurrency", "1", "--num-prompts", "3"]
+    assert run(recording.url, res, *argv) == 0
+    sent = sorted(b["messages"][-1]["content"] for b in recording.fake.bodies)
+    assert sent == ["q0?", "q1?", "q2?"]
+    (r,), _ = read(res)
+    assert r["dataset"] == f"hf:{folder}" and r["output_len"] == "dataset"

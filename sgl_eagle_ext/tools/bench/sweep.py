@@ -67,10 +67,13 @@ class OpenLoop:
 
     burstiness: float = 1.0  # gamma shape of the gaps; 1 = Poisson
     duration: float | None = None  # seconds of arrivals per level (else a request count)
-    arrival: str = "poisson"  # poisson, gamma or constant
+    arrival: str = "poisson"  # poisson, gamma, constant, or trace (the times below)
     max_concurrency: int | None = None  # at most this many in flight (bench_serving's)
+    times: list[float] | None = None  # a trace's own arrival times (seconds)
 
     def schedule(self, rate: float, n: int, seed: int) -> np.ndarray:
+        if self.times is not None:
+            return np.asarray(self.times, dtype=np.float64)
         kind = "constant" if self.arrival == "constant" else "gamma"
         if self.duration:
             return arr.schedule(rate, self.burstiness, seed, duration=self.duration, kind=kind)
@@ -615,6 +618,12 @@ def describe_levels(
     levels: list[float], open_loop: OpenLoop | None, closed_duration: float | None = None
 ) -> str:
     text = ",".join(f"{v:g}" for v in levels)
+    if open_loop is not None and open_loop.times is not None:
+        t = open_loop.times
+        return (
+            f"trace replay: {len(t)} request(s) at the trace's own times over "
+            f"{t[-1] - t[0]:.1f} s (mean {text} req/s)"
+        )
     if open_loop is None:
         span = f", {closed_duration:g} s each" if closed_duration else ""
         return f"concurrency {text} (closed loop{span})"

@@ -237,6 +237,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     workload.check_paths(args)
     # --dataset/--input-len/...: checked now, before any server starts
     wl = workload.WorkloadSet(args, None, args.max_tokens) if workload.wanted(args) else None
+    levels, open_loop = workload.trace_replay(args, wl, levels, open_loop)
     if wl is not None and wl.multi_turn and (open_loop is not None or args.duration is not None):
         raise UserError(
             "--multi-turn replays conversations in closed loop, a request count each.",

@@ -48,6 +48,7 @@ async def _run(args, console: Console) -> int:
                 "--multi-turn replays conversations in closed loop, a request count each.",
                 fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
             )
+        levels, open_loop = workload.trace_replay(args, wl, levels, open_loop)
         ps = wl
         prov["prompts"] = session.prompt_facts(wl, args.seed)
         prov["workload"] = wl.facts()
