@@ -190,7 +190,8 @@ def test_header_both_forms(fake, tmp_path, header):
 
 def test_slo_syntax_and_alias(fake, tmp_path, capsys):
     bg = fake()
-    for i, slo in enumerate((["--slo", "ttft=5000,tpot=900"], ["--slo-ttft-ms", "5000"])):
+    forms = (["--slo", "ttft=5000,tpot=900"], ["--slo", "ttft:5000"], ["--slo-ttft-ms", "5000"])
+    for i, slo in enumerate(forms):
         res = tmp_path / f"r{i}.jsonl"
         assert run(bg.url, res, "--concurrency", "1", "--num-prompts", "2", *slo) == 0
         (r,), _ = read(res)
@@ -595,3 +596,52 @@ def test_hf_dataset_rows_become_requests(recording, tmp_path, monkeypatch):
     assert sent == ["q0?", "q1?", "q2?"]
     (r,), _ = read(res)
     assert r["dataset"] == f"hf:{folder}" and r["output_len"] == "dataset"
+
+
+# ------------------------------------------------------------------ real SGLang on CPU
+@pytest.mark.server
+def test_compare_with_an_arm_whose_server_fails_to_start(tiny_models, tmp_path):
+    """A preset whose server dies while starting (a tokenizer that is not there: the
+    plan is fine, SGLang fails at load) comes first; the real arm after it still runs,
+    a burst capped by --max-concurrency, and is reported."""
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text(
+        'description = "a tokenizer that is not there"\nextends = "baseline"\n'
+        '[server]\ntokenizer-path = "/nonexistent/tokenizer"\n'
+    )
+    res = tmp_path / "c.jsonl"
+    argv = ["compare", "--arm", str(broken), "--arm", "baseline", "--cpu"]
+    argv += ["--model-path", str(tiny_models["target"]), "--request-rate", "inf"]
+    argv += ["--max-concurrency", "2", "--num-prompts", "4", "--max-tokens", "4"]
+    argv += ["--warmup", "0", "--lossless-prompts", "0", "--results", str(res)]
+    argv += ["--log-dir", str(tmp_path / "logs")]
+    out = subprocess.run(
+        [sys.executable, "-m", "sgl_eagle_ext.bench", *argv],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "Traceback" not in text
+    errors = [x for x in out.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 2, text
+    assert errors[0].startswith("error: [A] broken failed: preset broken: the launcher exited")
+    assert "/nonexistent/tokenizer" in errors[0]
+    assert errors[1] == (
+        "error: 1 of 2 arm(s) failed and only baseline ran: nothing to compare; "
+        "its sweep is recorded"
+    )
+    # progress while the server started: phases with the elapsed time, then READY
+    assert "[B] READY after " in out.stdout and "[B] starting (preflight" in out.stdout
+    assert "[B: baseline]" in out.stdout and " conc  done" in out.stdout
+    (r,) = [json.loads(x) for x in res.read_text().splitlines()]
+    assert (r["arm"], r["status"], r["completed"]) == ("baseline", "ok", 4)
+    assert r["arrival"] == "burst" and r["concurrency"] == 2 and r["max_concurrency"] == 2
+    assert r["itl_ms"]["p50"] is not None and r["chunk_gap_ms"]["p50"] is not None
+    port = int(r["url"].rsplit(":", 1)[1])
+    low, high = ports.ephemeral_range()
+    assert not low <= port <= high

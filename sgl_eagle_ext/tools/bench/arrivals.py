@@ -1,9 +1,9 @@
 """Open-loop arrival schedules: when each request of a request-rate level is sent.
 
 poisson/gamma: gaps between arrivals are gamma-distributed with shape =
-burstiness and mean 1/rate, as sglang.bench_serving and vLLM draw them:
-burstiness 1 is a Poisson process (exponential gaps), below 1 burstier, above 1
-more regular. constant: every gap is exactly 1/rate. A rate of inf is a burst:
+burstiness and mean 1/rate, as vLLM's --burstiness draws them: burstiness 1 is
+a Poisson process (exponential gaps, sglang.bench_serving's only process), below 1
+burstier, above 1 more regular. constant: every gap is exactly 1/rate. A rate of inf is a burst:
 every request at 0 (sglang.bench_serving's --request-rate inf). The first request
 goes at 0. A schedule depends only on (seed, rate, burstiness, kind), so every
 arm of an A/B or compare run sees the same arrivals.

@@ -292,8 +292,9 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--burstiness",
         type=float,
-        help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson; "
-        "<1 burstier, >1 more regular), mean gap 1/R as in sglang.bench_serving and vLLM",
+        help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson, "
+        "sglang.bench_serving's only process; <1 burstier, >1 more regular), mean gap 1/R, "
+        "as vLLM's --burstiness",
     )
     p.add_argument(
         "--duration",

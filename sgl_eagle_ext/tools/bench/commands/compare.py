@@ -16,6 +16,7 @@ gets the same prompts in the same seeded order, the same lengths and levels.
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import string
 from dataclasses import dataclass, field
@@ -363,8 +364,13 @@ def arm_error(e: BaseException) -> str:
     first, *rest = text.splitlines()
     if isinstance(e, (HTTPException, OSError)) and type(e).__name__ not in first:
         first = f"{type(e).__name__}: {first}"
-    last = next((x.strip() for x in reversed(rest) if x.strip()), "")
-    return f"{first.rstrip(':')}: {last}" if last else first
+    lines = [x.strip() for x in rest if x.strip() and not x.strip().startswith("File ")]
+    # the launcher's tail ends with its own shutdown lines: the cause is the last error
+    cause = next((x for x in reversed(lines) if ERROR_LINE.search(x)), lines[-1] if lines else "")
+    return f"{first.rstrip(':')}: {cause}" if cause else first
+
+
+ERROR_LINE = re.compile(r"error|exception|refused|failed|not found|no such", re.IGNORECASE)
 
 
 def _summary_provenance(run: Run, preset: str) -> dict:
