@@ -645,3 +645,19 @@ def test_compare_with_an_arm_whose_server_fails_to_start(tiny_models, tmp_path):
     port = int(r["url"].rsplit(":", 1)[1])
     low, high = ports.ephemeral_range()
     assert not low <= port <= high
+
+
+def test_itls_per_token_from_chunks():
+    from sgl_eagle_ext.tools.bench import client as cl
+
+    # 1 token, then chunks of 3 and 2 tokens 0.3 s and 0.4 s later: per token 0.1 and 0.2
+    r = cl.RequestResult(0, "p", ok=True, completion_tokens=6, chunk_times=[0.1, 0.4, 0.8])
+    r.chunk_tokens = [1, 3, 2]
+    assert r.itl_exact and r.chunk_gaps == pytest.approx([0.3, 0.4])
+    assert r.itls == pytest.approx([0.1] * 3 + [0.2] * 2)
+    # no per-chunk counts (OpenAI streams): the request's mean, (6 - 1) / 2 = 2.5 -> 2 each
+    r.chunk_tokens = None
+    assert not r.itl_exact and r.itls == pytest.approx([0.15, 0.15, 0.2, 0.2])
+    # one token per chunk: ITL is the chunk gap
+    r = cl.RequestResult(0, "p", ok=True, completion_tokens=3, chunk_times=[0.1, 0.2, 0.4])
+    assert r.itls == pytest.approx([0.1, 0.2]) and r.itls == pytest.approx(r.chunk_gaps)
