@@ -627,8 +627,6 @@ def test_compare_with_an_arm_whose_server_fails_to_start(tiny_models, tmp_path):
         timeout=1200,
     )
     text = out.stdout + out.stderr
-    (tmp_path / "out.txt").write_text(text)
-    print(text)
     assert out.returncode == 1, text
     assert "Traceback" not in text
     errors = [x for x in out.stderr.splitlines() if x.startswith("error:")]
