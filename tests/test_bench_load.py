@@ -117,6 +117,7 @@ def test_constant_arrivals(fake, tmp_path, capsys):
     assert "constant arrivals" in capsys.readouterr().out
     (r,), (row,) = read(res)
     assert r["arrival"] == "constant" and row["arrival"] == "constant"
+    assert r["burstiness"] is None and row["burstiness"] == ""  # no gamma shape at play
     assert r["offered_rate"] == pytest.approx(20.0)  # gaps of exactly 1/20 s
     t = arrivals.schedule(4.0, 1.0, kind="constant", duration=1.0)
     assert np.allclose(t, [0, 0.25, 0.5, 0.75])

@@ -55,7 +55,7 @@ def load_shape(args: argparse.Namespace, open_loop: sw.OpenLoop | None, wl=None)
         "output_len": facts.get("output_len") if wl is not None else str(args.max_tokens),
         "stream": getattr(args, "stream", True),
         "arrival": open_loop.arrival if open_loop else "closed loop",
-        "burstiness": open_loop.burstiness if open_loop else None,
+        "burstiness": open_loop.shape if open_loop else None,
         "max_concurrency": open_loop.max_concurrency if open_loop else None,
         "duration_target_s": getattr(args, "duration", None),
     }

@@ -82,6 +82,11 @@ class OpenLoop:
     def arrival_at(self, rate: float) -> str:
         return "burst" if rate == math.inf else self.arrival
 
+    @property
+    def shape(self) -> float | None:
+        """The gamma shape, for the records: None where it plays no part."""
+        return self.burstiness if self.arrival in ("poisson", "gamma") else None
+
 
 @dataclass
 class Load:
@@ -606,7 +611,7 @@ def level_key(value: float, open_loop: OpenLoop | None, n: int | None = None) ->
         return {"concurrency": value}
     shape = {
         "arrival": open_loop.arrival_at(value),
-        "burstiness": open_loop.burstiness,
+        "burstiness": open_loop.shape if value != math.inf else None,
         "max_concurrency": open_loop.max_concurrency,
     }
     if value == math.inf:

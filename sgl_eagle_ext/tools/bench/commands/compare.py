@@ -475,7 +475,12 @@ def report_ab(args, console: Console, run: Run) -> int:
             "preset_b": pb.preset,
             "level_key": axis.key,
             **(
-                {"burstiness": run.open_loop.burstiness, "duration": run.open_loop.duration}
+                {
+                    "arrival": run.open_loop.arrival,
+                    "burstiness": run.open_loop.shape,
+                    "max_concurrency": run.open_loop.max_concurrency,
+                    "duration": run.open_loop.duration,
+                }
                 if run.open_loop
                 else {}
             ),
@@ -558,7 +563,12 @@ def report_compare(args, console: Console, run: Run) -> int:
             "reference": ref,
             "level_key": axis.key,
             **(
-                {"burstiness": run.open_loop.burstiness, "duration": run.open_loop.duration}
+                {
+                    "arrival": run.open_loop.arrival,
+                    "burstiness": run.open_loop.shape,
+                    "max_concurrency": run.open_loop.max_concurrency,
+                    "duration": run.open_loop.duration,
+                }
                 if run.open_loop
                 else {}
             ),
