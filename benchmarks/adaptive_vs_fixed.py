@@ -26,7 +26,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sgl_eagle_ext.common import ports  # noqa: E402
 from sgl_eagle_ext.profiling import adaptive_log  # noqa: E402
 from sgl_eagle_ext.profiling.record import iter_records  # noqa: E402
 
@@ -44,9 +44,8 @@ FIXED = ("eagle3-2step", "eagle3-3step", "eagle3-5step")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # outside the kernel's ephemeral range: no outgoing connection takes it before the bind
+    return ports.pick()
 
 
 def start(preset: str, draft: str | None, models: Path, out: Path, round_no: int = 0):

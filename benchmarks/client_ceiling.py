@@ -25,7 +25,6 @@ import importlib.util
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,15 +34,16 @@ from pathlib import Path
 
 import psutil
 
+from sgl_eagle_ext.common import ports
+
 PY = sys.executable
 # The test double (not shipped in the wheel) beside the tests.
 FAKE_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake_sglang.py"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # outside the kernel's ephemeral range: no outgoing connection takes it before the bind
+    return ports.pick()
 
 
 def pin(cores: set[int]):

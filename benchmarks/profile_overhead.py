@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common import http, ports
 from sgl_eagle_ext.profiling import names
 from sgl_eagle_ext.profiling.recorder import config, instrument
 from sgl_eagle_ext.profiling.recorder.clock import make_clock
@@ -108,9 +107,8 @@ def host_cost(cuda: bool) -> tuple[float, float]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # outside the kernel's ephemeral range: no outgoing connection takes it before the bind
+    return ports.pick()
 
 
 def server_tok_s(models: dict, profile: bool, prompts: list[str], tokens: int) -> float:

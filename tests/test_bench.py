@@ -426,8 +426,21 @@ def test_lossless_compare():
         ),
         (["ab", "--preset-b", "no-such-preset", "--cpu", "--model-path", "/tmp"], "no-such-preset"),
         (["single", "--", "--port", "1"], "only go to `bench ab`"),
-        (["sweep", "--header", "NoColon"], "--header (no colon): not NAME:VALUE"),
-        (["sweep", "--header", "Two Words: v"], "--header Two Words: not NAME:VALUE"),
+        (["sweep", "--header", "NoColon"], "--header NoColon (no = or :): not NAME=VALUE"),
+        (["sweep", "--header", "Two Words: v"], "--header Two Words: not NAME=VALUE or NAME: V"),
+        (["sweep", "--request-rate", "inf", "--duration", "5"], "a burst sends every request"),
+        (["sweep", "--max-concurrency", "4"], "--max-concurrency caps an open-loop level"),
+        (["sweep", "--arrival", "constant"], "--arrival shapes open-loop arrivals"),
+        (
+            ["sweep", "--request-rate", "2", "--arrival", "constant", "--burstiness", "2"],
+            "--arrival constant has no burstiness",
+        ),
+        (
+            ["sweep", "--request-rate", "2", "--arrival", "poisson", "--burstiness", "2"],
+            "Poisson is burstiness 1",
+        ),
+        (["sweep", "--slo", "ttft=5,e2e=9"], "takes ttft and tpot, not e2e"),
+        (["sweep", "--slo", "ttft=5", "--slo-ttft-ms", "6"], "disagree"),
         (["sweep", "--extra-body", "{x"], "--extra-body: not valid JSON"),
         (["sweep", "--extra-body", "[1]"], "--extra-body: must be a JSON object"),
     ],
@@ -807,7 +820,8 @@ def test_plot_draws_both_arms(tmp_path, capsys):
 
 def test_plot_without_matplotlib_is_one_line(monkeypatch, tmp_path, capsys):
     rec = records.Recorder(tmp_path / "r.jsonl", run_id="R1")
-    rec.write("sweep", {"arm": "a", "status": "ok", "concurrency": 1}, {})
+    for c in (1, 2):  # two levels: one level draws nothing, matplotlib or not
+        rec.write("sweep", {"arm": "a", "status": "ok", "concurrency": c}, {})
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert cli.main(["plot", str(tmp_path / "r.jsonl")]) == 2
     err = capsys.readouterr().err
@@ -848,7 +862,8 @@ def test_arrival_schedule_statistics():
     "args, words",
     [
         (["--concurrency", "1", "--request-rate", "2"], "both given"),
-        (["--duration", "5"], "--duration only applies to open-loop load"),
+        (["--duration", "0"], "--duration 0: must be > 0"),
+        (["--request-rate", "2", "--max-concurrency", "0"], "--max-concurrency 0: must be > 0"),
         (["--request-rates", "0,1"], "request rates must be positive"),
         (["--request-rates", "1,x"], "not a comma-separated list of numbers"),
         (["--request-rate", "2", "--burstiness", "0"], "--burstiness 0: must be > 0"),

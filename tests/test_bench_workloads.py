@@ -778,7 +778,8 @@ def test_sweep_long_prompts_ranges_and_request_records(recording_fake, tmp_path,
         assert 500 <= r["input_len_target"] <= 900 and 4 <= r["output_len_target"] <= 12
         assert r["completion_tokens"] == r["output_len_target"]  # each its own length
         assert r["accept_length"] == pytest.approx(r["completion_tokens"] / r["verify_ct"])
-        assert r["run_id"] and len(r["itl_ms"]) == r["chunks"] - 1
+        assert r["run_id"] and len(r["chunk_gap_ms"]) == r["chunks"] - 1
+        assert len(r["itl_ms"]) >= len(r["chunk_gap_ms"])  # per token: a gap per token
     # the same prompts, in the same order, at every level
     by_level = {c: [r["input_len_target"] for r in rows if r["concurrency"] == c] for c in (1, 2)}
     assert by_level[1] == by_level[2]

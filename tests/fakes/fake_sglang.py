@@ -52,6 +52,7 @@ class FakeSGLang:
         faults: Faults | None = None,
         prompt_tokens: int = 16,
         token_text: str = " x",
+        tokens_per_chunk: int = 1,
     ):
         self.model = model
         self.tokenizer_path = tokenizer_path or model
@@ -69,6 +70,10 @@ class FakeSGLang:
         self.generation_tokens = 0
         self.verify_calls = 0
         self.active = 0
+        self.peak_active = 0  # the most streams in flight at once
+        # tokens per streamed chat chunk after the first (speculation: accepted drafts
+        # arrive together); the first chunk carries the prefill's one token
+        self.per_chunk = max(1, tokens_per_chunk)
         self.last_body: dict | None = None  # the last generation request, as sent
         self.last_headers = {}
 
@@ -291,6 +296,7 @@ class FakeSGLang:
         cut = n // 2 if (hang or drop or err) else -1
         await resp.prepare(req)
         self.active += 1
+        self.peak_active = max(self.peak_active, self.active)
         try:
             await resp.write(first)
             sent, batch = 0, []
@@ -309,8 +315,15 @@ class FakeSGLang:
                             b'data: {"error": {"message": "injected error", "code": 500}}\n\n'
                         )
                         break
-                batch.append(token)
-                sent += 1
+                k = 1 if sent == 0 or self.per_chunk == 1 else min(self.per_chunk, n - sent)
+                if k == 1:
+                    batch.append(token)
+                else:
+                    content = json.dumps({"content": self.token_text * k})
+                    batch.append(
+                        (head + content + ',"logprobs":null,"finish_reason":null}]}\n\n').encode()
+                    )
+                sent += k
                 if f.malformed_every and sent % f.malformed_every == 0:
                     batch.append(b"data: {not json\n\nthis is not sse\n\n")
                 if len(batch) >= self.per_write or sent == n:

@@ -169,7 +169,7 @@ def run(
             target,
             draft,
             release,
-            _arg(server_args, "--context-length"),
+            argv.value("context-length"),
             env,
             sglang_python,
             eagle3,

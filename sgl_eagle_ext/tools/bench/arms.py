@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import proctree
+from sgl_eagle_ext.common import ports, proctree
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.launcher import plan as launch_plan
 from sgl_eagle_ext.tools.bench import provenance
@@ -35,9 +34,7 @@ class ArmFailed(Exception):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.pick()  # outside the ephemeral range (common/ports.py)
 
 
 @dataclass

@@ -1,10 +1,12 @@
 """Open-loop arrival schedules: when each request of a request-rate level is sent.
 
-Gaps between arrivals are gamma-distributed with shape = burstiness and mean
-1/rate, as sglang.bench_serving draws them: burstiness 1 is a Poisson process
-(exponential gaps), below 1 burstier, above 1 more regular. The first request
-goes at 0. A schedule depends only on (seed, rate, burstiness), so every arm of
-an A/B or compare run sees the same arrivals.
+poisson/gamma: gaps between arrivals are gamma-distributed with shape =
+burstiness and mean 1/rate, as vLLM's --burstiness draws them: burstiness 1 is
+a Poisson process (exponential gaps, sglang.bench_serving's only process), below 1
+burstier, above 1 more regular. constant: every gap is exactly 1/rate. A rate of inf is a burst:
+every request at 0 (sglang.bench_serving's --request-rate inf). The first request
+goes at 0. A schedule depends only on (seed, rate, burstiness, kind), so every
+arm of an A/B or compare run sees the same arrivals.
 """
 
 from __future__ import annotations
@@ -34,11 +36,19 @@ def schedule(
     *,
     count: int | None = None,
     duration: float | None = None,
+    kind: str = "gamma",
 ) -> np.ndarray:
     """Send times (seconds from the level's start) of `count` arrivals, or of every
-    arrival before `duration` seconds when a duration is given."""
+    arrival before `duration` seconds when a duration is given. kind: "gamma" (or
+    "poisson", burstiness 1) or "constant"."""
+    if rate == math.inf and duration is None:
+        return np.zeros(count or 0)  # a burst
     if not (rate > 0 and math.isfinite(rate)) or not burstiness > 0:
         raise ValueError("rate and burstiness must be positive and finite")
+    if kind == "constant":
+        n = (count or 0) if duration is None else math.ceil(duration * rate)
+        times = np.arange(n, dtype=np.float64) / rate
+        return times if duration is None else times[times < duration]
     rng = _rng(seed, rate, burstiness)
     if duration is None:
         if not count:

@@ -52,6 +52,9 @@ class RequestResult:
     ttft: float | None = None  # seconds to the first content chunk
     e2e: float | None = None  # seconds to the end of the stream
     chunk_times: list[float] = field(default_factory=list)  # content chunk arrivals, from start
+    # tokens in each content chunk, where the stream says (/generate's running count);
+    # None: not known per chunk (the OpenAI endpoints send text deltas)
+    chunk_tokens: list[int] | None = None
     text: str = ""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -63,10 +66,38 @@ class RequestResult:
     malformed: int = 0  # stream lines that were not valid SSE/JSON chunks
 
     @property
-    def itls(self) -> list[float]:
-        """Gaps between content chunks (a chunk may carry several tokens)."""
+    def chunk_gaps(self) -> list[float]:
+        """Gaps between content chunks (with speculation a chunk carries several tokens)."""
         t = self.chunk_times
         return [b - a for a, b in zip(t, t[1:])]
+
+    @property
+    def itl_exact(self) -> bool:
+        """Whether itls() divides by each chunk's own token count (else: an estimate)."""
+        return self.chunk_tokens is not None and len(self.chunk_tokens) == len(self.chunk_times)
+
+    @property
+    def itls(self) -> list[float]:
+        """Inter-token latencies, one per token after the first chunk, as
+        sglang.bench_serving counts them with speculation: a chunk gap divided by the
+        tokens that chunk carries, repeated for each of them. Tokens per chunk come from
+        the stream where it says (/generate), else from the request's own average
+        ((completion tokens - 1) / (chunks - 1): the first chunk holds the prefill's
+        one token)."""
+        gaps = self.chunk_gaps
+        if not gaps:
+            return []
+        if self.itl_exact:
+            counts = self.chunk_tokens[1:]
+        else:
+            n = self.completion_tokens or len(self.chunk_times)
+            per = max(1.0, (n - 1) / len(gaps))
+            counts = [per] * len(gaps)
+        out: list[float] = []
+        for gap, k in zip(gaps, counts):
+            k = max(1, round(k))
+            out.extend([gap / k] * k)
+        return out
 
     @property
     def tpot(self) -> float | None:
@@ -146,11 +177,18 @@ class StreamParser:
         self.error = _short(msg)
         return True
 
-    def content(self, text: str, now: float) -> None:
+    def content(self, text: str, now: float, tokens: int | None = None) -> None:
         r = self.r
         if r.ttft is None:
             r.ttft = now - r.start
+            if tokens is not None:
+                r.chunk_tokens = []
         r.chunk_times.append(now - r.start)
+        if r.chunk_tokens is not None:
+            if tokens is None:
+                r.chunk_tokens = None  # no longer known for every chunk
+            else:
+                r.chunk_tokens.append(tokens)
         r.text += text
         self.chunks += 1
 
@@ -221,7 +259,7 @@ class StreamParser:
             r.malformed += 1
             return
         if n > (r.completion_tokens or 0) or new:
-            self.content(new, now)
+            self.content(new, now, max(0, n - (r.completion_tokens or 0)))
         r.completion_tokens, r.tokens_from_usage = n, True
         if isinstance(meta.get("prompt_tokens"), int):
             r.prompt_tokens = meta["prompt_tokens"]
@@ -231,6 +269,23 @@ class StreamParser:
         if isinstance(meta.get("spec_verify_ct"), int):
             r.spec_verify_ct = meta["spec_verify_ct"]
             r.spec_details = {k: v for k, v in meta.items() if k.startswith("spec_")}
+
+
+def whole(parser: StreamParser, raw: bytes, now: float) -> None:
+    """A non-streamed answer, fed to the parser as one final chunk: its content
+    arrives at once, so TTFT is the whole request (as sglang.bench_serving counts it)."""
+    try:
+        obj = _loads(raw)
+    except (ValueError, RecursionError):
+        obj = None
+    if not isinstance(obj, dict):
+        parser.error = "the answer is not a JSON object: " + _short(raw.decode("utf-8", "replace"))
+        return
+    for c in obj.get("choices") or ():
+        if isinstance(c, dict) and isinstance(c.get("message"), dict):
+            c["delta"] = c.pop("message")  # chat: message -> the delta the parser reads
+    parser.chunk(obj, now)
+    parser.done = True
 
 
 def messages_text(messages: list[dict]) -> str:
@@ -258,7 +313,9 @@ class Client:
         endpoint: str = CHAT,
         headers: dict[str, str] | None = None,
         incremental: bool = False,
+        stream: bool = True,
     ):
+        self.stream = stream  # False: one JSON answer (sglang.bench_serving --disable-stream)
         self.endpoint = endpoint
         self.url = base_url.rstrip("/") + ENDPOINTS[endpoint]
         self.incremental = incremental
@@ -302,7 +359,11 @@ class Client:
             }
             if seed is not None:
                 sampling["sampling_seed"] = seed
-            body = {"text": messages_text(messages), "sampling_params": sampling, "stream": True}
+            body = {
+                "text": messages_text(messages),
+                "sampling_params": sampling,
+                "stream": self.stream,
+            }
         else:
             body = {"model": self.model}
             if self.endpoint == CHAT:
@@ -312,10 +373,11 @@ class Client:
             body.update(
                 max_tokens=max_tokens,
                 temperature=temperature,
-                stream=True,
-                stream_options={"include_usage": True},
+                stream=self.stream,
                 ignore_eos=ignore_eos,
             )
+            if self.stream:
+                body["stream_options"] = {"include_usage": True}
             if seed is not None:
                 body["seed"] = seed
             if self.spec_details_field:
@@ -345,9 +407,12 @@ class Client:
                         r.error = f"{E_HTTP} {resp.status}"
                         r.detail = _short(await resp.text(errors="replace"))
                         return r
-                    async for data in resp.content.iter_any():
-                        parser.feed(data, time.perf_counter())
-                    parser.finish(time.perf_counter())
+                    if not self.stream:
+                        whole(parser, await resp.read(), time.perf_counter())
+                    else:
+                        async for data in resp.content.iter_any():
+                            parser.feed(data, time.perf_counter())
+                        parser.finish(time.perf_counter())
         except aiohttp.ServerTimeoutError as e:  # aiohttp's own: connect or socket read
             what = "connection" if "connect" in str(e).lower() else "data"
             r.error, r.detail = E_TIMEOUT, f"no {what} within {CONNECT_TIMEOUT:g} s: {_short(e)}"
@@ -365,7 +430,8 @@ class Client:
         except aiohttp.ClientError as e:
             r.error, r.detail = E_CLIENT, _short(f"{type(e).__name__}: {e}")
         else:
-            r.e2e = time.perf_counter() - r.start
+            # not streamed: the answer came whole, its first token with its last
+            r.e2e = time.perf_counter() - r.start if self.stream or r.ttft is None else r.ttft
             if parser.error is not None:
                 r.error, r.detail = E_IN_STREAM, parser.error
             elif not parser.done:

@@ -324,3 +324,36 @@ def best_arm_line(rows: list[dict], axis: Axis = CONCURRENCY) -> str:
         for name, lo, hi in spans
     ]
     return "best arm by throughput: " + ", ".join(parts)
+
+
+# A verdict (ratio, best arm, crossover) compares level throughputs whose noise shrinks
+# with the requests behind them; below this many completed requests per arm at a level
+# (the usual threshold for a mean to be near-normal) the printed ratio is not to be
+# trusted, so the report says so.
+MIN_REQUESTS = 30
+
+
+def thin_levels(
+    levels: list[float], per_arm: dict[str, dict[float, dict]], minimum: int = MIN_REQUESTS
+) -> list[tuple[float, int]]:
+    """(level, fewest completed requests of any arm there) where that is below `minimum`."""
+    out = []
+    for lv in levels:
+        n = min((f.get(lv) or {}).get("completed") or 0 for f in per_arm.values())
+        if n < minimum:
+            out.append((lv, n))
+    return out
+
+
+def sample_size_warning(
+    thin: list[tuple[float, int]], axis: Axis = CONCURRENCY, minimum: int = MIN_REQUESTS
+) -> str | None:
+    if not thin:
+        return None
+    where = ", ".join(f"{axis.tag(lv)}: {n}" for lv, n in thin)
+    return (
+        f"the verdict rests on too few requests ({where} completed per arm). Rule: a "
+        f"throughput ratio, best arm or crossover needs >= {minimum} completed requests "
+        f"per arm at each level, else run-to-run noise can flip it; raise --num-prompts "
+        f"(or give --duration)"
+    )

@@ -6,6 +6,14 @@
     --dataset random       synthetic text cut to --input-len from the long-prompt source
     --dataset long         the long-prompt source (shipped text or --long-text FILE) at
                            --input-len tokens: 1k..64k-token prompts
+    --dataset shared-prefix:N  every request starts with the same N-token system prompt
+                           (prefix-cache reuse), then its own question: the --prompts
+                           set's, or --input-len tokens of source text
+    --dataset trace:FILE   a request trace (traces.py: Mooncake .jsonl, BurstGPT .csv):
+                           each row's input/output lengths; replayed at its timestamps
+                           unless --concurrency or --request-rate is given
+    --dataset hf:PATH      a Hugging Face dataset on disk (hf_data.py: a save_to_disk
+                           folder or .parquet), read like ShareGPT
 
 `--multi-turn` replays each ShareGPT conversation turn by turn, every turn carrying
 the whole history so far (the server's own earlier answers included): an agent-like
@@ -25,7 +33,13 @@ from sgl_eagle_ext.tools.bench.lengths import LengthSpec
 from sgl_eagle_ext.tools.bench.tokens import Counter, PromptBuilder
 
 SHIPPED, SHAREGPT, RANDOM, LONG = "shipped", "sharegpt", "random", "long"
-KINDS = (SHIPPED, SHAREGPT, RANDOM, LONG)
+SHARED_PREFIX, TRACE, HF = "shared-prefix", "trace", "hf"
+KINDS = (SHIPPED, SHAREGPT, RANDOM, LONG, SHARED_PREFIX, TRACE, HF)
+WITH_ARG = (SHAREGPT, SHARED_PREFIX, TRACE, HF)  # KIND:ARG
+CONVERSATIONS = (SHAREGPT, HF)  # datasets of conversations (--multi-turn)
+# index spaces of PromptBuilder text, apart from the requests' own (0.., 1_000_000..)
+PREFIX_INDEX = 3_000_000
+BLOCK_INDEX = 4_000_000
 ROLE_OF = {
     "human": "user",
     "user": "user",
@@ -70,12 +84,37 @@ class WorkRequest:
 
 def parse_spec(text: str) -> tuple[str, str | None]:
     kind, _, path = text.partition(":")
-    if kind not in KINDS or (kind == SHAREGPT) != bool(path):
+    if kind not in KINDS or (kind in WITH_ARG) != bool(path):
         raise UserError(
             f"--dataset {text}: unknown.",
-            fix="use shipped, random, long or sharegpt:FILE (.json or .jsonl)",
+            fix="use shipped, random, long, sharegpt:FILE (.json or .jsonl), shared-prefix:N, "
+            "trace:FILE (Mooncake .jsonl or BurstGPT .csv) or hf:PATH (save_to_disk folder "
+            "or .parquet)",
+        )
+    if kind == SHARED_PREFIX and not (path.isdigit() and int(path) >= 1):
+        raise UserError(
+            f"--dataset {text}: N must be a token count >= 1.",
+            fix="e.g. --dataset shared-prefix:2048",
         )
     return kind, path or None
+
+
+def strip_question(text: str) -> str:
+    """A builder prompt without its closing question (a block of a longer prompt)."""
+    return text.rsplit("\n\n", 1)[0]
+
+
+def load_hf(path: str) -> list[Conversation]:
+    from sgl_eagle_ext.tools.bench import hf_data
+
+    convs = []
+    for k, row in enumerate(hf_data.rows(path)):
+        c = _conversation(hf_data.as_sharegpt(row, f"{path} row {k}"), f"{path} row {k}", k)
+        if c is not None:
+            convs.append(c)
+    if not convs:
+        raise UserError(f"{path}: no row with a user turn.", fix="check the dataset's columns")
+    return convs
 
 
 # ---------------------------------------------------------------- ShareGPT
@@ -234,8 +273,23 @@ def build(
                 )
             )
         return Workload(kind, reqs, [], input_len, output_len, counter)
-    if kind == SHAREGPT:
-        convs = load_sharegpt(path)
+    if kind == SHARED_PREFIX:
+        return _shared_prefix(
+            int(path),
+            n,
+            input_len,
+            output_len,
+            default_output,
+            counter,
+            rng,
+            seed,
+            prompt_set,
+            builder,
+        )
+    if kind == TRACE:
+        return _trace(path, n, output_len, counter, builder)
+    if kind in CONVERSATIONS:
+        convs = load_sharegpt(path) if kind == SHAREGPT else load_hf(path)
         rng.shuffle(convs)
         convs = [convs[i % len(convs)] for i in range(n)]
         reqs, seen = [], {}
@@ -256,13 +310,13 @@ def build(
         if not input_len.own:
             reqs = _refit(reqs, input_len, rng, builder)
         return Workload(
-            f"sharegpt:{Path(path).name}",
+            f"{kind}:{Path(path).name}",
             reqs,
             convs,
             input_len,
             output_len,
             counter,
-            file_sha256(path),
+            file_sha256(path) if Path(path).is_file() else "",
         )
     ps = prompts_mod.load(prompt_set)
     reqs = [
@@ -272,6 +326,72 @@ def build(
     if not input_len.own:
         reqs = _refit(reqs, input_len, rng, builder)
     return Workload(ps.name, reqs, [], input_len, output_len, counter, ps.sha256)
+
+
+def _shared_prefix(
+    prefix_len, n, input_len, output_len, default_output, counter, rng, seed, prompt_set, builder
+) -> Workload:
+    """The same `prefix_len`-token system prompt on every request, then its own question:
+    --input-len tokens of source text, else the next prompt of the --prompts set."""
+    prefix = strip_question(builder.build(PREFIX_INDEX, prefix_len).text)
+    if input_len.own:
+        qs = [(p.id, p.messages[-1][1], None) for p in prompts_mod.load(prompt_set).take(n, seed)]
+    else:
+        qs = []
+        for i in range(n):
+            q = input_len.sample(rng)
+            qs.append((f"q-{i}", builder.build(1_000_000 + i, q).text, q))
+    reqs = [
+        WorkRequest(
+            f"shared-{qid}",
+            (("system", prefix), ("user", text)),
+            output_len.sample(rng) or default_output,
+            prefix_len + q if q else None,
+        )
+        for qid, text, q in qs
+    ]
+    return Workload(f"shared-prefix:{prefix_len}", reqs, [], input_len, output_len, counter)
+
+
+def _trace(path: str, n: int, output_len: LengthSpec, counter, builder) -> Workload:
+    """The trace's first `n` rows (cycling when it has fewer), each at its own input and
+    output length; a Mooncake row's prompt is made of one text block per hash id, so
+    rows sharing leading ids share that prefix (as the trace's own requests did)."""
+    from sgl_eagle_ext.tools.bench import traces
+
+    rows = traces.load(path)
+    reqs = []
+    for i in range(n):
+        row = rows[i % len(rows)]
+        if row.hash_ids:
+            full = row.hash_ids[:-1]
+            blocks = [
+                strip_question(builder.build(BLOCK_INDEX + h, traces.MOONCAKE_BLOCK).text)
+                for h in full
+            ]
+            tail = max(1, row.input_len - traces.MOONCAKE_BLOCK * len(full))
+            blocks.append(builder.build(BLOCK_INDEX + row.hash_ids[-1], tail).text)
+            text = "\n\n".join(blocks)
+        else:
+            text = builder.build(2_000_000 + i, row.input_len).text
+        reqs.append(
+            WorkRequest(
+                f"trace-{i}",
+                (("user", text),),
+                output_len.sample(random.Random(i)) or row.output_len,
+                row.input_len,
+            )
+        )
+    return Workload(
+        f"trace:{Path(path).name}", reqs, [], LengthSpec(), output_len, counter, file_sha256(path)
+    )
+
+
+def trace_times(path: str) -> list[float]:
+    """Arrival times (seconds from the first) of a trace's rows, in order."""
+    from sgl_eagle_ext.tools.bench import traces
+
+    return [r.at for r in traces.load(path)]
 
 
 def _refit(reqs, spec: LengthSpec, rng, builder: PromptBuilder | None) -> list[WorkRequest]:

@@ -18,7 +18,7 @@ from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.bench import request_log
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
-SLO_FIX = "e.g. --slo ttft=500,tpot=50 (milliseconds; keys ttft, tpot, itl, e2e)"
+SLO_FIX = "e.g. --slo ttft=500,tpot=50 (milliseconds; keys ttft, tpot, itl, e2e; ttft:500 also)"
 DEFAULT_PERCENTILES = (50, 90, 99)
 
 
@@ -27,7 +27,8 @@ def parse_slo(text: str | None) -> dict[str, float]:
         return {}
     out = {}
     for part in text.split(","):
-        key, sep, value = part.strip().partition("=")
+        # KEY=MS, or KEY:MS as sglang.bench_serving's and vLLM's --goodput write it
+        key, sep, value = part.strip().replace(":", "=", 1).partition("=")
         key = key.strip().lower().removesuffix("_ms")
         if not sep or key not in METRICS:
             raise UserError(f"--slo {text}: {part.strip()!r} is not KEY=MS.", fix=SLO_FIX)

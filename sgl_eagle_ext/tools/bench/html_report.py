@@ -88,6 +88,7 @@ def sweep_rows(sweeps: list[dict]) -> tuple[list[list], list[bool]]:
                     f"{r['request_rate']:g} req/s"
                     if r.get("request_rate") is not None
                     else f"c={r.get('concurrency')}"
+                    + (" (burst)" if r.get("arrival") == "burst" else "")
                 ),
                 r.get("status"),
                 r.get("completed"),
@@ -109,6 +110,9 @@ def _sweep_figure(run_id: str, sweeps: list[dict]) -> str:
     arms, skipped = plot.series(sweeps)
     if not arms:
         return ""
+    if plot.single_level(arms):  # one point per arm: the table says it all
+        return '<p class="note">one level only: no curve over load to draw</p>'
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "sweep.png"
         plot.render(run_id, arms, out)
@@ -150,14 +154,21 @@ def run_section(run_id: str, recs: list[dict]) -> str:
             f"<h3>Compare: {escape(' vs '.join(map(str, cmp.get('arms') or [])))} "
             f"(reference {escape(str(cmp.get('reference')))})</h3>"
             + _table(["arm", "throughput crossover", "goodput crossover", "lossless"], rows)
+            + "".join(
+                f'<p class="note">not compared: {escape(str(n))} failed ({escape(str(why))})</p>'
+                for n, why in (cmp.get("failed_arms") or {}).items()
+            )
         )
     sweeps = by_kind.get("sweep", [])
     if sweeps:
         rows, bad = sweep_rows(sweeps)
-        parts.append("<h3>Sweep</h3>" + _table(SWEEP_HEAD, rows, bad))
+        parts.append(
+            f"<h3>Sweep</h3><p>load: {escape(plot.load_text(sweeps[0]))}</p>"
+            + _table(SWEEP_HEAD, rows, bad)
+        )
         parts.append(_sweep_figure(run_id, sweeps))
         pts = spec_view.pareto_points(sweeps)
-        if pts:
+        if pts and max(len(v) for v in pts.values()) > 1:  # a curve, not single points
             parts.append("<h3>Pareto</h3>" + _img(spec_view.render_pareto(pts), "Pareto chart"))
     for s in by_kind.get("single", []):
         t = s.get("tok_s") or {}
@@ -244,11 +255,18 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
         for source, rates in positions.items():
             if rates:
                 parts.append(
-                    f"<p>acceptance per draft position ({escape(source)}):</p>"
+                    f"<p>acceptance per draft position ({escape(source)}); cumulative: "
+                    f"share of all verify cycles that accepted draft j; conditional: share of "
+                    f"the cycles that reached draft j which accepted it:</p>"
                     + _table(
-                        ["position", "cycles accepting it", "share"],
+                        ["position", "cycles accepting it", "cumulative", "conditional"],
                         [
-                            [r["position"], r["accepted_cycles"], f"{r['rate'] * 100:.1f}%"]
+                            [
+                                r["position"],
+                                r["accepted_cycles"],
+                                f"{r['rate'] * 100:.1f}%",
+                                spec_view._pct(r.get("conditional")),
+                            ]
                             for r in rates
                         ],
                     )

@@ -37,43 +37,86 @@ def levels(text: str, flag: str = "--concurrency") -> list[int]:
     return values
 
 
-def rates(text: str, flag: str = "--request-rates") -> list[float]:
+INF = math.inf
+ARRIVALS = ("poisson", "gamma", "constant")
+
+
+def rates(text: str, flag: str = "--request-rate") -> list[float]:
+    """Request rates (req/s); `inf` is a burst: every request sent at once."""
+    fix = f"e.g. {flag} 4, {flag} 1,2,4,8 or {flag} inf (a burst)"
     try:
-        values = sorted({float(v) for v in text.split(",") if v.strip()})
+        values = sorted({float(v) for v in str(text).split(",") if v.strip()})
     except ValueError:
+        raise UserError(f"{flag} {text}: not a comma-separated list of numbers.", fix=fix) from None
+    if not values or values[0] <= 0 or math.isnan(values[0]) or math.isnan(values[-1]):
         raise UserError(
-            f"{flag} {text}: not a comma-separated list of numbers.", fix=f"e.g. {flag} 1,2,4,8"
-        ) from None
-    if not values or values[0] <= 0 or not math.isfinite(values[-1]):
-        raise UserError(
-            f"{flag} {text}: request rates must be positive, finite numbers (req/s).",
-            fix=f"e.g. {flag} 0.5,1,2,4",
+            f"{flag} {text}: request rates must be positive numbers (req/s) or inf.", fix=fix
         )
     return values
+
+
+def _closed_only(args: argparse.Namespace) -> None:
+    for name, why in (
+        ("burstiness", "shapes the gaps between open-loop arrivals"),
+        ("arrival", "shapes open-loop arrivals"),
+        ("max_concurrency", "caps an open-loop level; with --concurrency the level is the cap"),
+    ):
+        if getattr(args, name, None) is not None:
+            raise UserError(
+                f"--{name.replace('_', '-')} {why}: it needs --request-rate.",
+                fix="add --request-rate R (e.g. 4, 1,2,4 or inf), or drop it",
+            )
+
+
+def arrival_kind(args: argparse.Namespace) -> tuple[str, float]:
+    """(arrival process, gamma shape) from --arrival and --burstiness."""
+    kind, burst = getattr(args, "arrival", None), args.burstiness
+    if burst is not None:
+        positive("--burstiness", burst)
+    if kind is None:
+        kind = "poisson" if burst in (None, 1.0) else "gamma"
+    if kind == "poisson" and burst not in (None, 1.0):
+        raise UserError(
+            f"--arrival poisson with --burstiness {burst:g}: Poisson is burstiness 1.",
+            fix="use --arrival gamma --burstiness B, or drop --burstiness",
+        )
+    if kind == "constant" and burst is not None:
+        raise UserError(
+            "--arrival constant has no burstiness (every gap is 1/rate).",
+            fix="drop --burstiness, or use --arrival gamma",
+        )
+    return kind, (1.0 if burst is None else burst)
 
 
 def load_levels(args: argparse.Namespace) -> tuple[list[float], sw.OpenLoop | None]:
     """The sweep's levels: concurrencies (closed loop) or request rates (open loop)."""
     rate_flag = "--request-rates" if args.request_rates else "--request-rate"
-    text = args.request_rates or (None if args.request_rate is None else str(args.request_rate))
+    text = args.request_rates or args.request_rate
+    if args.duration is not None:
+        positive("--duration", args.duration)
     if text is None:
-        for name in ("duration", "burstiness"):
-            if getattr(args, name) is not None:
-                raise UserError(
-                    f"--{name} only applies to open-loop load.",
-                    fix="add --request-rate R (or --request-rates 1,2,4), or drop it",
-                )
+        _closed_only(args)
         return levels(args.concurrency or DEFAULT_CONCURRENCY), None
     if args.concurrency is not None:
         raise UserError(
             f"--concurrency and {rate_flag} both given: a sweep's levels are one or the other.",
-            fix="closed loop: --concurrency 1,2,4; open loop: --request-rates 1,2,4",
+            fix="closed loop: --concurrency 1,2,4; open loop: --request-rate 1,2,4 "
+            "(with --max-concurrency N to cap what is in flight)",
         )
-    burst = 1.0 if args.burstiness is None else args.burstiness
-    positive("--burstiness", burst)
-    if args.duration is not None:
-        positive("--duration", args.duration)
-    return rates(text, rate_flag), sw.OpenLoop(burst, args.duration)
+    values = rates(text, rate_flag)
+    kind, burst = arrival_kind(args)
+    cap = getattr(args, "max_concurrency", None)
+    if cap is not None:
+        positive("--max-concurrency", cap)
+        limits.check_concurrency(cap, "--max-concurrency")
+    if args.duration is not None and values[-1] == INF:
+        raise UserError(
+            f"{rate_flag} inf with --duration: a burst sends every request at once; "
+            "it has no arrivals to spread over a duration.",
+            fix="give a finite rate with --duration, or --concurrency N --duration S "
+            "(closed loop for S seconds)",
+        )
+    return values, sw.OpenLoop(burst, args.duration, kind, cap)
 
 
 def positive(name: str, value: float, zero_ok: bool = False) -> None:
@@ -114,8 +157,16 @@ def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
         "--header",
         action="append",
         default=[],
-        metavar="NAME:VALUE",
-        help="extra HTTP header on every request (repeatable); values are never recorded",
+        metavar="NAME=VALUE",
+        help="extra HTTP header on every request (repeatable; NAME=VALUE or 'NAME: VALUE'); "
+        "values are never recorded",
+    )
+    p.add_argument(
+        "--no-stream",
+        dest="stream",
+        action="store_false",
+        help="one JSON answer per request instead of a stream (sglang.bench_serving "
+        "--disable-stream): TTFT is then the whole request, and there is no ITL",
     )
     p.add_argument(
         "--extra-body",
@@ -125,14 +176,17 @@ def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
 
 
 def request_headers(args: argparse.Namespace) -> dict[str, str]:
-    """--header NAME:VALUE values as a dict (one clear error for a malformed one)."""
+    """--header values as a dict: `NAME=VALUE` (as sglang.bench_serving and vLLM take
+    them) or `NAME: VALUE` (as curl does); the first `=` or `:` ends the name."""
     out = {}
     for h in getattr(args, "header", None) or ():
-        name, sep, value = h.partition(":")
-        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-            shown = name.strip() if sep else "(no colon)"
+        cut = min((i for i in (h.find("="), h.find(":")) if i >= 0), default=-1)
+        name, value = (h[:cut], h[cut + 1 :]) if cut >= 0 else (h, "")
+        if cut < 0 or not name.strip() or any(c.isspace() for c in name.strip()):
+            shown = name.strip() if cut >= 0 else f"{h.split()[0] if h.split() else h} (no = or :)"
             raise UserError(
-                f"--header {shown}: not NAME:VALUE.", fix="e.g. --header 'X-Team: bench'"
+                f"--header {shown}: not NAME=VALUE or NAME: VALUE.",
+                fix="e.g. --header X-Team=bench or --header 'X-Team: bench'",
             )
         out[name.strip()] = value.strip()
     return out
@@ -216,25 +270,39 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--request-rate",
-        type=float,
-        help="open loop: one level, requests arriving at R req/s (Poisson unless --burstiness)",
+        metavar="R[,R2,...]",
+        help="open loop: requests arriving at R req/s (Poisson unless --arrival), or a list "
+        "of rates to sweep; inf sends every request at once (a burst), as in "
+        "sglang.bench_serving",
+    )
+    p.add_argument("--request-rates", metavar="R1,R2,...", help="the same as --request-rate")
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        metavar="N",
+        help="open loop: at most N requests in flight; an arrival waits for a free slot "
+        "(sglang.bench_serving's meaning: the achieved rate may fall below --request-rate)",
     )
     p.add_argument(
-        "--request-rates",
-        metavar="R1,R2,...",
-        help="open loop: sweep these request rates (req/s), as --concurrency sweeps levels",
+        "--arrival",
+        choices=ARRIVALS,
+        help="open loop: gaps between arrivals: poisson (default; exponential), gamma "
+        "(shape --burstiness) or constant (every gap 1/R)",
     )
     p.add_argument(
         "--burstiness",
         type=float,
-        help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson; "
-        "<1 burstier, >1 more regular), mean gap 1/R as in sglang.bench_serving",
+        help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson, "
+        "sglang.bench_serving's only process; <1 burstier, >1 more regular), mean gap 1/R, "
+        "as vLLM's --burstiness",
     )
     p.add_argument(
         "--duration",
         type=float,
-        help="open loop: seconds of arrivals per level (default: a request count, "
-        "--num-prompts or --prompts-per-concurrency x rate)",
+        metavar="SECONDS",
+        help="seconds per level. Open loop: arrivals for that long. Closed loop: the "
+        "workers keep sending (cycling through the level's prompts) until then, and the "
+        "requests in flight finish (default: a request count, --num-prompts)",
     )
     p.add_argument(
         "--num-prompts",
@@ -254,11 +322,40 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
         "--no-flush-cache", action="store_true", help="keep the prefix cache between levels"
     )
     p.add_argument(
-        "--slo-tpot-ms", type=number(0, strict=True), help="goodput: TPOT goal per request (ms)"
+        "--slo",
+        metavar="ttft=MS,tpot=MS",
+        help="goodput: latency goals per request in ms, e.g. ttft=500,tpot=50 (the syntax "
+        "of `bench goodput` and `bench report`)",
     )
-    p.add_argument(
-        "--slo-ttft-ms", type=number(0, strict=True), help="goodput: TTFT goal per request (ms)"
-    )
+    p.add_argument("--slo-tpot-ms", type=number(0, strict=True), help="alias of --slo tpot=MS")
+    p.add_argument("--slo-ttft-ms", type=number(0, strict=True), help="alias of --slo ttft=MS")
+
+
+SLO_KEYS = ("ttft", "tpot")
+
+
+def slo(args: argparse.Namespace) -> sw.SLO:
+    """The sweep's SLO: --slo ttft=MS,tpot=MS, or its aliases --slo-ttft-ms/--slo-tpot-ms."""
+    from sgl_eagle_ext.tools.bench import goodput
+
+    goals = goodput.parse_slo(getattr(args, "slo", None))
+    other = sorted(set(goals) - set(SLO_KEYS))
+    if other:
+        raise UserError(
+            f"--slo {args.slo}: a sweep's goodput takes ttft and tpot, not {other[0]}.",
+            fix=f"e.g. --slo ttft=500,tpot=50; `bench goodput` takes {other[0]} from "
+            "--save-requests records",
+        )
+    for key in SLO_KEYS:
+        alias = getattr(args, f"slo_{key}_ms", None)
+        if alias is not None and key in goals and goals[key] != alias:
+            raise UserError(
+                f"--slo {key}={goals[key]:g} and --slo-{key}-ms {alias:g} disagree.",
+                fix=f"give the {key} goal once (--slo-{key}-ms is an alias of --slo {key}=MS)",
+            )
+        if alias is not None:
+            goals[key] = alias
+    return sw.SLO(goals.get("tpot"), goals.get("ttft"), "given")
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -272,6 +369,8 @@ def validate(args: argparse.Namespace) -> None:
     for name in ("runs", "num_prompts", "lossless_prompts"):
         if hasattr(args, name):
             positive("--" + name.replace("_", "-"), getattr(args, name), zero_ok=name != "runs")
+    if hasattr(args, "slo_ttft_ms"):
+        slo(args)
     if hasattr(args, "warmup"):
         positive("--warmup", args.warmup, zero_ok=True)
     if hasattr(args, "progress_every"):

@@ -66,6 +66,43 @@ def series(chosen: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
     return {a: [lv[c] for c in sorted(lv)] for a, lv in arms.items()}, skipped
 
 
+def load_text(r: dict) -> str:
+    """The load a sweep record was measured under, from what its requests asked for
+    (session.load_shape), for a figure's subtitle: e.g. "dataset shipped (mixed),
+    input dataset, output 24 tokens/request, Poisson arrivals, at most 8 in flight,
+    streamed". Older records without these fields: --max-tokens."""
+    prompts = Path(str(r.get("provenance", {}).get("prompts", {}).get("set"))).name
+    out = r.get("output_len") or r.get("max_tokens")
+    parts = [
+        f"dataset {r.get('dataset') or 'shipped'} ({prompts})",
+        f"input {r.get('input_len') or 'dataset'}",
+        f"output {out} tokens/request"
+        if str(out).isdigit()
+        else f"output {out} tokens/request (uniform)"
+        if ":" in str(out)
+        else f"output: {out}",
+    ]
+    arrival = r.get("arrival")
+    if arrival and arrival != "closed loop":
+        burst = r.get("burstiness")
+        parts.append(
+            f"{arrival} arrivals"
+            + (f" (burstiness {burst:g})" if arrival == "gamma" and burst is not None else "")
+        )
+    if r.get("max_concurrency"):
+        parts.append(f"at most {r['max_concurrency']} in flight")
+    if r.get("duration_target_s"):
+        parts.append(f"{r['duration_target_s']:g} s per level")
+    if r.get("stream") is False:
+        parts.append("not streamed")
+    return ", ".join(parts)
+
+
+def single_level(arms: dict[str, list[dict]]) -> bool:
+    """Every arm measured at one level only: a curve over load has nothing to show."""
+    return len({level_of(r)[1] for recs in arms.values() for r in recs}) < 2
+
+
 def require_matplotlib(who: str = "bench plot") -> None:
     """matplotlib is an optional extra: say how to get it instead of a traceback."""
     try:
@@ -134,12 +171,10 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
     server = prov.get("server", {})
     fig.suptitle(
         f"run {run_id}: {' vs '.join(names)}  |  model {server.get('model_path')}  |  "
-        f"SGLang {server.get('sglang_version')}  |  prompts "
-        f"{Path(str(prov.get('prompts', {}).get('set'))).name}, "
-        f"{first.get('max_tokens')} tokens/request",
+        f"SGLang {server.get('sglang_version')}\n{load_text(first)}",
         fontsize=10,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -156,6 +191,12 @@ def main(args, console: Console) -> int:
         raise UserError(
             f"{src}: run {run_id} has no complete level to plot.", fix="pick another --run-id"
         )
+    if single_level(arms):
+        console.out(
+            f"run {run_id} was measured at one level only: a curve over load needs two or "
+            f"more, so nothing is drawn (the sweep table holds its figures)"
+        )
+        return 0
     out = Path(args.output) if args.output else src.with_name(f"{src.stem}-{run_id}.png")
     require_matplotlib()  # after the input checks: they need no matplotlib
     render(run_id, arms, out)

@@ -26,8 +26,8 @@ def _clock(seconds: float) -> str:
 class Lines:
     """tqdm's update/close, printed as a line at most every `every` seconds."""
 
-    def __init__(self, total: int, desc: str, every: float):
-        self.total, self.desc, self.every = total, desc, every
+    def __init__(self, total: float, desc: str, every: float, unit: str = "requests"):
+        self.total, self.desc, self.every, self.unit = total, desc, every, unit
         self.n = 0
         self.t0 = self.last = time.monotonic()
 
@@ -40,7 +40,7 @@ class Lines:
         elapsed = now - self.t0
         eta = elapsed / self.n * (self.total - self.n) if self.n else None
         print(
-            f"progress {self.desc}: {self.n}/{self.total} requests "
+            f"progress {self.desc}: {self.n:.0f}/{self.total:.0f} {self.unit} "
             f"({self.n / self.total * 100:.0f}%), {_clock(elapsed)} elapsed, "
             f"ETA {_clock(eta) if eta is not None else '?'}",
             file=sys.stderr,
@@ -56,15 +56,15 @@ class Console:
         self.quiet = quiet
         self.progress_every = progress_every
 
-    def bar(self, total: int, desc: str):
-        """Progress over `total` requests: a tqdm bar on a terminal, plain lines off one,
-        nothing when quiet."""
+    def bar(self, total: float, desc: str, seconds: bool = False):
+        """Progress over `total` requests (or seconds): a tqdm bar on a terminal, plain
+        lines off one, nothing when quiet."""
         if not self.quiet and not sys.stderr.isatty():
-            return Lines(total, desc, self.progress_every)
+            return Lines(total, desc, self.progress_every, "seconds" if seconds else "requests")
         return tqdm(
             total=total,
             desc=desc,
-            unit="req",
+            unit="s" if seconds else "req",
             leave=False,
             disable=self.quiet,
             file=sys.stderr,
@@ -81,6 +81,11 @@ class Console:
     def out(msg: str = "") -> None:
         """Results: always printed."""
         print(msg, flush=True)
+
+    @staticmethod
+    def error(msg: str) -> None:
+        """A failure the command survives (one arm of a compare): always printed."""
+        print(f"error: {msg}", file=sys.stderr, flush=True)
 
     @staticmethod
     def warn(msg: str) -> None:

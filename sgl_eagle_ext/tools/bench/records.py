@@ -26,7 +26,25 @@ from sgl_eagle_ext.common.paths import check_writable_file
 from sgl_eagle_ext.common.redaction import redact_values
 
 SCHEMA = 1
+# latency blocks of a sweep record: itl per token (as sglang.bench_serving), chunk_gap
+# between streamed chunks
+LATENCIES = ("ttft", "tpot", "itl", "chunk_gap", "e2e")
 DEFAULT_RESULTS = Path("bench-results/results.jsonl")
+
+# What shaped the load of a record (session.load_shape + the level's own value): one
+# list, in the CSV as in the report's subtitle. request_rate is blank in closed loop
+# and "inf" for a burst (its JSON record: request_rate null, arrival "burst").
+LOAD_COLUMNS = (
+    "request_rate",
+    "max_concurrency",
+    "arrival",
+    "burstiness",
+    "duration_target_s",
+    "dataset",
+    "input_len",
+    "output_len",
+    "stream",
+)
 
 
 # The flat CSV view: one fixed column set for every record kind (blank when n/a),
@@ -59,6 +77,11 @@ def _tok_s(key: str):
     return lambda rec: rec["tok_s"].get(key) if isinstance(rec.get("tok_s"), dict) else None
 
 
+def _request_rate(rec: dict):
+    # JSON cannot hold infinity: a burst is recorded as arrival "burst", rate null
+    return "inf" if rec.get("arrival") == "burst" else rec.get("request_rate")
+
+
 _SERVER = ("provenance", "server")
 COLUMNS = (
     ("date", _at("provenance", "host", "date")),
@@ -75,10 +98,10 @@ COLUMNS = (
     ("gpus", _gpus),
     ("prompt_set", _at("provenance", "prompts", "set")),
     ("prompt_sha256", _at("provenance", "prompts", "sha256")),
-    *(
-        (k, _field(k))
-        for k in ("max_tokens", "temperature", "concurrency", "requests", "completed")
-    ),
+    *((k, _field(k)) for k in ("max_tokens", "temperature", "concurrency")),
+    ("request_rate", _request_rate),
+    *((k, _field(k)) for k in LOAD_COLUMNS[1:]),
+    *((k, _field(k)) for k in ("requests", "completed")),
     ("errors", _errors),
     *(
         (k, _field(k))
@@ -87,16 +110,14 @@ COLUMNS = (
             "malformed_chunks",
             "duration_s",
             "output_tokens",
+            "input_tok_s",
             "output_tok_s",
+            "total_tok_s",
             "request_s",
             "goodput_tok_s",
         )
     ),
-    *(
-        (f"{m}_{p}_ms", _at(f"{m}_ms", p))
-        for m in ("ttft", "tpot", "itl", "e2e")
-        for p in ("p50", "p90", "p99")
-    ),
+    *((f"{m}_{p}_ms", _at(f"{m}_ms", p)) for m in LATENCIES for p in ("p50", "p90", "p99")),
     *((k, _field(k)) for k in ("tokens_per_chunk", "accept_length", "accept_length_source")),
     *(
         (f"tok_s_{k}", _tok_s(k))

@@ -47,7 +47,8 @@ def record(r: cl.RequestResult, level_start: float, **extra) -> dict:
         "ttft_ms": _ms(r.ttft),
         "e2e_ms": _ms(r.e2e),
         "tpot_ms": _ms(r.tpot),
-        "itl_ms": [round(g * 1e3, 3) for g in r.itls],
+        "itl_ms": [round(g * 1e3, 3) for g in r.itls],  # per token (client.RequestResult)
+        "chunk_gap_ms": [round(g * 1e3, 3) for g in r.chunk_gaps],
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": r.completion_tokens,
         "tokens_from_usage": r.tokens_from_usage,

@@ -39,7 +39,25 @@ def load_fields(ld: sw.Load, args: argparse.Namespace) -> dict:
         "ignore_eos": ld.ignore_eos,
         "seed": ld.seed,
         "endpoint": args.endpoint,
+        "stream": getattr(args, "stream", True),
         **({"extra_body": provenance.redact_info(body)} if body else {}),
+    }
+
+
+def load_shape(args: argparse.Namespace, open_loop: sw.OpenLoop | None, wl=None) -> dict:
+    """Every option that shapes the load, as sent, for each record of the run (the
+    level's own value, concurrency or request rate, is added per level)."""
+    facts = wl.facts() if wl is not None else {}
+    return {
+        "dataset": facts.get("dataset", getattr(args, "dataset", None) or "shipped"),
+        "input_len": facts.get("input_len", "dataset"),
+        # what each request asked for: --output-len, else --max-tokens
+        "output_len": facts.get("output_len") if wl is not None else str(args.max_tokens),
+        "stream": getattr(args, "stream", True),
+        "arrival": open_loop.arrival if open_loop else "closed loop",
+        "burstiness": open_loop.shape if open_loop else None,
+        "max_concurrency": open_loop.max_concurrency if open_loop else None,
+        "duration_target_s": getattr(args, "duration", None),
     }
 
 
@@ -62,6 +80,7 @@ def client(server: probe.Server, args: argparse.Namespace) -> cl.Client:
         endpoint=args.endpoint,
         headers=options.request_headers(args),
         incremental=bool(server.info.get("incremental_streaming_output")),
+        stream=getattr(args, "stream", True),
     )
 
 

@@ -2,8 +2,12 @@
 
 - Accept length per input-length bucket, from the per-request records
   (`--save-requests`): tokens / verify cycles summed over the bucket's requests.
-- Acceptance per draft position: the share of verify cycles whose draft token at
-  position j was accepted (j correct drafts or more). Sources: SGLang's per-request
+- Acceptance per draft position, named by its convention everywhere (bench
+  speculation, bench report, tune): CUMULATIVE (the default, as vLLM's per-position
+  acceptance): the share of ALL verify cycles whose draft token at position j was
+  accepted (j correct drafts or more); CONDITIONAL (EAGLE's alpha_j, what tune's
+  model multiplies): the share of the cycles that accepted drafts 1..j-1 which
+  also accepted draft j (cumulative_j / cumulative_j-1). Sources: SGLang's per-request
   `spec_correct_drafts_histogram` (index = correct drafts in one cycle) in the
   per-request records, and the profiler's `accept_hist` (EAGLE3_PROFILE windows;
   keys = accepted tokens, bonus token included, so key - 1 correct drafts).
@@ -85,20 +89,34 @@ def hist_from_profile(paths: list[Path]) -> Counter:
     return h
 
 
+CUMULATIVE, CONDITIONAL = "cumulative", "conditional"
+CONVENTION = {
+    CUMULATIVE: "cumulative: share of all verify cycles that accepted draft j",
+    CONDITIONAL: "conditional: share of the cycles that reached draft j which accepted it",
+}
+
+
 def position_rates(hist: Counter) -> list[dict]:
-    """Per draft position j (1-based): share of cycles that accepted it."""
+    """Per draft position j (1-based): `rate`, the cumulative acceptance (share of all
+    cycles that accepted draft j), and `conditional` (share of the cycles that accepted
+    drafts 1..j-1 that accepted j too)."""
     total = sum(hist.values())
     if not total:
         return []
     top = max(hist)
-    return [
-        {
-            "position": j,
-            "accepted_cycles": sum(v for k, v in hist.items() if k >= j),
-            "rate": sum(v for k, v in hist.items() if k >= j) / total,
-        }
-        for j in range(1, top + 1)
-    ]
+    out, reached = [], total
+    for j in range(1, top + 1):
+        accepted = sum(v for k, v in hist.items() if k >= j)
+        out.append(
+            {
+                "position": j,
+                "accepted_cycles": accepted,
+                "rate": accepted / total,
+                "conditional": accepted / reached if reached else None,
+            }
+        )
+        reached = accepted
+    return out
 
 
 def mean_accept_length(hist: Counter) -> float | None:
@@ -119,9 +137,18 @@ def tables(buckets: list[dict], positions: dict[str, list[dict]]) -> list[str]:
         if rates:
             lines.append(f"acceptance per draft position ({source}):")
             lines.append(
-                "  " + "  ".join(f"pos {r['position']}: {r['rate'] * 100:.1f}%" for r in rates)
+                f"  {CONVENTION[CUMULATIVE]}:  "
+                + "  ".join(f"pos {r['position']}: {r['rate'] * 100:.1f}%" for r in rates)
+            )
+            lines.append(
+                f"  {CONVENTION[CONDITIONAL]}:  "
+                + "  ".join(f"pos {r['position']}: {_pct(r.get('conditional'))}" for r in rates)
             )
     return lines
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v * 100:.1f}%"
 
 
 # ---------------------------------------------------------------- plots
@@ -146,6 +173,8 @@ def _save(fig, out: Path | None) -> bytes:
 
 def render_spec(buckets: list[dict], positions: dict[str, list[dict]], out=None) -> bytes:
     plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     if buckets:
         xs = [x["bucket"] for x in buckets]
@@ -167,10 +196,11 @@ def render_spec(buckets: list[dict], positions: dict[str, list[dict]], out=None)
             b.plot(
                 [r["position"] for r in rates], [r["rate"] * 100 for r in rates], "o-", label=source
             )
-    b.set_title("acceptance per draft position")
+    b.set_title("acceptance per draft position (cumulative)")
     b.set_xlabel("draft position")
-    b.set_ylabel("% of verify cycles accepting it")
+    b.set_ylabel("% of all verify cycles accepting it")
     b.set_ylim(0, 105)
+    b.xaxis.set_major_locator(MaxNLocator(integer=True))  # positions are whole numbers
     if any(positions.values()):
         b.legend(fontsize=8)
     for ax in (a, b):

@@ -37,6 +37,7 @@ PER_CONCURRENCY = 5  # SGLang's advice: num-prompts >= 5 x concurrency for a ste
 SERVER_GONE = {cl.E_REFUSED, cl.E_LOST, cl.E_INCOMPLETE}
 ERROR_EXAMPLES = 3
 CLIENT_BUSY = 0.9  # warn when the client itself used more than this share of a core
+BURST_LEVEL = 10  # a burst without --num-prompts or --max-concurrency: 5 x 10 requests
 LATE_SEND_MS = 50.0  # open loop: warn when sends lag their schedule by more (p99)
 
 
@@ -63,15 +64,29 @@ RATE = Axis("request_rate", "rate", "/s", "request rate (req/s)")
 
 @dataclass
 class OpenLoop:
-    """Open-loop levels: the sweep's levels are request rates (req/s)."""
+    """Open-loop levels: the sweep's levels are request rates (req/s); inf is a burst."""
 
     burstiness: float = 1.0  # gamma shape of the gaps; 1 = Poisson
     duration: float | None = None  # seconds of arrivals per level (else a request count)
+    arrival: str = "poisson"  # poisson, gamma, constant, or trace (the times below)
+    max_concurrency: int | None = None  # at most this many in flight (bench_serving's)
+    times: list[float] | None = None  # a trace's own arrival times (seconds)
 
     def schedule(self, rate: float, n: int, seed: int) -> np.ndarray:
+        if self.times is not None:
+            return np.asarray(self.times, dtype=np.float64)
+        kind = "constant" if self.arrival == "constant" else "gamma"
         if self.duration:
-            return arr.schedule(rate, self.burstiness, seed, duration=self.duration)
-        return arr.schedule(rate, self.burstiness, seed, count=n)
+            return arr.schedule(rate, self.burstiness, seed, duration=self.duration, kind=kind)
+        return arr.schedule(rate, self.burstiness, seed, count=n, kind=kind)
+
+    def arrival_at(self, rate: float) -> str:
+        return "burst" if rate == math.inf else self.arrival
+
+    @property
+    def shape(self) -> float | None:
+        """The gamma shape, for the records: None where it plays no part."""
+        return self.burstiness if self.arrival in ("poisson", "gamma") else None
 
 
 @dataclass
@@ -144,6 +159,9 @@ def level_metrics(
     tokens = sum(r.completion_tokens or 0 for r in ok)
     chunks = sum(len(r.chunk_times) for r in ok)
     itls = [g for r in ok for g in r.itls]
+    gaps = [g for r in ok for g in r.chunk_gaps]
+    exact = [r.itl_exact for r in ok if r.chunk_gaps]
+    prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
     spec = [r for r in ok if r.spec_verify_ct]
     verify = sum(r.spec_verify_ct for r in spec)
     out = {
@@ -161,12 +179,25 @@ def level_metrics(
         "tokens_estimated": sum(1 for r in ok if not r.tokens_from_usage),
         "duration_s": duration,
         "output_tokens": tokens,
-        "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok),
+        "prompt_tokens": prompt_tokens,
+        # as sglang.bench_serving: input, output and total (input + output) token throughput
+        "input_tok_s": prompt_tokens / duration if duration > 0 else None,
         "output_tok_s": tokens / duration if duration > 0 else None,
+        "total_tok_s": (prompt_tokens + tokens) / duration if duration > 0 else None,
         "request_s": len(ok) / duration if duration > 0 else None,
         "ttft_ms": _ms(r.ttft for r in ok if r.ttft is not None),
         "tpot_ms": _ms(r.tpot for r in ok if r.tpot is not None),
+        # per token, as sglang.bench_serving counts it (client.RequestResult.itls)
         "itl_ms": _ms(itls),
+        "itl_source": (
+            None
+            if not exact
+            else "per-chunk token counts"
+            if all(exact)
+            else "chunk gap / the request's mean tokens per chunk"
+        ),
+        # the gaps between streamed chunks themselves (a chunk may carry several tokens)
+        "chunk_gap_ms": _ms(gaps),
         "e2e_ms": _ms(r.e2e for r in ok if r.e2e is not None),
         "tokens_per_chunk": tokens / chunks if chunks else None,
         "accept_length_requests": (
@@ -210,6 +241,23 @@ class Dispatch:
             self.gone = True
 
 
+class Feed:
+    """The prompts of a closed-loop --duration level: the first n of the seeded order,
+    then more of the same order as the workers need them (taken off the event loop)."""
+
+    def __init__(self, prompt_set, seed: int, first: list):
+        self.prompt_set, self.seed, self.items = prompt_set, seed, list(first)
+        self.lock = asyncio.Lock()
+
+    async def get(self, i: int):
+        if i >= len(self.items):
+            async with self.lock:
+                if i >= len(self.items):
+                    want = max(2 * len(self.items), i + 1)
+                    self.items = await asyncio.to_thread(self.prompt_set.take, want, self.seed)
+        return self.items[i]
+
+
 async def run_requests(
     client: cl.Client,
     prompts: list[Prompt],
@@ -221,17 +269,35 @@ async def run_requests(
     arrivals: np.ndarray | None = None,
     server: probe.Server | None = None,
     lags: list[float] | None = None,
+    max_concurrency: int | None = None,
+    until: float | None = None,
+    feed: Feed | None = None,
 ) -> tuple[list[cl.RequestResult], float, bool]:
     """Send `prompts` with at most `concurrency` in flight (closed loop), or each at
-    its time in `arrivals` (open loop; `lags` gets how late each send was). With a
-    `server`, stop sending once it is gone. Returns (results, seconds, interrupted);
-    on Ctrl-C the requests finished so far come back."""
+    its time in `arrivals` (open loop; `lags` gets how late each send was; with
+    `max_concurrency` an arrival then waits for a free slot). Closed loop with `until`
+    (seconds): the workers keep sending, prompts from `feed`, until then; what is in
+    flight finishes. With a `server`, stop sending once it is gone. Returns (results,
+    seconds, interrupted); on Ctrl-C the requests finished so far come back."""
     results: list[cl.RequestResult] = []
-    bar = console.bar(len(prompts), desc)
+    bar = console.bar(len(prompts), desc) if until is None else console.bar(until, desc, True)
     state = Dispatch(server)
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
     async def send(i: int, p: Prompt) -> None:
-        r = await client.chat(
+        if slots is not None:
+            async with slots:
+                r = await _one(i, p)
+        else:
+            r = await _one(i, p)
+        results.append(r)
+        if until is None:
+            bar.update(1)
+        if not r.ok:
+            await state.check(r)
+
+    async def _one(i: int, p: Prompt) -> cl.RequestResult:
+        return await client.chat(
             p.as_messages(),
             getattr(p, "output_len", None) or load.max_tokens,  # a workload's own length
             index=i,
@@ -240,22 +306,25 @@ async def run_requests(
             ignore_eos=load.ignore_eos,
             seed=load.request_seed(i),
         )
-        results.append(r)
-        bar.update(1)
-        if not r.ok:
-            await state.check(r)
 
     order = iter(enumerate(prompts))
+    counter = iter(range(1 << 62))
+    t0 = time.perf_counter()
 
     async def worker() -> None:
+        if until is not None:  # closed loop for `until` seconds
+            while not state.gone and time.perf_counter() - t0 < until:
+                i = next(counter)
+                await send(i, await feed.get(i))
+                bar.update(min(until, time.perf_counter() - t0) - bar.n)
+            return
         for i, p in order:
             if state.gone:
                 return
             await send(i, p)
 
-    t0 = time.perf_counter()
     if arrivals is None:
-        n = max(1, min(concurrency, len(prompts)))
+        n = max(1, concurrency if until is not None else min(concurrency, len(prompts)))
         tasks = [asyncio.create_task(worker()) for _ in range(n)]
     else:
         tasks = []
@@ -288,6 +357,16 @@ async def run_requests(
     return sorted(results, key=lambda r: r.index), time.perf_counter() - t0, interrupted
 
 
+def tokens_asked(prompts, load: Load) -> str:
+    """What the requests ask for, from the requests themselves ("24 tokens",
+    "8..64 tokens"): a workload's own output lengths, else --max-tokens."""
+    asked = [getattr(p, "output_len", None) or load.max_tokens for p in prompts]
+    if not asked:
+        return f"{load.max_tokens} tokens"
+    lo, hi = min(asked), max(asked)
+    return f"{lo} tokens" if lo == hi else f"{lo}..{hi} tokens"
+
+
 async def warm_up(
     client: cl.Client, prompt_set: PromptSet, n: int, load: Load, console: Console
 ) -> None:
@@ -295,7 +374,7 @@ async def warm_up(
     if n <= 0:
         return
     prompts = prompt_set.take(n, load.seed)
-    console.info(f"warm-up: {n} request(s) of {load.max_tokens} tokens")
+    console.info(f"warm-up: {n} request(s) of {tokens_asked(prompts, load)}")
     results, took, interrupted = await run_requests(client, prompts, n, load, console, "warm-up")
     if interrupted:
         raise Interrupted("during the warm-up")
@@ -312,7 +391,7 @@ async def warm_up(
     if short:
         console.warn(
             f"warm-up: {len(short)} request(s) came back short "
-            f"({short[0].completion_tokens}/{load.max_tokens} tokens): the server "
+            f"({short[0].completion_tokens}/{short[0].max_tokens} tokens): the server "
             f"ignores ignore_eos or caps the length (context length?)"
         )
     console.info(f"warm-up done in {took:.1f} s")
@@ -334,11 +413,15 @@ async def run_level(
     flush: bool = True,
     slo: SLO | None = None,
     open_loop: OpenLoop | None = None,
+    closed_duration: float | None = None,
 ) -> Level:
-    """One level: `concurrency` workers over `n` prompts, or (open_loop) arrivals at
-    request rate `concurrency` (n of them, or as many as fit in its duration)."""
+    """One level: `concurrency` workers over `n` prompts (or, closed_duration, for that
+    many seconds), or (open_loop) arrivals at request rate `concurrency` (n of them, or
+    as many as fit in its duration; inf: all at once)."""
     axis = RATE if open_loop else CONCURRENCY
     schedule = open_loop.schedule(concurrency, n, load.seed) if open_loop else None
+    if open_loop is None and closed_duration:
+        n = max(n, int(concurrency))
     if schedule is not None:
         n = len(schedule)
     prompts = prompt_set.take(n, load.seed)
@@ -348,7 +431,7 @@ async def run_level(
     cpu0 = time.process_time()
     lags: list[float] = []
     runner = getattr(prompt_set, "runner", lambda: None)()  # multi-turn runs its own level
-    if runner is not None and schedule is None:
+    if runner is not None and schedule is None and not closed_duration:
         results, duration, interrupted = await runner(
             client, n, int(concurrency), load, console, axis.tag(concurrency)
         )
@@ -356,13 +439,16 @@ async def run_level(
         results, duration, interrupted = await run_requests(
             client,
             prompts,
-            int(concurrency),
+            int(concurrency) if math.isfinite(concurrency) else len(prompts),
             load,
             console,
             axis.tag(concurrency),
             arrivals=schedule,
             server=server,
             lags=lags,
+            max_concurrency=open_loop.max_concurrency if open_loop else None,
+            until=closed_duration if open_loop is None else None,
+            feed=Feed(prompt_set, load.seed, prompts) if closed_duration else None,
         )
     cpu = time.process_time() - cpu0
     fields = level_metrics(results, duration, load, slo)
@@ -372,13 +458,15 @@ async def run_level(
     if schedule is not None:
         span = float(schedule[-1]) if len(schedule) > 1 else 0.0
         fields.update(
-            request_rate=concurrency,
-            burstiness=open_loop.burstiness,
+            level_key(concurrency, open_loop, n),
             duration_target_s=open_loop.duration,
             arrivals=n,
             offered_rate=(n - 1) / span if span > 0 else None,
             send_lag_ms=_ms(lags),
         )
+    elif closed_duration:
+        fields["duration_target_s"] = closed_duration
+        n = len(results)
     level = Level(concurrency, results, duration, interrupted)
     gone = any(r.error in SERVER_GONE for r in results)
     if interrupted:
@@ -531,24 +619,47 @@ def level_notes(f: dict, concurrency: float, axis: Axis = CONCURRENCY) -> list[s
     return notes
 
 
-def level_key(value: float, open_loop: OpenLoop | None) -> dict:
-    """The record fields naming a level."""
+def level_key(value: float, open_loop: OpenLoop | None, n: int | None = None) -> dict:
+    """The record fields naming a level. A burst (rate inf) has no rate a JSON number
+    can hold: it is recorded as arrival "burst", request_rate null, and its concurrency
+    is what it kept in flight (--max-concurrency, else all `n` of its requests)."""
     if open_loop is None:
         return {"concurrency": value}
-    return {"concurrency": None, "request_rate": value, "burstiness": open_loop.burstiness}
+    shape = {
+        "arrival": open_loop.arrival_at(value),
+        "burstiness": open_loop.shape if value != math.inf else None,
+        "max_concurrency": open_loop.max_concurrency,
+    }
+    if value == math.inf:
+        return {"concurrency": open_loop.max_concurrency or n, "request_rate": None, **shape}
+    return {"concurrency": None, "request_rate": value, **shape}
 
 
-def describe_levels(levels: list[float], open_loop: OpenLoop | None) -> str:
+def describe_levels(
+    levels: list[float], open_loop: OpenLoop | None, closed_duration: float | None = None
+) -> str:
     text = ",".join(f"{v:g}" for v in levels)
+    if open_loop is not None and open_loop.times is not None:
+        t = open_loop.times
+        return (
+            f"trace replay: {len(t)} request(s) at the trace's own times over "
+            f"{t[-1] - t[0]:.1f} s (mean {text} req/s)"
+        )
     if open_loop is None:
-        return f"concurrency {text} (closed loop)"
+        span = f", {closed_duration:g} s each" if closed_duration else ""
+        return f"concurrency {text} (closed loop{span})"
     how = (
-        "Poisson arrivals"
+        "constant arrivals"
+        if open_loop.arrival == "constant"
+        else "Poisson arrivals"
         if open_loop.burstiness == 1
         else f"gamma arrivals, burstiness {open_loop.burstiness:g}"
     )
+    if levels and levels[-1] == math.inf:
+        how = "inf = a burst, every request at once" + (f"; {how}" if len(levels) > 1 else "")
+    cap = f", at most {open_loop.max_concurrency} in flight" if open_loop.max_concurrency else ""
     span = f", {open_loop.duration:g} s each" if open_loop.duration else ""
-    return f"request rates {text} req/s (open loop, {how}{span})"
+    return f"request rates {text} req/s (open loop, {how}{cap}{span})"
 
 
 @dataclass
@@ -586,6 +697,8 @@ async def run_sweep(
     derive_slo: bool = False,
     open_loop: OpenLoop | None = None,
     on_level=None,
+    closed_duration: float | None = None,
+    shape: dict | None = None,
 ) -> SweepOutcome:
     """Run every level in ascending order; `write(level, fields)` records each as it ends.
 
@@ -600,7 +713,11 @@ async def run_sweep(
         head = table_head(axis, goodput=slo.set or derive_slo)
         console.out(head if not arm else f"[{arm}]\n{head}")
     for c in sorted(levels):
-        n = per_level_prompts(num_prompts, per_concurrency, math.ceil(c))
+        if c == math.inf:  # a burst: --num-prompts, else enough for a steady state
+            cap = open_loop.max_concurrency if open_loop else None
+            n = num_prompts or per_concurrency * (cap or BURST_LEVEL) or BURST_LEVEL
+        else:
+            n = per_level_prompts(num_prompts, per_concurrency, math.ceil(c))
         level = await run_level(
             server,
             client,
@@ -612,14 +729,17 @@ async def run_sweep(
             flush=flush,
             slo=slo,
             open_loop=open_loop,
+            closed_duration=closed_duration,
         )
+        if shape:  # the run's load options, under the level's own fields
+            level.fields = {**shape, **level.fields}
         if derive_slo and not slo.set and not done:
             slo.__dict__.update(default_slo(level).__dict__)
             level.fields.update(goodput_fields(level.results, level.duration, slo))
         done.append(level)
         f = level.fields
         f["prompts_per_level"] = f.get("arrivals", n)
-        if open_loop is None and n < PER_CONCURRENCY * c:
+        if open_loop is None and not closed_duration and n < PER_CONCURRENCY * c:
             f["steady_state_note"] = (
                 f"{n} prompts at concurrency {c}: fewer than "
                 f"{PER_CONCURRENCY} x concurrency, so ramp-up and drain "

@@ -1,6 +1,7 @@
 """The workload options of `bench sweep` (and the commands built on it) in one place.
 
-    --dataset shipped|random|long|sharegpt:FILE   what the requests say (datasets.py)
+    --dataset shipped|random|long|sharegpt:FILE|shared-prefix:N|trace:FILE|hf:PATH
+                                                  what the requests say (datasets.py)
     --input-len N | LOW:HIGH | dataset            prompt tokens (lengths.py, tokens.py)
     --output-len N | LOW:HIGH | dataset           tokens asked per request
     --long-text FILE                              source text of random/long prompts
@@ -31,7 +32,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--dataset",
         default=DEFAULT,
         help="shipped (the --prompts set, default), random, long (1k..64k-token prompts "
-        "from shipped text or --long-text), or sharegpt:FILE (.json list or .jsonl)",
+        "from shipped text or --long-text), sharegpt:FILE (.json list or .jsonl), "
+        "shared-prefix:N (one N-token system prompt on every request), trace:FILE "
+        "(Mooncake .jsonl or BurstGPT .csv: replayed at its timestamps unless --concurrency "
+        "or --request-rate is given) or hf:PATH (a Hugging Face save_to_disk folder or "
+        ".parquet on disk)",
     )
     g.add_argument(
         "--input-len",
@@ -82,10 +87,15 @@ class WorkloadSet:
         self.input_len = LengthSpec.parse(args.input_len, "--input-len")
         self.output_len = LengthSpec.parse(args.output_len, "--output-len")
         self.multi_turn = args.multi_turn
-        if self.multi_turn and self.kind != datasets.SHAREGPT:
+        if self.multi_turn and self.kind not in datasets.CONVERSATIONS:
             raise UserError(
-                "--multi-turn replays conversations: it needs --dataset sharegpt:FILE.",
+                "--multi-turn replays conversations: it needs --dataset sharegpt:FILE or hf:PATH.",
                 fix="add --dataset sharegpt:FILE, or drop --multi-turn",
+            )
+        if self.kind == datasets.TRACE and not self.input_len.own:
+            raise UserError(
+                "--dataset trace: each request has the trace's own input length.",
+                fix="drop --input-len",
             )
         if self.multi_turn and not self.input_len.own:
             raise UserError(
@@ -145,10 +155,16 @@ class WorkloadSet:
         return self._built.requests[offset:need]
 
     def facts(self) -> dict:
+        own_replies = self.kind in (*datasets.CONVERSATIONS, datasets.TRACE)
         return {
             "dataset": self.kind if not self.path else f"{self.kind}:{self.path}",
             "input_len": self.input_len.as_record(),
-            "output_len": self.output_len.as_record(),
+            # what each request asked for: the spec, the dataset's own, else --max-tokens
+            "output_len": (
+                self.output_len.as_record()
+                if not self.output_len.own or own_replies
+                else str(self.default_output)
+            ),
             "multi_turn": self.multi_turn,
             "max_turns": self.max_turns or None,
             "token_counter": self.counter.name,
@@ -204,6 +220,31 @@ class WorkloadSet:
             bar.close()
         self.last_meta = meta
         return results, took, interrupted
+
+
+def trace_replay(args, wl: WorkloadSet | None, levels, open_loop):
+    """--dataset trace:FILE without --concurrency/--request-rate: one open-loop level
+    at the trace's own arrival times (sglang.bench_serving --use-trace-timestamps), its
+    value the trace's mean rate. Otherwise the levels as given."""
+    if wl is None or wl.kind != datasets.TRACE:
+        return levels, open_loop
+    if args.concurrency is not None or args.request_rate or args.request_rates:
+        return levels, open_loop  # the trace's lengths, the load given
+    from sgl_eagle_ext.tools.bench import sweep as sw
+
+    times = datasets.trace_times(wl.path)
+    if args.num_prompts:
+        times = times[: args.num_prompts]
+    if args.duration is not None:
+        times = [t for t in times if t < args.duration]
+    if not times:
+        raise UserError(
+            f"--dataset trace:{wl.path}: no request within --duration {args.duration:g} s.",
+            fix="give a longer --duration",
+        )
+    span = times[-1] - times[0]
+    rate = (len(times) - 1) / span if span > 0 else float("inf")
+    return [rate], sw.OpenLoop(1.0, args.duration, "trace", None, times)
 
 
 class LevelHook:

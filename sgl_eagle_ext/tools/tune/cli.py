@@ -20,7 +20,9 @@ stream. Launch the result with
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import operator
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -190,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                 if one
                 else "0-step cycles"
             )
-            + f"; per-position acceptance {', '.join(f'{a:.2f}' for a in alphas)}"
+            + "; per-position acceptance, conditional (alpha_j) "
+            + ", ".join(f"{a:.2f}" for a in alphas)
         )
         adaptive_config.write(args.out, table, about)
         checked, found = adaptive_config.load(args.out, release)
@@ -201,10 +204,18 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(out, sys.stdout, indent=2, default=str)
         print()
         return 0
+    # bench's convention first (cumulative), then the model's own (conditional alpha_j)
+    cumulative = list(itertools.accumulate(alphas, operator.mul))
     print(
-        "per-position acceptance (pooled): "
-        + (", ".join(f"a{j + 1}={a:.2f}" for j, a in enumerate(alphas)) or "none measured")
+        "per-position acceptance (pooled), cumulative (share of all verify cycles that "
+        "accepted draft j): "
+        + (", ".join(f"pos {j + 1}={a:.2f}" for j, a in enumerate(cumulative)) or "none measured")
     )
+    if alphas:
+        print(
+            "  conditional (alpha_j: share of the cycles that reached draft j which accepted "
+            "it): " + ", ".join(f"a{j + 1}={a:.2f}" for j, a in enumerate(alphas))
+        )
     print("\n".join(reasons_table(preds, picks)))
     print("\nadaptive table: " + json.dumps(table))
     if args.grid:

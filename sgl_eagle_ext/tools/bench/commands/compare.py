@@ -16,11 +16,14 @@ gets the same prompts in the same seeded order, the same lengths and levels.
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import string
 from dataclasses import dataclass, field
+from http.client import HTTPException
 from pathlib import Path
 
+from sgl_eagle_ext.common import http, ports
 from sgl_eagle_ext.common.cli_args import number, port_number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_argv import ServerArgv
@@ -34,6 +37,7 @@ from sgl_eagle_ext.tools.bench import (
     provenance,
     records,
     session,
+    startup,
     workload,
 )
 from sgl_eagle_ext.tools.bench import sweep as sw
@@ -155,7 +159,8 @@ class Run:
     ps: prompts.PromptSet
     host: dict
     check_prompts: list
-    arms: list[ArmRun]
+    arms: list[ArmRun]  # the arms that ran to the end, in order
+    failed: dict[str, str] = field(default_factory=dict)  # preset -> why it failed
 
     @property
     def axis(self) -> sw.Axis:
@@ -205,6 +210,8 @@ async def _arm(
             derive_slo=derive_slo,
             open_loop=open_loop,
             on_level=hook,
+            closed_duration=args.duration if open_loop is None else None,
+            shape=session.load_shape(args, open_loop, ps if hasattr(ps, "facts") else None),
         )
         outputs = []
         if check_prompts and not outcome.stopped:
@@ -233,14 +240,17 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     workload.check_paths(args)
     # --dataset/--input-len/...: checked now, before any server starts
     wl = workload.WorkloadSet(args, None, args.max_tokens) if workload.wanted(args) else None
-    if wl is not None and wl.multi_turn and open_loop is not None:
+    levels, open_loop = workload.trace_replay(args, wl, levels, open_loop)
+    if wl is not None and wl.multi_turn and (open_loop is not None or args.duration is not None):
         raise UserError(
-            "--multi-turn replays conversations in closed loop only.",
-            fix="use --concurrency with --multi-turn",
+            "--multi-turn replays conversations in closed loop, a request count each.",
+            fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
         )
     rec = session.recorder(args)
     log_dir = Path(args.log_dir)
-    port = args.port or arms.free_port()
+    # outside the kernel's ephemeral range: no outgoing connection (health probes
+    # included) can take it while a server loads for minutes
+    port = args.port or ports.pick()
     labels = string.ascii_uppercase[: len(presets)]
     plans = [
         arms.plan_arm(
@@ -259,26 +269,30 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
         for label, preset in zip(labels, presets)
     ]
     host = provenance.host_facts()
-    slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
+    slo = options.slo(args)
     check_prompts = ps.take(args.lossless_prompts, args.seed) if args.lossless_prompts else []
     title = "A/B" if kind == "ab" else "compare"
     console.info(
         f"{title} run {rec.run_id}: "
         + ", ".join(f"{p.label} = {p.preset}" for p in plans)
-        + f"; levels: {sw.describe_levels(levels, open_loop)}; {args.max_tokens} tokens per "
-        f"request; prompts {ps.name}"
+        + f"; levels: {sw.describe_levels(levels, open_loop, args.duration)}; "
+        + (wl.describe() if wl is not None else f"{args.max_tokens} tokens per request")
+        + f"; prompts {ps.name}"
     )
     done: list[ArmRun] = []
+    failed: dict[str, str] = {}
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
         plan.api_key = args.api_key
-        proc = arms.LauncherProcess(plan)
+        proc = None
         try:
-            try:
-                url = proc.wait_ready(args.startup_timeout)
-            except arms.ArmFailed as e:
-                console.warn(str(e))
-                return session.EXIT_FAILED
+            # Any failure of one arm (its server never READY, an HTTP failure while
+            # probing or sweeping it, its server dying): one error line, the arm is
+            # marked failed, and the next arm still runs.
+            proc = arms.LauncherProcess(plan)
+            url = startup.wait_ready(
+                proc, plan.label, plan.facts.get("log_file"), args.startup_timeout, console
+            )
             server = session.connect(url, args)
             console.info(f"[{plan.label}] ready: {session.describe(server)}")
             if wl is not None and wl.server is None:  # every arm: the same prompts
@@ -309,25 +323,56 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
                     levels,
                     open_loop,
                     slo,
-                    plan is plans[0],
+                    not done,  # the first arm that runs sets the default SLO (ab)
                     check_prompts,
                     hook,
                 )
             )
+        except ARM_FAILURES as e:
+            failed[plan.preset] = arm_error(e)
+            console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
+            continue
         finally:
-            code = proc.stop()
-            console.info(
-                f"[{plan.label}] {plan.preset} stopped "
-                f"({'cleanly' if proc.stopped_cleanly else f'exit code {code}'})"
-            )
-        done.append(ArmRun(plan, server, prov, outcome, outputs))
+            if proc is not None:
+                code = proc.stop()
+                console.info(
+                    f"[{plan.label}] {plan.preset} stopped "
+                    f"({'cleanly' if proc.stopped_cleanly else f'exit code {code}'})"
+                )
         if outcome.stopped:
-            console.warn(
-                f"[{plan.label}] {outcome.stopped}; the finished levels are recorded, "
-                f"the comparison is abandoned"
-            )
-            return session.EXIT_FAILED
-    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done)
+            failed[plan.preset] = f"{outcome.stopped} (its finished levels are recorded)"
+            console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
+            continue
+        done.append(ArmRun(plan, server, prov, outcome, outputs))
+    if len(done) < 2:
+        ran = f"only {done[0].plan.preset} ran" if done else "no arm ran"
+        console.error(
+            f"{len(failed)} of {len(plans)} arm(s) failed and {ran}: nothing to compare"
+            + ("; its sweep is recorded" if done else "")
+        )
+        return session.EXIT_FAILED
+    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done, failed)
+
+
+# What ends one arm, not the run: the launcher's own failure, a server that answers
+# wrongly or not at all (the project's HTTP error, the standard library's), the OS.
+ARM_FAILURES = (arms.ArmFailed, UserError, http.HTTPFailed, HTTPException, OSError)
+
+
+def arm_error(e: BaseException) -> str:
+    """One line for an arm's failure: the message's first line, and for a launcher that
+    exited before READY the last line it printed."""
+    text = str(e.message if isinstance(e, UserError) else e).strip() or type(e).__name__
+    first, *rest = text.splitlines()
+    if isinstance(e, (HTTPException, OSError)) and type(e).__name__ not in first:
+        first = f"{type(e).__name__}: {first}"
+    lines = [x.strip() for x in rest if x.strip() and not x.strip().startswith("File ")]
+    # the launcher's tail ends with its own shutdown lines: the cause is the last error
+    cause = next((x for x in reversed(lines) if ERROR_LINE.search(x)), lines[-1] if lines else "")
+    return f"{first.rstrip(':')}: {cause}" if cause else first
+
+
+ERROR_LINE = re.compile(r"error|exception|refused|failed|not found|no such", re.IGNORECASE)
 
 
 def _summary_provenance(run: Run, preset: str) -> dict:
@@ -352,6 +397,18 @@ def _summary_provenance(run: Run, preset: str) -> dict:
         },
         "arms": {a.plan.label: a.prov["server"] for a in run.arms},
     }
+
+
+def sample_size(console: Console, run: Run) -> str | None:
+    """Warn (and return the warning for the record) when a verdict rests on fewer
+    completed requests per arm and level than compare.MIN_REQUESTS."""
+    per_arm = {a.plan.preset: a.fields for a in run.arms}
+    text = compare.sample_size_warning(
+        compare.thin_levels(run.levels, per_arm), run.axis, compare.MIN_REQUESTS
+    )
+    if text:
+        console.warn(text)
+    return text
 
 
 def _plot_hint(console: Console, rec: records.Recorder) -> None:
@@ -397,6 +454,7 @@ def report_ab(args, console: Console, run: Run) -> int:
     else:
         out("lossless: skipped (--lossless-prompts 0)")
     out(f"recommendation: {advice}")
+    thin = sample_size(console, run)
     prov = _summary_provenance(run, f"{pa.preset} vs {pb.preset}")
     if ll:
         rec.write(
@@ -419,7 +477,12 @@ def report_ab(args, console: Console, run: Run) -> int:
             "preset_b": pb.preset,
             "level_key": axis.key,
             **(
-                {"burstiness": run.open_loop.burstiness, "duration": run.open_loop.duration}
+                {
+                    "arrival": run.open_loop.arrival,
+                    "burstiness": run.open_loop.shape,
+                    "max_concurrency": run.open_loop.max_concurrency,
+                    "duration": run.open_loop.duration,
+                }
                 if run.open_loop
                 else {}
             ),
@@ -430,6 +493,7 @@ def report_ab(args, console: Console, run: Run) -> int:
             "lossless": ll["verdict"] if ll else None,
             "verdict": thr["verdict"],
             "recommendation": advice,
+            "sample_size_warning": thin,
             "max_tokens": args.max_tokens,
         },
         prov,
@@ -471,6 +535,8 @@ def report_compare(args, console: Console, run: Run) -> int:
     out(f"=== compare {rec.run_id}: {', '.join(names)} (reference {ref}) ===")
     for line in compare.arms_table(rows, names, axis):
         out(line)
+    for name, why in run.failed.items():
+        out(f"not compared: {name} failed ({why})")
     out(compare.best_arm_line(rows, axis))
     slo_text = slo.describe() if slo.set else ""
     if good_rows:
@@ -488,6 +554,7 @@ def report_compare(args, console: Console, run: Run) -> int:
     for name, ll in verdicts.items():
         for line in lossless.verdict_lines(ll, ref, name):
             out(line)
+    thin = sample_size(console, run)
     prov = _summary_provenance(run, " vs ".join(names))
     rec.write(
         "compare",
@@ -498,7 +565,12 @@ def report_compare(args, console: Console, run: Run) -> int:
             "reference": ref,
             "level_key": axis.key,
             **(
-                {"burstiness": run.open_loop.burstiness, "duration": run.open_loop.duration}
+                {
+                    "arrival": run.open_loop.arrival,
+                    "burstiness": run.open_loop.shape,
+                    "max_concurrency": run.open_loop.max_concurrency,
+                    "duration": run.open_loop.duration,
+                }
                 if run.open_loop
                 else {}
             ),
@@ -512,9 +584,12 @@ def report_compare(args, console: Console, run: Run) -> int:
                 n: {"differences": ll["differences"], "failed": ll["failed"]}
                 for n, ll in verdicts.items()
             },
+            "failed_arms": run.failed,
+            "sample_size_warning": thin,
             "max_tokens": args.max_tokens,
         },
         prov,
     )
     _plot_hint(console, rec)
-    return session.EXIT_FAILED if any(v["verdict"] == "DIFFERS" for v in verdicts.values()) else 0
+    differs = any(v["verdict"] == "DIFFERS" for v in verdicts.values())
+    return session.EXIT_FAILED if differs or run.failed else 0

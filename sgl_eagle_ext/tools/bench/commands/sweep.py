@@ -40,20 +40,21 @@ async def _run(args, console: Console) -> int:
     server = session.connect(args.url, args)
     load = session.load(args)
     prov = session.server_provenance(server, ps, args.seed)
-    slo = sw.SLO(args.slo_tpot_ms, args.slo_ttft_ms, "given")
+    slo = options.slo(args)
     wl = workload.WorkloadSet(args, server, args.max_tokens) if workload.wanted(args) else None
     if wl is not None:
-        if wl.multi_turn and open_loop is not None:
+        if wl.multi_turn and (open_loop is not None or args.duration is not None):
             raise UserError(
-                "--multi-turn replays conversations in closed loop only.",
-                fix="use --concurrency with --multi-turn",
+                "--multi-turn replays conversations in closed loop, a request count each.",
+                fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
             )
+        levels, open_loop = workload.trace_replay(args, wl, levels, open_loop)
         ps = wl
         prov["prompts"] = session.prompt_facts(wl, args.seed)
         prov["workload"] = wl.facts()
     console.info(f"sweep against {session.describe(server)}")
     console.info(
-        f"levels: {sw.describe_levels(levels, open_loop)}; "
+        f"levels: {sw.describe_levels(levels, open_loop, args.duration)}; "
         + (
             f"{load.max_tokens} tokens per request; prompts {ps.name}"
             if wl is None
@@ -89,6 +90,8 @@ async def _run(args, console: Console) -> int:
             slo=slo,
             open_loop=open_loop,
             on_level=hook,
+            closed_duration=args.duration if open_loop is None else None,
+            shape=session.load_shape(args, open_loop, wl),
         )
     if rec.written:
         console.info(f"{rec.written} record(s) appended to {rec.jsonl} (and {rec.csv})")
