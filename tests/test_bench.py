@@ -1108,6 +1108,20 @@ def test_wheel_ships_no_test_double(tmp_path):
 # ------------------------------------------------------------------ real SGLang on CPU
 
 
+def corpus_prompts(tmp_path: Path, indexes) -> Path:
+    """A prompts file of the tiny target's corpus texts: the trained pair keeps its
+    designed acceptance on that text, not on the shipped coding/encyclopedic sets."""
+    from sgl_eagle_ext.cpu.tiny_corpus import CORPUS
+
+    path = tmp_path / "corpus.jsonl"
+    lines = (
+        json.dumps({"id": f"corpus-{i + 1}", "messages": [{"role": "user", "content": CORPUS[i]}]})
+        for i in indexes
+    )
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
 def check_provenance(
     rec: dict, tiny_models: dict, speculative: bool, prompt_set: str = "mixed"
 ) -> None:
@@ -1132,11 +1146,7 @@ def check_provenance(
 def test_single_on_cpu_server(spec_server, tiny_models, tmp_path):
     # The tiny target was trained on the project's corpus: its designed acceptance
     # holds on that text, not on the shipped coding/encyclopedic sets.
-    from sgl_eagle_ext.cpu.tiny_corpus import CORPUS
-
-    corpus_prompt = tmp_path / "corpus.jsonl"
-    line = {"id": "corpus-5", "messages": [{"role": "user", "content": CORPUS[4]}]}
-    corpus_prompt.write_text(json.dumps(line) + "\n")
+    corpus_prompt = corpus_prompts(tmp_path, [4])
     res = tmp_path / "r.jsonl"
     out = run_bench(
         "single",
@@ -1333,6 +1343,8 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
         str(tiny_models[TARGET_DRAFT]),
         "--concurrency",
         "1,2",
+        "--prompts",
+        str(corpus_prompts(tmp_path, [4, 5])),
         "--num-prompts",
         "2",
         "--prompts-per-concurrency",
@@ -1437,6 +1449,8 @@ def test_compare_two_arms_over_request_rates_on_cpu(tiny_models, tmp_path):
         str(tiny_models[TARGET_DRAFT]),
         "--request-rates",
         "2,8",
+        "--prompts",
+        str(corpus_prompts(tmp_path, [4, 5])),
         "--num-prompts",
         "2",
         "--prompts-per-concurrency",
