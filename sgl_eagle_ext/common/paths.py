@@ -43,13 +43,9 @@ def read_secret_file(flag: str, path: str | None) -> str | None:
     """The one-line secret held by the file at `path` (None when no path is given)."""
     if not path:
         return None
-    try:
-        key = Path(path).expanduser().read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(
-            f"{flag} {path}: cannot be read ({getattr(e, 'strerror', None) or e}).",
-            fix="give a readable text file holding the key",
-        ) from None
+    from sgl_eagle_ext.common import safe_files
+
+    key = safe_files.read_text(flag, path, cap=safe_files.SECRET_CAP).strip()
     if not key or "\n" in key:
         raise UserError(f"{flag} {path}: must hold the key on one line.", fix="write the key alone")
     return key

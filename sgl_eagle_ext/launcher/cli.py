@@ -19,8 +19,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, paths, releases
-from sgl_eagle_ext.common.cli_args import last_value, number, pop_flag, split_extra
+from sgl_eagle_ext.common import http, paths, releases, secret_flags
+from sgl_eagle_ext.common.cli_args import last_value, number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
@@ -452,14 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         from sgl_eagle_ext.launcher import demo
 
         env.update(demo.server_env())  # the demo shows the profile of its own run
-    server_args, api_key = pop_flag(server_args, "--api-key")  # travels in the environment
-    api_key = (
-        api_key
-        or paths.read_secret_file("--api-key-file", args.api_key_file)
-        or os.environ.get(API_KEY_ENV)
-    )
-    if api_key:
-        env[API_KEY_ENV] = api_key
+    # every secret flag travels in the environment, never on a command line
+    server_args, secrets = secret_flags.gather(server_args, args.api_key_file, os.environ)
+    env.update(secret_flags.to_environment(secrets))
+    api_key = secrets.get("api-key")
     host = last_value(server_args, "--host") or "127.0.0.1"
     port = http.parse_port("--port", last_value(server_args, "--port") or 30000)
     cmd = [sys.executable, "-m", SERVE_MODULE, *server_args]
@@ -495,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd,
         {**os.environ, **env},
         log_path,
-        redact=[api_key or ""],
+        redact=list(secrets.values()),
         echo=not (args.quiet or args.demo),  # the demo prints the log's path instead
         listeners=[reports],
     )

@@ -34,6 +34,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.profiling import adaptive_log
@@ -163,8 +164,10 @@ def read_lines(path: Path):
         raise UserError(
             f"{path}: is a directory.", fix="give the server log file (launcher: logs/*.log)"
         )
+    # a FIFO or a device is refused at once (streamed, but it would never end)
+    f = safe_files.open_regular("", path, text=True, errors="replace")
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with f:
             yield from f
     except OSError as e:
         raise UserError(

@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.cli_args import last_value
+from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.releases import Release
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, WARNING, Finding
 
@@ -54,7 +56,9 @@ def load(path: str | Path, release: Release) -> tuple[dict[int, list[int]] | Non
     would refuse the file (the findings say why, naming field and fix)."""
     min_step = release.adaptive.min_step if release.adaptive else 0
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = safe_files.read_text("", path)
+    except UserError as e:
+        return None, [_bad(path, None, e.message.split(": ", 1)[-1], e.fix)]
     except OSError as e:
         return None, [
             _bad(
@@ -66,6 +70,8 @@ def load(path: str | Path, release: Release) -> tuple[dict[int, list[int]] | Non
         ]
     try:
         cfg = json.loads(text)
+    except RecursionError:
+        return None, [_bad(path, None, "nested too deeply.", "write the flat table tune writes")]
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         return None, [_bad(path, None, f"invalid JSON: {e}.", "correct the JSON at that position")]
     if not isinstance(cfg, dict):

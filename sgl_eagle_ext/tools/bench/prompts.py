@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 SHIPPED_DIR = resources.files("sgl_eagle_ext.tools.bench") / "prompt_sets"
@@ -158,7 +159,7 @@ def load(spec: str) -> PromptSet:
                 fix=f"use one of {', '.join((*SHIPPED, MIXED))} or a JSONL file path",
             )
         try:
-            text = path.read_text(encoding="utf-8")
+            text = safe_files.read_text("--prompts", path, cap=safe_files.DATA_CAP)
         except UnicodeDecodeError as e:
             raise UserError(
                 f"{spec}: not UTF-8 text (byte {e.start}).", fix="save the file as UTF-8 JSONL"

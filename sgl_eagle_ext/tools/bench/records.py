@@ -21,6 +21,7 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.paths import check_writable_file
 from sgl_eagle_ext.common.redaction import redact_values
@@ -150,13 +151,11 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
     fix = "give the JSONL file `bench` wrote (default bench-results/results.jsonl)"
     if path.is_dir():
         raise UserError(f"{path}: is a directory, not a results file.", fix=fix)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file.", fix=fix)
     records, problems = [], []
     try:
-        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror or e}).", fix=fix) from None
+        f = safe_files.open_regular("", path, text=True, errors="replace")
+    except UserError as e:  # missing, a FIFO, a device: one line, at once
+        raise UserError(e.message, fix=fix) from None
     with f:
         for i, line in enumerate(f, start=1):
             line = line.strip()
