@@ -24,7 +24,7 @@ from sgl_eagle_ext.common.cli_args import last_value, number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
-from sgl_eagle_ext.launcher import nccl, presets, readiness
+from sgl_eagle_ext.launcher import bind_watch, nccl, presets, readiness
 from sgl_eagle_ext.launcher.server_process import ServerProcess, run_supervised, serve_until_exit
 
 PROG = "sgl_eagle_ext.launch"
@@ -487,13 +487,14 @@ def main(argv: list[str] | None = None) -> int:
             ) from None
         env.update(nccl.debug_env(debug_dir.resolve()))
     reports = NcclReports()
+    bind = bind_watch.BindWatch(port)  # the port taken while the model loads: stop at once
     server = ServerProcess(
         cmd,
         {**os.environ, **env},
         log_path,
         redact=list(secrets.values()),
         echo=not (args.quiet or args.demo),  # the demo prints the log's path instead
-        listeners=[reports],
+        listeners=[reports, bind],
     )
     base_url = f"http://{http.probe_host(host)}:{port}"
     print(
@@ -502,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def start_and_serve() -> int:
+        bind.arm(server)
         server.start()
         took = readiness.wait_ready(
             server,
