@@ -115,6 +115,8 @@ def record_from_line(line: str) -> dict:
 
 
 def add_record(parsed: Parsed, rec: dict) -> None:
+    if rec.get("cycles") and rec["phases"]["cycle"]["mean"] <= 0:
+        raise ValueError("a window of cycles that took 0 ms")  # counted as skipped
     parsed.profile_records += 1
     if rec.get("prefill", {}).get("n"):
         parsed.prefill.append((rec["prefill"]["n"], rec["prefill"]["ms_mean"]))
@@ -181,9 +183,8 @@ def parse(paths: list[Path]) -> Parsed:
     for path in paths:
         # two streamed passes (the adaptive switches, then the records): memory stays
         # flat however large the log
-        log = adaptive_log.read(line.rstrip("\r\n") for line in read_lines(path))
-        parsed.adaptive.switches += log.switches
-        parsed.adaptive.disabled += log.disabled
+        log = adaptive_log.read((ln.rstrip("\r\n") for ln in read_lines(path)), keep=1000)
+        parsed.adaptive.absorb(log)
         for line in read_lines(path):
             line = line.rstrip("\r\n")
             try:
@@ -211,7 +212,7 @@ def baseline_ms_per_token(args, baseline: Parsed | None, bs: int) -> float | Non
     """Per-stream baseline time per token at batch size `bs`. The median of the
     baseline log's rates: a stray rate after an idle gap must not skew it."""
     if baseline is not None:
-        tps = baseline.groups[bs].sglang_tps if bs in baseline.groups else []
+        tps = [v for v in baseline.groups[bs].sglang_tps if v > 0] if bs in baseline.groups else []
         return 1000 * bs / statistics.median(tps) if tps else None
     if args.baseline_ms_per_token:
         return args.baseline_ms_per_token
@@ -265,7 +266,7 @@ def group_figures(g: Group, bs: int, args, baseline: Parsed | None) -> dict:
         if base:
             row["baseline_ms_per_token"] = base
             row["break_even_accept_len"] = cycle / base
-            if acc:
+            if acc and cycle:
                 row["speedup"] = acc * base / cycle
         if args.target_tps:
             row["target_tps"] = args.target_tps
@@ -363,16 +364,16 @@ def print_adaptive(log: adaptive_log.AdaptiveLog, limit: int = 20) -> None:
         print(f"\nSGLang turned adaptive speculation OFF: {why} (static speculation served)")
     if not log.switches:
         return
-    reasons = Counter(s.reason for s in log.switches)
+    reasons = log.by_reason
     print(
         f"\n== adaptive switches (SGLang's 'Switch adaptive runtime state'): "
-        f"{len(log.switches)}, " + ", ".join(f"{n} by {r}" for r, n in sorted(reasons.items()))
+        f"{log.total}, " + ", ".join(f"{n} by {r}" for r, n in sorted(reasons.items()))
     )
     shown = log.switches if len(log.switches) <= limit else log.switches[: limit // 2]
     for s in shown:
         print(f"  {s.describe()}")
     if len(log.switches) > limit:
-        print(f"  ... {len(log.switches) - limit} more ...")
+        print(f"  ... {log.total - limit} more ...")
         for s in log.switches[-limit // 2 :]:
             print(f"  {s.describe()}")
 

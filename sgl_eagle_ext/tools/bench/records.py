@@ -25,6 +25,7 @@ from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.paths import check_writable_file
 from sgl_eagle_ext.common.redaction import redact_values
+from sgl_eagle_ext.tools.bench import record_check
 
 SCHEMA = 1
 DEFAULT_RESULTS = Path("bench-results/results.jsonl")
@@ -170,8 +171,12 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
             if not isinstance(obj, dict) or "kind" not in obj:
                 problems.append(f"{path}:{i}: skipped: not a bench record (no 'kind')")
                 continue
+            why = record_check.problem(obj, record_check.RESULT)
+            if why:
+                problems.append(f"{path}:{i}: skipped: {why}")
+                continue
             records.append(obj)
-    return records, problems
+    return records, record_check.summarized(problems, path)
 
 
 def _pct(block: dict | None, p: str):
