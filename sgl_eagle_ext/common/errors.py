@@ -53,6 +53,9 @@ def cli(prog: str):
     def wrap(main):
         @functools.wraps(main)
         def run(argv=None) -> int:
+            for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 path printed: escaped
+                if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+                    stream.reconfigure(errors="backslashreplace")
             try:
                 code = main(argv)
                 sys.stdout.flush()  # a full disk behind `> file` shows here

@@ -80,12 +80,18 @@ REQUEST = {
     "output_len_target": count,
 }
 
+# Every results record (single, sweep, lossless, compare).
 RESULT = {
     **_COMMON,
-    **_LEVEL,
     "kind": text,
-    "position": text,
-    "rate": number,
+    "accept_length": number,
+    "max_tokens": count,
+    "provenance": mapping,
+}
+# A load level (sweep, compare, ab): what plot, report and the tables compute with.
+LEVEL = {
+    **RESULT,
+    **_LEVEL,
     "requests": count,
     "completed": count,
     "short": count,
@@ -93,19 +99,23 @@ RESULT = {
     "output_tokens": count,
     "prompt_tokens": count,
     "output_tok_s": number,
-    "tok_s": number,
     "request_s": number,
     "goodput_tok_s": number,
-    "accept_length": number,
-    "accepted_cycles": count,
-    "max_tokens": count,
     "errors": error_counts,
     "ttft_ms": percentiles,
     "tpot_ms": percentiles,
     "itl_ms": percentiles,
     "e2e_ms": percentiles,
-    "provenance": mapping,
 }
+SINGLE = {**RESULT, "tok_s": percentiles, "decode_tok_s": percentiles, "ttft_ms": percentiles}
+
+
+def result_fields(obj: dict) -> dict:
+    if obj.get("kind") == "single":
+        return SINGLE
+    if obj.get("kind") == "sweep" or "concurrency" in obj or "request_rate" in obj:
+        return LEVEL
+    return RESULT
 
 
 def problem(obj: dict, fields: dict) -> str | None:

@@ -116,9 +116,20 @@ def clean(obj):
     return obj
 
 
+def encode_line(record: dict) -> bytes:
+    """One JSON line, UTF-8. A path or label holding bytes that are not UTF-8 (Python's
+    surrogate escapes of a Latin-1 file name) is written as \\udcXX escapes: valid
+    JSON and lossless (os.fsencode of the value read back gives the bytes)."""
+    rec = clean(record)
+    try:
+        text = json.dumps(rec, ensure_ascii=False, default=str, allow_nan=False)
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(rec, default=str, allow_nan=False) + "\n").encode("ascii")
+
+
 def append_jsonl(path: Path, record: dict) -> None:
-    line = json.dumps(clean(record), ensure_ascii=False, default=str, allow_nan=False) + "\n"
-    _append_bytes(path, line.encode("utf-8"))
+    _append_bytes(path, encode_line(record))
 
 
 def _csv_line(values: list) -> str:
@@ -144,7 +155,8 @@ def append_csv(path: Path, row: dict) -> None:
     row = clean(row)
     values = ["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS]
     header = _csv_line(list(CSV_COLUMNS)).encode("utf-8")
-    _append_bytes(path, _csv_line(values).encode("utf-8"), header)
+    # surrogateescape: a non-UTF-8 path goes back to its own bytes, never an exception
+    _append_bytes(path, _csv_line(values).encode("utf-8", "surrogateescape"), header)
 
 
 def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
@@ -171,7 +183,7 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
             if not isinstance(obj, dict) or "kind" not in obj:
                 problems.append(f"{path}:{i}: skipped: not a bench record (no 'kind')")
                 continue
-            why = record_check.problem(obj, record_check.RESULT)
+            why = record_check.problem(obj, record_check.result_fields(obj))
             if why:
                 problems.append(f"{path}:{i}: skipped: {why}")
                 continue

@@ -111,10 +111,8 @@ class RequestLog:
             extra = {**common, "level_duration_s": round(duration, 6)}
             if per_request:
                 extra.update(per_request[k])
-            lines.append(
-                json.dumps(records.clean(record(r, level_start, **extra)), ensure_ascii=False)
-            )
-        records._append_bytes(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
+            lines.append(records.encode_line(record(r, level_start, **extra)))
+        records._append_bytes(self.path, b"".join(lines))
         self.written += len(lines)
 
 
