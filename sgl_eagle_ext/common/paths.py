@@ -14,9 +14,13 @@ def check_writable_file(flag: str, path: str | Path) -> Path:
     a UserError naming the flag, the path and why. Creates nothing."""
     p = Path(path).expanduser()
     fix = f"give {flag} a file path in a folder you may write to"
-    if str(path).endswith(os.sep) or p.is_dir():
-        raise UserError(f"{flag} {path}: is a directory, not a file.", fix=fix)
     try:
+        if str(path).endswith(os.sep) or p.is_dir():
+            raise UserError(f"{flag} {path}: is a directory, not a file.", fix=fix)
+        if p.is_symlink() and not p.exists():  # written through, it would go nowhere known
+            raise UserError(
+                f"{flag} {path}: a broken link (to {os.readlink(p)}).", fix="remove it or fix it"
+            )
         if p.exists():
             if not p.is_file():
                 raise UserError(f"{flag} {path}: not a regular file.", fix=fix)

@@ -28,6 +28,7 @@ def kind_of(mode: int) -> str:
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
         (stat.S_ISDIR, "a directory"),
+        (stat.S_ISREG, "a file"),
     ):
         if test(mode):
             return word

@@ -19,7 +19,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, paths, releases, secret_flags
+from sgl_eagle_ext.common import http, paths, releases, safe_files, secret_flags
 from sgl_eagle_ext.common.cli_args import last_value, number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV, SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
@@ -293,7 +293,8 @@ def build_plan(args, extra: list[str]):
     if args.demo:
         from sgl_eagle_ext.cpu import tiny_models
 
-        built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
+        models_dir = Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser()
+        built = tiny_models.build(safe_files.check_folder("--models-dir", models_dir))
         if not (args.model_path or args.draft_model_path):  # the pair the manifest describes
             args.demo_manifest = Path(built["target"]).parent / "manifest.json"
             # the drafts' low rope theta is part of their design (tiny_models)

@@ -21,7 +21,8 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common.cli_args import number, pop_flag, port_number
+from sgl_eagle_ext.common import secret_flags
+from sgl_eagle_ext.common.cli_args import number, port_number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import (
     arms,
@@ -225,8 +226,8 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     levels, open_loop = options.load_levels(args)
     # A key for the servers travels to each launcher in its environment: never on a
     # printed line or a child's command line.
-    extra, key = pop_flag(extra, "--api-key")
-    args.api_key = key or args.api_key
+    extra, secrets = secret_flags.take(extra)  # --admin-api-key etc. likewise
+    args.api_key = secrets.pop("api-key", None) or args.api_key
     ps = prompts.load(args.prompts)
     workload.check_paths(args)
     # --dataset/--input-len/...: checked now, before any server starts
@@ -270,13 +271,14 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
         plan.api_key = args.api_key
+        plan.secret_env = secret_flags.to_environment(secrets)
         proc = arms.LauncherProcess(plan)
         try:
             try:
                 url = proc.wait_ready(args.startup_timeout)
             except arms.ArmFailed as e:
                 console.warn(str(e))
-                return session.EXIT_FAILED
+                return e.code or session.EXIT_FAILED
             server = session.connect(url, args)
             console.info(f"[{plan.label}] ready: {session.describe(server)}")
             if wl is not None and wl.server is None:  # every arm: the same prompts
