@@ -668,7 +668,8 @@ def test_single_flags_short_runs_and_averages_the_rest(fake, tmp_path, capsys):
     assert [x["tokens"] for x in r["runs_detail"]] == [10, 20, 10, 20]
 
 
-def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_writes_what_was_finished(fake, tmp_path, sig):
     bg = fake(delay_ms=20)  # 20 tokens: ~0.4 s per request
     res = tmp_path / "r.jsonl"
     proc = subprocess.Popen(
@@ -699,7 +700,7 @@ def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
         if line.startswith("    1 "):
             break
     time.sleep(0.5)  # level 2 is running
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)  # SIGTERM (kill, a service manager) records it like Ctrl-C
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (lines, out, err)
     assert "interrupted at concurrency 2; finished results are recorded" in err
