@@ -153,6 +153,8 @@ def load(spec: str) -> PromptSet:
         prompts = [p for pair in zip(a, b) for p in pair] + a[len(b) :] + b[len(a) :]
     else:
         path = Path(spec).expanduser()
+        if path.exists() and not path.is_file():
+            safe_files.check_regular("--prompts", path)  # a FIFO, a device: says which
         if not path.is_file():
             raise UserError(
                 f"--prompts {spec}: no such file, and not a shipped set.",
