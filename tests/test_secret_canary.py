@@ -108,7 +108,8 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
         # the admin key reached the server too (through the environment): an admin
         # route takes it and refuses the API key
         assert http.request(f"{url}/flush_cache", api_key=canary).status == 401
-        assert http.request(f"{url}/flush_cache", api_key=admin).status == 200
+        # past the key check (400: SGLang declines a flush while requests are in flight)
+        assert http.request(f"{url}/flush_cache", api_key=admin).status in (200, 400)
         launcher.wait_for("spec check")
 
         results = work / "r.jsonl"
