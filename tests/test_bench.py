@@ -689,7 +689,8 @@ def test_single_flags_short_runs_and_averages_the_rest(fake, tmp_path, capsys):
     assert [x["tokens"] for x in r["runs_detail"]] == [10, 20, 10, 20]
 
 
-def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_writes_what_was_finished(fake, tmp_path, sig):
     # Level 1 (3 requests) finishes; level 2's first request (the 4th) hangs halfway, so
     # level 2 cannot finish before the signal, however slow the machine.
     bg = fake(delay_ms=5, faults=dict(hang_every=4))
@@ -723,7 +724,7 @@ def test_ctrl_c_writes_what_was_finished(fake, tmp_path):
             break
     # level 2 is running: its first request has reached the server
     wait_until(lambda: bg.fake.requests >= 4, 120, "level 2's first request")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)  # SIGTERM (kill, a service manager) records it like Ctrl-C
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (lines, out, err)
     assert "interrupted at concurrency 2; finished results are recorded" in err

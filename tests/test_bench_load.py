@@ -239,7 +239,7 @@ def fake_arms(fake, monkeypatch):
     from sgl_eagle_ext.tools.bench import arms
 
     urls: dict[str, str] = {}
-    fails: dict[str, str] = {}
+    fails: dict[str, tuple] = {}
 
     def plan_arm(label, preset, **kw):
         return arms.ArmPlan(label, preset, ["--preset", preset], {"preset": preset})
@@ -251,7 +251,7 @@ def fake_arms(fake, monkeypatch):
 
         def wait_ready(self, timeout):
             if self.plan.preset in fails:
-                raise arms.ArmFailed(fails[self.plan.preset])
+                raise arms.ArmFailed(*fails[self.plan.preset])
             return urls[self.plan.preset]
 
         def stop(self):
@@ -266,8 +266,8 @@ def fake_arms(fake, monkeypatch):
             urls[preset] = fake(**kw).url
 
         @staticmethod
-        def broken(preset: str, message: str) -> None:
-            fails[preset] = message
+        def broken(preset: str, message: str, launcher_code: int | None = None) -> None:
+            fails[preset] = (message, launcher_code)
 
         @staticmethod
         def garbage(preset: str) -> None:
@@ -321,7 +321,7 @@ def test_compare_survives_failed_arms(fake_arms, tmp_path, capsys):
         "READY: error: unrecognized arguments: --no-such-flag",
         errors[1],
     ]
-    assert errors[1].startswith("error: [C] garbage failed: BadStatusLine")
+    assert errors[1].startswith("error: [C] garbage failed: ") and "BadStatusLine" in errors[1]
     assert "Traceback" not in cap.err + cap.out
     assert "=== compare " in cap.out and "(reference baseline)" in cap.out
     assert "not compared: broken failed" in cap.out and "not compared: garbage" in cap.out
@@ -333,6 +333,22 @@ def test_compare_survives_failed_arms(fake_arms, tmp_path, capsys):
     assert c["arms"] == ["baseline", "spec"] and set(c["failed_arms"]) == {"broken", "garbage"}
     assert c["sample_size_warning"]
     assert [r["arm"] for r in recs if r["kind"] == "sweep"] == ["baseline", "spec"]
+
+
+def test_compare_arm_refused_as_bad_input_exits_2_after_the_others(fake_arms, tmp_path, capsys):
+    """An arm whose launcher refused its input (exit 2): the other arms still run and
+    are compared, and the command's exit is 2 (bad input), not 1 (a server failure)."""
+    fake_arms.serve("baseline", delay_ms=1)
+    fake_arms.broken("typo", "preset typo: the launcher refused its input", launcher_code=2)
+    fake_arms.serve("spec", delay_ms=1, accept_length=2.0)
+    argv = ["compare", "--arm", "baseline", "--arm", "typo", "--arm", "spec"]
+    argv += ["--concurrency", "1", "--num-prompts", "2", "--prompts-per-concurrency", "0"]
+    argv += ["--max-tokens", "3", "--warmup", "0", "--lossless-prompts", "0"]
+    argv += ["--results", str(tmp_path / "c.jsonl")]
+    assert cli.main(argv) == 2
+    cap = capsys.readouterr()
+    assert "error: [B] typo failed: preset typo: the launcher refused its input" in cap.err
+    assert "=== compare " in cap.out and "not compared: typo failed" in cap.out
 
 
 def test_compare_with_one_arm_left_says_so(fake_arms, tmp_path, capsys):

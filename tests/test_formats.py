@@ -132,6 +132,9 @@ def test_adaptive_config_refusals_name_the_field_and_fix(tmp_path):
     assert problem.field == "1.candidate_steps" and "0.5.16" in problem.fix
     (tmp_path / "bad.json").write_bytes(b"\xff{")
     buckets, (problem,) = adaptive_config.load(tmp_path / "bad.json", R0523)
+    assert buckets is None and "not UTF-8 text" in problem.message
+    (tmp_path / "bad2.json").write_text("{1: 2}")
+    buckets, (problem,) = adaptive_config.load(tmp_path / "bad2.json", R0523)
     assert buckets is None and "invalid JSON" in problem.message
     buckets, (problem,) = adaptive_config.load(tmp_path / "missing.json", R0523)
     assert buckets is None and adaptive_config.FLAG in problem.fix

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -447,3 +448,362 @@ def test_report_json_is_valid_and_a_nan_line_does_not_poison_its_group(tmp_path)
     assert row["windows"] == 2 and data["skipped_lines"] >= 2
     assert math.isfinite(row["phases"]["verify_fwd"]["mean_ms"])
     assert row["break_even_accept_len"] == pytest.approx(2.46, abs=0.005)
+
+
+# ------------------------------------------------------------------ odd files
+# A FIFO blocks its reader forever, /dev/zero never ends: each must be refused at once
+# with one line. The commands run in-process under an alarm, so a hang fails the test
+# (within seconds) instead of stalling the suite.
+class Hung(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def deadline(seconds: int = 20):
+    def fire(_signum, _frame):
+        raise Hung(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory, files) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("odd")
+    o = {"fifo": tmp / "a.fifo", "zero": Path("/dev/zero")}
+    os.mkfifo(o["fifo"])
+    extends = tmp / "extends.toml"
+    extends.write_text(f'extends = "{o["fifo"]}"\n')
+    o["extends_fifo"] = extends
+    nul = tmp / "nul.toml"
+    nul.write_text('extends = "baseline"\n[env]\nFOO = "a\\u0000b"\n')
+    o["nul_env"] = nul
+    fifo_model = tmp / "fifo-model"
+    fifo_model.mkdir()
+    os.mkfifo(fifo_model / "config.json")
+    o["fifo_model"] = fifo_model
+    binary = tmp / "binary.json"
+    binary.write_bytes(b"\x00\xff\xfe" * 100)
+    o["binary"] = binary
+    deep = tmp / "deep.json"
+    deep.write_text(DEEP_JSON)
+    o["deep_json"] = deep
+    broken = tmp / "broken.log"
+    broken.symlink_to(tmp / "nowhere" / "x.log")
+    o["broken"] = broken
+    return o
+
+
+def spec_launch(f, *more: str) -> list[str]:
+    return [
+        "--preset",
+        "eagle3-adaptive",
+        "--model-path",
+        str(f["model"]),
+        "--draft-model-path",
+        str(f["model"]),
+        "--dry-run",
+        *more,
+    ]
+
+
+ODD = [
+    ("preset file FIFO", launch.main, lambda f, o: ["--preset-file", str(o["fifo"])], "FIFO"),
+    (
+        "preset file /dev/zero",
+        launch.main,
+        lambda f, o: ["--preset-file", str(o["zero"])],
+        "character device",
+    ),
+    (
+        "extends a FIFO",
+        launch.main,
+        lambda f, o: ["--preset-file", str(o["extends_fifo"])],
+        "FIFO",
+    ),
+    (
+        "api-key-file FIFO",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", "--api-key-file", str(o["fifo"])),
+        "FIFO",
+    ),
+    (
+        "api-key-file /dev/zero",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", "--api-key-file", str(o["zero"])),
+        "character device",
+    ),
+    (
+        "adaptive config FIFO",
+        launch.main,
+        lambda f, o: spec_launch(f, "--adaptive-config", str(o["fifo"])),
+        "a.fifo",  # the launcher takes only a regular file (the preflight: "a FIFO")
+    ),
+    (
+        "adaptive config binary",
+        launch.main,
+        lambda f, o: spec_launch(f, "--adaptive-config", str(o["binary"])),
+        "UTF-8",
+    ),
+    (
+        "adaptive config nested",
+        launch.main,
+        lambda f, o: spec_launch(f, "--adaptive-config", str(o["deep_json"])),
+        "nested",
+    ),
+    ("report FIFO", report.main, lambda f, o: [str(o["fifo"])], "FIFO"),
+    ("report /dev/zero", report.main, lambda f, o: [str(o["zero"])], "character device"),
+    ("tune FIFO", tune.main, lambda f, o: [str(o["fifo"])], "FIFO"),
+    ("bench plot FIFO", bench.main, lambda f, o: ["plot", str(o["fifo"])], "FIFO"),
+    ("bench report /dev/zero", bench.main, lambda f, o: ["report", str(o["zero"])], "device"),
+    ("bench goodput FIFO", bench.main, lambda f, o: ["goodput", str(o["fifo"])], "FIFO"),
+    ("bench speculation FIFO", bench.main, lambda f, o: ["speculation", str(o["fifo"])], "FIFO"),
+    (
+        "bench prompts FIFO",
+        bench.main,
+        lambda f, o: ["single", "--url", NOWHERE, "--prompts", str(o["fifo"])],
+        "FIFO",
+    ),
+    (
+        "log-file over 255 characters",
+        launch.main,
+        lambda f, o: launch_args(f, "--log-file", "/tmp/" + "a" * 300),
+        "too long",
+    ),
+    (
+        "log-file broken link",
+        launch.main,
+        lambda f, o: launch_args(f, "--log-file", str(o["broken"])),
+        "broken link",
+    ),
+    (
+        "results broken link",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--results", str(o["broken"])],
+        "broken link",
+    ),
+    (
+        "models-dir is a file",
+        launch.main,
+        lambda f, o: ["--demo", "--models-dir", str(f["file"])],
+        "not a folder",
+    ),
+    ("preset env NUL", launch.main, lambda f, o: ["--preset-file", str(o["nul_env"])], "NUL"),
+    (
+        "max-tokens 20 digits",
+        bench.main,
+        lambda f, o: ["single", "--url", NOWHERE, "--max-tokens", "9" * 20],
+        "too large",
+    ),
+    (
+        "url with a password",
+        healthcheck.main,
+        lambda f, o: ["--url", "http://me:CANARY-FUZZ@127.0.0.1:9"],
+        "credentials",
+    ),
+    (
+        "admin key ending in CR",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", extra=("--admin-api-key", "CANARY-FUZZ\r")),
+        "control character",
+    ),
+]
+
+
+@pytest.mark.parametrize("name, main, argv, words", ODD, ids=[c[0] for c in ODD])
+def test_odd_files_and_values_are_one_line_at_once(files, odd, name, main, argv, words):
+    with deadline():
+        code, text = run(main, argv(files, odd))
+    assert "Traceback" not in text
+    assert code == 2, f"{name}: exit {code}\n{text}"
+    errors = [line for line in text.splitlines() if "error:" in line]
+    assert len(errors) == 1, f"{name}: {text}"
+    assert words in text, f"{name}: {text}"
+    assert "CANARY-FUZZ" not in text
+
+
+def test_preflight_refuses_a_fifo_config_and_nonsense_sizes(files, odd, tmp_path):
+    with deadline():
+        code, text = run(preflight.main, ["--model-path", str(odd["fifo_model"])])
+    assert code == 1 and "FIFO" in text and "Traceback" not in text
+    target = model_dir(tmp_path, "t", kimi_target(num_hidden_layers=4.5))
+    draft = model_dir(tmp_path, "d", eagle3_draft(draft_vocab_size=-1), DRAFT_TENSORS)
+    argv = ["--model-path", str(target), "--draft-model-path", str(draft), "--", "--tp-size", "0"]
+    code, text = run(preflight.main, argv)
+    assert code == 1 and "Traceback" not in text
+    assert "--tp-size 0: must be a whole number >= 1" in text
+    assert "text_config.num_hidden_layers: 4.5 is not a whole number" in text
+    assert "draft_vocab_size: -1 is not a whole number" in text
+
+
+# ------------------------------------------------------------------ the record readers
+HOSTILE = ["x", [1, [2]], {"a": 1}, -1, True, 1e308, ""]
+
+
+@pytest.fixture(scope="module")
+def bench_records(tmp_path_factory) -> dict[str, Path]:
+    """Real records: a sweep (with --save-requests) and a single run against the fake."""
+    from tests.fakes.fake_sglang import Background, FakeSGLang, Faults
+
+    tmp = tmp_path_factory.mktemp("records")
+    bg = Background(FakeSGLang(faults=Faults(), accept_length=2.5)).__enter__()
+    try:
+        res, req = tmp / "r.jsonl", tmp / "req.jsonl"
+        common = ["--url", bg.url, "--max-tokens", "6", "--warmup", "0", "--results", str(res)]
+        sweep = ["sweep", *common, "--concurrency", "1,2", "--num-prompts", "4"]
+        assert run(bench.main, [*sweep, "--save-requests", str(req), "--label", "A"])[0] == 0
+        assert run(bench.main, ["single", *common, "--runs", "1"])[0] == 0
+    finally:
+        bg.stop()
+    return {"results": res, "requests": req}
+
+
+def mutations(path: Path) -> list[str]:
+    """Every record of `path` once with each field (and each percentile) set to each
+    hostile value, then the records as they were."""
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    lines = []
+    for rec in recs:
+        for key, value in rec.items():
+            spots = [(key,)]
+            if isinstance(value, dict) and key != "provenance":
+                spots += [(key, k) for k in value]
+            for spot in spots:
+                for bad in HOSTILE:
+                    r = json.loads(json.dumps(rec))
+                    d = r
+                    for k in spot[:-1]:
+                        d = d[k]
+                    d[spot[-1]] = bad
+                    lines.append(json.dumps(r))
+    return lines + [json.dumps(r) for r in recs]
+
+
+@pytest.mark.parametrize(
+    "reader, source",
+    [
+        ("goodput", "requests"),
+        ("speculation", "requests"),
+        ("plot", "results"),
+        ("report", "results"),
+    ],
+)
+def test_record_readers_skip_and_count_bad_records(bench_records, tmp_path, reader, source):
+    hostile = tmp_path / "hostile.jsonl"
+    hostile.write_text("\n".join(mutations(bench_records[source])) + "\n")
+    out = ["-o", str(tmp_path / f"out.{'html' if reader == 'report' else 'png'}")]
+    argv = [reader, str(hostile), *(out if reader != "goodput" else [])]
+    with deadline(120):
+        code, text = run(bench.main, argv)
+    assert "Traceback" not in text
+    assert code == 0, text
+    assert "skipped: field" in text and "line(s) skipped in all" in text, text
+    # nothing usable at all: one error line, not a traceback
+    only_bad = tmp_path / "bad.jsonl"
+    field = "e2e_ms" if source == "requests" else "max_tokens"
+    recs = [json.loads(line) for line in bench_records[source].read_text().splitlines()]
+    only_bad.write_text("".join(json.dumps({**r, field: "x"}) + "\n" for r in recs))
+    code, text = run(bench.main, [reader, str(only_bad), *(out if reader != "goodput" else [])])
+    assert "Traceback" not in text and code != 0
+    assert len([line for line in text.splitlines() if "error:" in line]) == 1, text
+
+
+def test_records_hold_non_utf8_paths_and_labels(tmp_path, monkeypatch):
+    """A Latin-1 working directory, prompts file, results path and label: recorded,
+    read back and drawn; os.fsencode of what is read gives the original bytes."""
+    from tests.fakes.fake_sglang import Background, FakeSGLang, Faults
+
+    work = Path(os.fsdecode(bytes(tmp_path) + b"/lat\xe9n"))
+    work.mkdir()
+    monkeypatch.chdir(work)
+    prompts_file = work / os.fsdecode(b"pr\xe9.jsonl")
+    prompts_file.write_text(json.dumps({"prompt": "hello there"}) + "\n")
+    res = work / os.fsdecode(b"r\xe9s.jsonl")
+    label = os.fsdecode(b"L\xe9")
+    bg = Background(FakeSGLang(faults=Faults(), accept_length=2.5)).__enter__()
+    try:
+        common = ["--url", bg.url, "--max-tokens", "4", "--warmup", "0", "--results", str(res)]
+        common += ["--prompts", str(prompts_file), "--label", label]
+        assert run(bench.main, ["single", *common, "--runs", "1"])[0] == 0
+        req = work / "req.jsonl"
+        sweep = ["sweep", *common, "--concurrency", "1", "--num-prompts", "2"]
+        assert run(bench.main, [*sweep, "--save-requests", str(req)])[0] == 0
+    finally:
+        bg.stop()
+    recs = [json.loads(line) for line in res.read_text(encoding="utf-8").splitlines()]
+    assert [os.fsencode(r["arm"]) for r in recs] == [b"L\xe9", b"L\xe9"]
+    assert os.fsencode(recs[0]["provenance"]["host"]["cwd"]) == bytes(work)
+    for argv in (["plot", str(res)], ["report", str(res)], ["goodput", str(req)]):
+        code, text = run(bench.main, argv)
+        assert code == 0 and "Traceback" not in text, text
+
+
+# ------------------------------------------------------------------ unwritable output
+def _subprocess(args: list[str], stdout) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )
+
+
+def test_a_full_disk_is_one_error_line(files, tmp_path):
+    from tests.test_report import profile_line
+
+    log = tmp_path / "spec.log"
+    log.write_text(profile_line(1, 5.0, 2.0, [2, 3]) + "\n")
+    with open("/dev/full", "w") as full:
+        for args in (
+            ["sgl_eagle_ext.launch", "--list-presets"],
+            ["sgl_eagle_ext.preflight", "--model-path", str(files["model"]), "--json"],
+            ["sgl_eagle_ext.report", str(log)],
+            ["sgl_eagle_ext.tune", str(log), "--baseline-tps", "50"],
+        ):
+            p = _subprocess(args, full)
+            assert p.returncode != 0 and "Traceback" not in p.stderr, (args, p.stderr)
+            errors = [line for line in p.stderr.splitlines() if "error:" in line]
+            assert errors and "No space left" in errors[-1], (args, p.stderr)
+    p = _subprocess(
+        ["sgl_eagle_ext.tune", str(log), "--baseline-tps", "50", "--out", "/dev/full"],
+        subprocess.DEVNULL,
+    )
+    assert p.returncode == 1 and "Traceback" not in p.stderr and "No space left" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "main, where, name, argv",
+    [
+        (report, report, "parse", lambda f: [str(f["file"])]),
+        (tune, tune.measure, "read", lambda f: [str(f["file"])]),
+        (preflight, preflight, "run", lambda f: ["--model-path", str(f["model"])]),
+    ],
+    ids=["report", "tune", "preflight"],
+)
+def test_ctrl_c_is_exit_130_without_a_traceback(files, monkeypatch, main, where, name, argv):
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, name, interrupted)
+    code, text = run(main.main, argv(files))
+    assert code == 130 and "interrupted" in text and "Traceback" not in text
+
+
+def test_report_keeps_switches_in_bounded_memory():
+    from sgl_eagle_ext.profiling import adaptive_log
+
+    lines = (
+        f"[2026-12-01 10:20:00] Switch adaptive runtime state: steps {i % 3} -> "
+        f"{(i + 1) % 3}, draft_tokens 1 -> 2"
+        for i in range(50_000)
+    )
+    log = adaptive_log.read(lines, keep=1000)
+    assert log.total == 50_000 and len(log.switches) == 2000
+    assert log.switches[-1].line == 50_000 and sum(log.by_reason.values()) == 50_000

@@ -6,6 +6,7 @@ source, as in test_patches.py); never on the installed SGLang."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -86,6 +87,10 @@ def test_kill_at_random_points_never_leaves_a_half_applied_tree(pkg):
         run_forked(argv, None)  # the rerun: rolls back what was left, then does its work
         half_applied += sources(pkg) != (patched if op == "apply" else pristine)
         assert not journal.exists()
+        backup = pkg / patches.BACKUP_DIR
+        assert not list(backup.glob(".*.tmp-*"))  # no debris of a write the kill cut
+        if op == "revert":  # no stale backup of a revert killed while dropping them
+            assert not backup.exists(), sorted(backup.rglob("*"))
     print(
         f"\nkill test: {kills} kills ({in_transaction} inside a transaction, {torn} with "
         f"the tree torn between files), {half_applied} half-applied trees after a rerun"
@@ -145,3 +150,92 @@ def test_unknown_release_exits_2(pkg, capsys):
         code = patches_main([action, "--sglang-dir", str(pkg), "--sglang-version", "9.9.9"])
         assert code == 2
         assert "9.9.9: not a release this project knows" in capsys.readouterr().err
+
+
+def _journal(pkg, entry) -> None:
+    backup = pkg / patches.BACKUP_DIR
+    backup.mkdir(exist_ok=True)
+    (backup / transaction.JOURNAL).write_text(json.dumps(entry))
+
+
+def test_a_linked_txn_folder_is_refused(pkg, tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (pkg / patches.BACKUP_DIR).mkdir()
+    (pkg / patches.BACKUP_DIR / transaction.SAVED).symlink_to(outside)
+    before = sources(pkg)
+    assert patches_main(["apply", "--sglang-dir", str(pkg)]) == 2
+    err = capsys.readouterr().err
+    assert "symbolic link" in err and "Traceback" not in err
+    assert sources(pkg) == before and not any(outside.iterdir())
+
+
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        ({"op": "apply", "stage": "saving", "files": [], "patches": ["../../../../X"]}, "patch id"),
+        ({"op": "revert", "stage": "changing", "files": ["/etc/passwd"], "patches": []}, "file"),
+        ({"op": "apply", "stage": "changing", "files": ["sglang/../../x"], "patches": []}, "file"),
+        ({"op": "apply", "stage": "changing", "files": [1], "patches": []}, "file"),
+        ({"op": "rm -rf", "stage": "changing", "files": [], "patches": []}, "op"),
+        (["not", "an", "object"], "object"),
+    ],
+)
+def test_a_hostile_journal_is_refused_never_acted_on(pkg, tmp_path, capsys, entry, words):
+    victim = tmp_path / "X"
+    victim.mkdir()
+    (victim / "keep").write_text("keep me")
+    _journal(pkg, entry)
+    before = sources(pkg)
+    for action in ("apply", "revert", "check"):
+        assert patches_main([action, "--sglang-dir", str(pkg)]) == 1
+        err = capsys.readouterr().err
+        assert "not a journal this tool wrote" in err and words in err, err
+        assert "Traceback" not in err and err.count("error:") == 1
+    assert sources(pkg) == before and (victim / "keep").read_text() == "keep me"
+
+
+def test_journal_debris_and_a_revert_killed_while_dropping_backups(pkg):
+    run_forked(["apply", "--sglang-dir", str(pkg)], None)
+    backup = pkg / patches.BACKUP_DIR
+    ids = sorted(p.name for p in backup.iterdir() if p.is_dir())
+    assert ids
+    run_forked(["revert", "--sglang-dir", str(pkg)], None)
+    pristine = sources(pkg)
+    run_forked(["apply", "--sglang-dir", str(pkg)], None)
+    patched = sources(pkg)
+    # a revert whose changes went through, killed while dropping the backups
+    tgt = patches.target(pkg)
+    for p in patches.for_release(tgt.version):
+        patches.gnu_patch.run(p.diff(tgt.version), tgt.root, reverse=True, dry_run=False)
+    assert sources(pkg) == pristine
+    _journal(pkg, {"op": "revert", "stage": "committing", "files": [], "patches": ids})
+    (backup / f".{transaction.JOURNAL}.tmp-12345").write_text("{")
+    run_forked(["revert", "--sglang-dir", str(pkg)], None)
+    assert sources(pkg) == pristine and not backup.exists()  # finished, not undone
+    assert patched != pristine
+
+
+def test_parallel_applies_keep_every_backup(pkg):
+    pids = []
+    for _ in range(4):
+        pid = os.fork()
+        if pid == 0:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            try:
+                code = patches_main(["apply", "--sglang-dir", str(pkg)])
+            except BaseException:
+                code = 99
+            os._exit(code)
+        pids.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
+    assert codes == [0, 0, 0, 0]
+    backup = pkg / patches.BACKUP_DIR
+    tgt = patches.target(pkg)
+    for p in patches.for_release(tgt.version):
+        for rel in p.files:
+            assert (backup / p.id / rel).is_file(), (p.id, rel)
+    assert not (backup / transaction.JOURNAL).exists()
+    assert not list(backup.glob(".*.tmp-*"))

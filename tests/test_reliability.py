@@ -204,6 +204,80 @@ def test_the_launcher_takes_the_key_off_every_command_line(tmp_path, capsys, tin
         assert "--api-key" not in out.splitlines()[-1]  # not on the server's command line
 
 
+def test_every_secret_flag_travels_in_the_environment(capsys, tiny_models, monkeypatch):
+    """--admin-api-key and --ssl-keyfile-password (and --api-key) after `--` are on no
+    command line and printed by no dry run; the server entry puts them back."""
+    from sgl_eagle_ext.common import releases, secret_flags
+    from sgl_eagle_ext.launcher import cli as launch
+
+    assert set(releases.SECRET_SERVER_FLAGS) >= {"api-key", "admin-api-key", "ssl-keyfile-password"}
+    values = {"api-key": "K1\\x", "admin-api-key": "ADM1N\\K", "ssl-keyfile-password": "PW\\d"}
+    extra = [t for flag, v in values.items() for t in (f"--{flag}", v)]
+    base = ["--preset", "eagle3-2step", "--cpu", "--model-path", str(tiny_models["target"])]
+    base += ["--draft-model-path", str(tiny_models["draft-mostly"]), "--dry-run"]
+    assert launch.main([*base, "--", *extra]) == 0
+    out = capsys.readouterr().out
+    for flag, v in values.items():
+        assert v not in out and v.replace("\\", "\\\\") not in out
+        assert f"--{flag}" not in out.splitlines()[-1]
+        assert f"{secret_flags.env_name(flag)}='***'" in out
+    # the server entry: back into SGLang's arguments, the variables gone from its env
+    env = secret_flags.to_environment(values)
+    argv = secret_flags.argv_from_environment(env)
+    assert env == {} and argv[argv.index("--admin-api-key") + 1] == values["admin-api-key"]
+
+
+@pytest.mark.parametrize("key", ["abc\r", "a\nb", "x\x00y"])
+def test_a_key_no_header_can_carry_is_refused_up_front(tiny_models, capsys, key):
+    from sgl_eagle_ext.launcher import cli as launch
+
+    base = ["--preset", "baseline", "--cpu", "--model-path", str(tiny_models["target"])]
+    assert launch.main([*base, "--dry-run", "--", "--admin-api-key", key]) == 2
+    err = capsys.readouterr().err
+    assert "control character" in err and key not in err
+
+
+def test_masking_covers_escaped_forms_and_keeps_short_keys_to_whole_tokens():
+    key = 'K\\E"Y\r'
+    text = f"raw {key} repr {key!r} json {json.dumps(key)} jj {json.dumps(json.dumps(key))}"
+    masked = redaction.redact_text(text, [key])
+    assert "K" not in masked.replace("***", "")  # every form is gone
+    # a one-character key hides the key where it stands alone, not every "a"
+    assert redaction.redact_text("a banana; key=a; 'a'", ["a"]) == "*** banana; key=***; '***'"
+    rec = redaction.redact_values({"url": "http://h/a", "label": "a"}, ["a"])
+    assert rec == {"url": "http://h/***", "label": "***"}
+
+
+def test_a_url_with_a_password_is_refused_without_echoing_it():
+    from sgl_eagle_ext.common import http
+
+    with pytest.raises(UserError) as e:
+        http.check_url("--url", "http://user:S3CRETPW@127.0.0.1:30000")
+    assert "S3CRETPW" not in str(e.value) and "credentials" in str(e.value)
+
+
+def test_every_http_failure_is_a_reply_not_an_exception():
+    import socket
+    import threading
+
+    from sgl_eagle_ext.common import http
+
+    with socket.socket() as s:  # answers with something that is not HTTP
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+
+        def answer():
+            c, _ = s.accept()
+            c.recv(1000)
+            c.sendall(b"GARBAGE\r\n\r\n")
+            c.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+        reply = http.request(f"http://127.0.0.1:{s.getsockname()[1]}/x", timeout=10)
+    assert reply.status == 0 and "BadStatusLine" in reply.error
+    assert http.request("http://a b:30000/health").status == 0  # InvalidURL
+
+
 # ------------------------------------------------------------------ timeouts worded
 
 

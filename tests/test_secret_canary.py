@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common import http, redaction
 from sgl_eagle_ext.common.redaction import redact_args
 from tests.conftest import free_port, wait_until
 
@@ -66,7 +66,13 @@ def run_tool(args: list[str], env: dict, cwd: Path, timeout: float = 600) -> str
 
 
 def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
-    canary = f"CANARY{secrets.token_hex(8)}"
+    # a backslash: a logger escapes it (repr, JSON), and each written form must be masked
+    canary = f"CANARY{secrets.token_hex(8)}\\k"
+    # SGLang's other secret flags: the admin key (the server holds and logs it) and the
+    # SSL key's password (SGLang refuses it without a certificate, so it goes through
+    # `bench ab`'s arms only: on no launcher's command line, in no output)
+    admin = f"ADMINCANARY{secrets.token_hex(8)}\\a"
+    ssl_pw = f"SSLCANARY{secrets.token_hex(8)}"
     key_file = tmp_path / "secret" / "key"
     key_file.parent.mkdir()
     key_file.write_text(canary + "\n")
@@ -87,7 +93,11 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
         str(tiny_models["draft-mostly"]),
         "--api-key-file",
         str(key_file),
-        env={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "1"},
+        env={
+            "EAGLE3_PROFILE": "1",
+            "EAGLE3_PROFILE_CYCLES": "1",
+            "EAGLE_EXT_ADMIN_API_KEY": admin,
+        },
     )
     try:
         launcher.wait_for("READY in")
@@ -95,6 +105,11 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
         # the key is in force: without it the server refuses
         assert http.request(f"{url}/v1/models").status == 401
         assert http.request(f"{url}/v1/models", api_key=canary).status == 200
+        # the admin key reached the server too (through the environment): an admin
+        # route takes it and refuses the API key
+        assert http.request(f"{url}/flush_cache", api_key=canary).status == 401
+        # past the key check (400: SGLang declines a flush while requests are in flight)
+        assert http.request(f"{url}/flush_cache", api_key=admin).status in (200, 400)
         launcher.wait_for("spec check")
 
         results = work / "r.jsonl"
@@ -140,6 +155,10 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
                     "--",
                     "--api-key",
                     canary,
+                    "--admin-api-key",
+                    admin,
+                    "--ssl-keyfile-password",
+                    ssl_pw,
                 ],
                 {},
                 work,
@@ -208,15 +227,16 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
         assert "--api-key ***" in info["launch_command"]
     assert any("Decode batch" in p or "rows" in p for p in printed)
 
-    # ... and the key is nowhere
+    # ... and no secret is anywhere, in any form a logger writes it (raw, repr, JSON)
+    forms = [f for s in (canary, admin, ssl_pw) for f in redaction.written_forms(s)]
     files = [f for f in tmp_path.rglob("*") if f.is_file() and f != key_file]
     assert len(files) >= 5  # server and router logs, the records (JSONL, CSV), the plot
-    leaks = [str(f) for f in files if canary.encode() in f.read_bytes()]
-    leaks += [p.split("\n", 1)[0] for p in printed if canary in p]
+    leaks = [str(f) for f in files if any(s.encode() in f.read_bytes() for s in forms)]
+    leaks += [p.split("\n", 1)[0] for p in printed if any(s in p for s in forms)]
     leaks += [
         f"pid {pid}: {cmd}"
         for pid, cmd in seen.items()
-        if canary in cmd and ab_pid_cmd not in cmd  # typed by the user on ab's own line
+        if any(s in cmd for s in forms) and ab_pid_cmd not in cmd  # typed on ab's own line
     ]
     assert len(seen) >= 10  # launcher, server, scheduler, the tools, their children
     print(

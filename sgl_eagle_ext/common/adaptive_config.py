@@ -26,6 +26,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.releases import Release
 
 FLAG = "--speculative-adaptive-config"  # SGLang's flag that reads the file
@@ -81,15 +83,19 @@ def _bad(field, message, fix, pid="adaptive.config") -> Problem:
 
 def load(path: str | Path, release: Release) -> tuple[dict[int, list[int]] | None, list[Problem]]:
     """The file, by the loader rules of `release`: (buckets or None, problems)."""
-    try:
-        raw = Path(path).read_bytes()
+    try:  # a FIFO or a device is refused at once, an oversized file too
+        text = safe_files.read_text("", path, missing_raises=True)
+    except UserError as e:
+        return None, [_bad(None, e.message.split(": ", 1)[-1], e.fix)]
     except OSError as e:
         return None, [
             _bad(None, f"cannot be read: {e.strerror}.", f"pass an existing file to {FLAG}")
         ]
     try:
-        obj = json.loads(raw.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        obj = json.loads(text)
+    except RecursionError:
+        return None, [_bad(None, "nested too deeply.", "write the flat table tune writes")]
+    except json.JSONDecodeError as e:
         return None, [_bad(None, f"invalid JSON: {e}.", "correct the JSON at that position")]
     return validate(obj, release)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import sys
 
 EXIT_USAGE = 2  # bad input: the same code argparse uses
@@ -19,17 +21,58 @@ class UserError(Exception):
         return self.message if not self.fix else f"{self.message}\n  fix: {self.fix}"
 
 
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
+# Output that cannot be written: a full disk, a closed pipe, a quota, a dead terminal.
+OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EFBIG, errno.EIO}
+
+
+def _print_err(text: str) -> None:
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's own flush at exit would otherwise
+    fail again and print `Exception ignored ... BrokenPipeError`."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (tests)
+        pass
+
+
 def cli(prog: str):
-    """Decorate a `main(argv) -> int` so a UserError becomes one message and an exit code."""
+    """Decorate a `main(argv) -> int` so a UserError becomes one message and an exit code;
+    output that cannot be written (ENOSPC, EPIPE) one `error:` line and exit 1; Ctrl-C
+    exit 130, without a traceback."""
 
     def wrap(main):
         @functools.wraps(main)
         def run(argv=None) -> int:
+            for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 path printed: escaped
+                if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+                    stream.reconfigure(errors="backslashreplace")
             try:
-                return main(argv)
+                code = main(argv)
+                sys.stdout.flush()  # a full disk behind `> file` shows here
+                return code
             except UserError as e:
-                print(f"{prog}: error: {e}", file=sys.stderr)
+                _print_err(f"{prog}: error: {e}")
                 return e.code
+            except KeyboardInterrupt:
+                _print_err(f"\n{prog}: interrupted")
+                return EXIT_INTERRUPTED
+            except OSError as e:
+                if e.errno not in OUTPUT_ERRNOS:
+                    raise
+                _drop_stdout()
+                where = f" {e.filename}" if e.filename else ""
+                _print_err(f"{prog}: error: cannot write the output{where}: {e.strerror or e}")
+                return EXIT_FAILED
 
         return run
 

@@ -4,6 +4,7 @@ health check, demo), and the local-port facts around it. Standard library only."
 from __future__ import annotations
 
 import errno
+import http.client
 import json
 import socket
 import urllib.error
@@ -49,11 +50,17 @@ def request(
             raw = r.read()
             status = r.status
     except urllib.error.HTTPError as e:
-        return Reply(e.code, error=e.read()[:300].decode("utf-8", "replace"))
+        try:
+            said = e.read()[:300].decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException):
+            said = str(e.reason)
+        return Reply(e.code, error=said)
     except (urllib.error.URLError, OSError) as e:  # refused, reset, timeout
         return Reply(0, error=describe_error(getattr(e, "reason", e), timeout))
-    except ValueError as e:  # a malformed URL (callers check theirs; never a traceback)
+    except (ValueError, http.client.InvalidURL) as e:  # a malformed URL (or host)
         return Reply(0, error=f"bad URL: {e}")
+    except http.client.HTTPException as e:  # BadStatusLine, IncompleteRead, LineTooLong...
+        return Reply(0, error=f"not an HTTP answer ({type(e).__name__}: {e})"[:300])
     try:
         return Reply(status, json.loads(raw) if raw else None)
     except (ValueError, RecursionError):
@@ -85,6 +92,15 @@ def check_url(flag: str, url: str) -> str:
     fix = "give a URL such as http://127.0.0.1:30000"
     try:
         parts = urllib.parse.urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            # never echoed: the part before @ may be a password
+            shown = f"{parts.scheme}://***@{parts.netloc.rpartition('@')[2]}"
+            raise UserError(
+                f"{flag} {shown}: a URL with credentials (user:password@) is refused: it "
+                f"would show in every record and command line.",
+                fix="give the URL without user:password@ and the key through the environment "
+                "(EAGLE_EXT_API_KEY) or --api-key-file",
+            )
         _ = parts.port  # raises ValueError for a port out of range or not a number
     except ValueError as e:
         raise UserError(f"{flag} {url}: not a valid URL ({e}).", fix=fix) from None

@@ -14,9 +14,13 @@ def check_writable_file(flag: str, path: str | Path) -> Path:
     a UserError naming the flag, the path and why. Creates nothing."""
     p = Path(path).expanduser()
     fix = f"give {flag} a file path in a folder you may write to"
-    if str(path).endswith(os.sep) or p.is_dir():
-        raise UserError(f"{flag} {path}: is a directory, not a file.", fix=fix)
     try:
+        if str(path).endswith(os.sep) or p.is_dir():
+            raise UserError(f"{flag} {path}: is a directory, not a file.", fix=fix)
+        if p.is_symlink() and not p.exists():  # written through, it would go nowhere known
+            raise UserError(
+                f"{flag} {path}: a broken link (to {os.readlink(p)}).", fix="remove it or fix it"
+            )
         if p.exists():
             if not p.is_file():
                 raise UserError(f"{flag} {path}: not a regular file.", fix=fix)
@@ -43,13 +47,9 @@ def read_secret_file(flag: str, path: str | None) -> str | None:
     """The one-line secret held by the file at `path` (None when no path is given)."""
     if not path:
         return None
-    try:
-        key = Path(path).expanduser().read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(
-            f"{flag} {path}: cannot be read ({getattr(e, 'strerror', None) or e}).",
-            fix="give a readable text file holding the key",
-        ) from None
+    from sgl_eagle_ext.common import safe_files
+
+    key = safe_files.read_text(flag, path, cap=safe_files.SECRET_CAP).strip()
     if not key or "\n" in key:
         raise UserError(f"{flag} {path}: must hold the key on one line.", fix="write the key alone")
     return key

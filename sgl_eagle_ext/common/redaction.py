@@ -5,6 +5,7 @@ One rule for the launcher, bench, router and every record."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 
@@ -72,11 +73,33 @@ def redact_command(text: str) -> str:
         return re.sub(r"(--[\w-]*(?:key|token|secret|password|auth)[\w-]*[= ])\S+", r"\1***", text)
 
 
+# A secret shorter than this is masked only as a whole token: a 1-3 character key
+# replaced wherever its characters occur would turn every record into `***`.
+SUBSTRING_MIN = 8
+_WORD = r"[A-Za-z0-9_]"
+
+
+def written_forms(secret: str) -> list[str]:
+    """Every way a logger may write `secret`: raw, repr-escaped (SGLang logs its
+    ServerArgs repr), JSON-escaped, and JSON inside JSON; longest first."""
+    forms = {secret, repr(secret)[1:-1], secret.encode("unicode_escape").decode("ascii")}
+    js = json.dumps(secret)[1:-1]
+    forms |= {js, json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(js)[1:-1]}
+    return sorted(forms, key=len, reverse=True)
+
+
 def redact_text(text: str, secrets: list[str] | tuple[str, ...]) -> str:
-    """`text` with every known secret value replaced."""
+    """`text` with every known secret value replaced, in any of its written forms."""
     for s in secrets:
-        if s:
-            text = text.replace(s, REDACTED)
+        if not s or not isinstance(text, str):
+            continue
+        for form in written_forms(s):
+            if len(s) >= SUBSTRING_MIN:
+                text = text.replace(form, REDACTED)
+            elif form in text:
+                text = re.sub(
+                    f"(?<!{_WORD}){re.escape(form)}(?!{_WORD})", lambda _m: REDACTED, text
+                )
     return text
 
 

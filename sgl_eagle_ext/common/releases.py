@@ -21,6 +21,11 @@ from packaging.version import InvalidVersion, Version
 
 from sgl_eagle_ext.common.errors import UserError
 
+# SGLang flags whose value is a secret (every supported release has all three; read from
+# each release's server_args.py). They never go on a command line: the launcher hands
+# them to the server entry in the environment (common/secret_flags.py).
+SECRET_SERVER_FLAGS = ("api-key", "admin-api-key", "ssl-keyfile-password")
+
 
 @dataclass(frozen=True)
 class WorkerAnchors:

@@ -10,15 +10,13 @@ from __future__ import annotations
 import os
 import sys
 
-from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.common.contract import API_KEY_ENV
+from sgl_eagle_ext.common import releases, secret_flags
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    api_key = os.environ.pop(API_KEY_ENV, None)
-    if api_key:
-        argv += ["--api-key", api_key]
+    # --api-key, --admin-api-key, --ssl-keyfile-password: from the environment, never argv
+    argv += secret_flags.argv_from_environment(os.environ)
 
     from sgl_eagle_ext.in_sglang import injection
 

@@ -19,13 +19,13 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, paths, releases
+from sgl_eagle_ext.common import http, paths, releases, safe_files, secret_flags
 from sgl_eagle_ext.common.cli_args import number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
 from sgl_eagle_ext.common.server_process import ServerProcess, run_supervised, serve_until_exit
-from sgl_eagle_ext.launcher import nccl, plan, presets, readiness
+from sgl_eagle_ext.launcher import bind_watch, nccl, plan, presets, readiness
 
 PROG = "sgl_eagle_ext.launch"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -209,7 +209,8 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
         presets.load(name=args.preset or "eagle3-2step", path=args.preset_file)
         releases.resolve(args.sglang_version, force=args.force)
 
-        built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
+        models_dir = Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser()
+        built = tiny_models.build(safe_files.check_folder("--models-dir", models_dir))
         if not (model_path or draft_model_path):  # the pair the manifest describes
             args.demo_manifest = Path(built["target"]).parent / "manifest.json"
             # the drafts' low rope theta is part of their design (tiny_models)
@@ -342,13 +343,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {note}", file=sys.stderr)
     preset, release, how = launch.preset, launch.release, launch.how
     env = dict(launch.env)
-    api_key = (
-        launch.api_key  # `-- --api-key K`: travels in the environment
-        or paths.read_secret_file("--api-key-file", args.api_key_file)
-        or os.environ.get(API_KEY_ENV)
-    )
-    if api_key:
-        env[API_KEY_ENV] = api_key
+    # every secret flag travels in the environment, never on a command line:
+    # `-- --flag V` first, then --api-key-file, then the EAGLE_EXT_* variables
+    secrets = secret_flags.gather([], args.api_key_file, os.environ)[1] | launch.secrets
+    env.update(secret_flags.to_environment(secrets))
+    api_key = secrets.get("api-key")
     host, port = launch.host, launch.port
     for w in nccl.override_warnings(release, launch.argv, env):
         print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
@@ -379,13 +378,14 @@ def main(argv: list[str] | None = None) -> int:
             ) from None
         env.update(nccl.debug_env(debug_dir.resolve()))
     reports = NcclReports()
+    bind = bind_watch.BindWatch(port)  # the port taken while the model loads: stop at once
     server = ServerProcess(
         launch.command(),
         {**os.environ, **env},
         log_path,
-        redact=[api_key or ""],
+        redact=list(secrets.values()),
         echo=not (args.quiet or args.demo),  # the demo prints the log's path instead
-        listeners=[reports],
+        listeners=[reports, bind],
     )
     base_url = f"http://{http.probe_host(host)}:{port}"
     print(
@@ -394,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def start_and_serve() -> int:
+        bind.arm(server)
         server.start()
         took = readiness.wait_ready(
             server,

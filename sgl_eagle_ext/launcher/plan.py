@@ -14,11 +14,12 @@ Public API (the launcher, `bench compare/ab` and `tune --live` all build launche
         extra=("--port", "30001"),        # SGLang arguments; they override the preset
         env={"NCCL_PROTO": "LL"},         # over the preset's [env]
     ))
-    plan.argv                 ServerArgv: the final SGLang arguments (no --api-key)
+    plan.argv                 ServerArgv: the final SGLang arguments (no secret flag)
     plan.flag("speculative-num-steps"), plan.host, plan.port, plan.model_path,
     plan.draft_model_path, plan.tp_size, plan.speculative (algorithm/steps/topk/tokens)
     plan.env                  the server's environment on top of os.environ
-    plan.preset, plan.release, plan.how, plan.api_key, plan.notes, plan.command()
+    plan.preset, plan.release, plan.how, plan.secrets (flag -> value; plan.api_key),
+    plan.notes, plan.command()
 
 `build` raises UserError (exit 2 at the command line) for bad input before anything
 starts; it prints nothing: `plan.notes` holds the lines a caller shows (the launcher
@@ -34,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, releases
+from sgl_eagle_ext.common import http, releases, secret_flags
 from sgl_eagle_ext.common.contract import SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_argv import ServerArgv
@@ -87,14 +88,19 @@ class Speculative:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    request: LaunchRequest  # as given, less an --api-key in `extra`
+    request: LaunchRequest  # as given, less the secret flags in `extra`
     preset: Preset
     release: releases.Release
     how: str  # how the release was chosen ("installed", "--sglang-version", ...)
     argv: ServerArgv
     env: dict[str, str]
-    api_key: str | None = field(default=None, repr=False)  # from `extra`'s --api-key
+    # the secret flags taken out of `extra` ({"api-key": ..., "admin-api-key": ...})
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
     notes: tuple[str, ...] = ()
+
+    @property
+    def api_key(self) -> str | None:
+        return self.secrets.get("api-key")
 
     def flag(self, name: str) -> str | None:
         """The final value of an SGLang flag (`name` without dashes, this release's
@@ -193,10 +199,11 @@ def build(request: LaunchRequest) -> LaunchPlan:
                 fix="drop the flag (use attention backend triton or flashinfer), "
                 "or pass --force if your GPUs are not SM120",
             )
-    argv, api_key = argv.without("api-key")  # travels in the environment
+    # every secret flag (--api-key, --admin-api-key, ...) travels in the environment
+    args, secrets = secret_flags.take(list(argv))
     env = {**preset.env, **{k: str(v) for k, v in request.env.items()}}
-    kept = dataclasses.replace(request, extra=tuple(ServerArgv(extra).without("api-key")[0]))
-    return LaunchPlan(kept, preset, release, how, argv, env, api_key, tuple(notes))
+    kept = dataclasses.replace(request, extra=tuple(secret_flags.take(list(extra))[0]))
+    return LaunchPlan(kept, preset, release, how, ServerArgv(args), env, secrets, tuple(notes))
 
 
 def apply_overlay(preset: Preset, name: str) -> Preset:

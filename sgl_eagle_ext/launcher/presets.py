@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 # The top-level launch/ folder, shipped in the wheel (symlink launcher/preset_files).
@@ -81,7 +82,7 @@ def load(name: str | None = None, path: str | Path | None = None) -> Preset:
 
 def _read_toml(file: Path) -> dict:
     try:
-        text = file.read_text(encoding="utf-8")
+        text = safe_files.read_text("preset file", file, missing_raises=True)
     except FileNotFoundError:
         raise UserError(
             f"preset file {file} does not exist.",
@@ -196,3 +197,5 @@ def _validate(file: Path, data: dict) -> None:
                 "must be a string or a number",
                 f'write {key} = "1" (environment values are strings)',
             )
+        if "\x00" in str(value):  # no process environment can hold it
+            raise bad(f"[env] '{key}'", "holds a NUL character", "remove the \\u0000")

@@ -20,7 +20,8 @@ move ("batch size").
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, field
 
 DECISION = re.compile(
     r"Adaptive spec params updated: steps (?P<a>\d+) -> (?P<b>\d+) "
@@ -56,19 +57,38 @@ class Switch:
 
 @dataclass
 class AdaptiveLog:
-    switches: list[Switch]
+    switches: list[Switch]  # all, or (read with `keep`) the first and last `keep`
     disabled: list[str]  # SGLang's reasons for turning adaptive off
+    total: int = 0  # switches seen, kept or not
+    by_reason: Counter = field(default_factory=Counter)
+
+    def absorb(self, other: AdaptiveLog) -> None:
+        self.switches += other.switches
+        self.disabled += [d for d in other.disabled if d not in self.disabled]
+        self.total += other.total
+        self.by_reason.update(other.by_reason)
 
     def to_json(self) -> dict:
         return {
             "switches": [vars(s) for s in self.switches],
+            "switch_count": self.total,
+            "switches_by_reason": dict(self.by_reason),
             "disabled": self.disabled,
         }
 
 
-def read(lines) -> AdaptiveLog:
-    switches: list[Switch] = []
+def read(lines, keep: int | None = None) -> AdaptiveLog:
+    """`keep`: hold only the first and the last `keep` switches (counts stay whole):
+    a log of millions of switches in bounded memory."""
+    first: list[Switch] = []
+    last: deque[Switch] = deque(maxlen=keep)
     disabled: list[str] = []
+    by_reason: Counter = Counter()
+
+    def add(s: Switch) -> None:
+        by_reason[s.reason] += 1
+        (first if keep is None or len(first) < keep else last).append(s)
+
     decision = None  # the last decision not yet followed by its switch
     for n, line in enumerate(lines, 1):
         if "adaptive" not in line.lower():
@@ -81,10 +101,10 @@ def read(lines) -> AdaptiveLog:
             old, new = int(m["a"]), int(m["b"])
             if decision is not None and decision[:2] == (old, new):
                 reason = "probe" if old == 0 else "accept length"
-                switches.append(Switch(n, ts, old, new, reason, decision[2]))
+                add(Switch(n, ts, old, new, reason, decision[2]))
             else:
-                switches.append(Switch(n, ts, old, new, "batch size"))
+                add(Switch(n, ts, old, new, "batch size"))
             decision = None
-        elif m := DISABLED.search(line):
+        elif (m := DISABLED.search(line)) and m["why"] not in disabled and len(disabled) < 100:
             disabled.append(m["why"])
-    return AdaptiveLog(switches, disabled)
+    return AdaptiveLog(first + list(last), disabled, sum(by_reason.values()), by_reason)

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling.names import TAG
 from sgl_eagle_ext.profiling.phases import PHASES
@@ -199,7 +200,9 @@ def read_lines(path: Path) -> Iterator[str]:
             f"{path}: is a directory.", fix="give the server log file (launcher: logs/*.log)"
         )
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        # a FIFO or a device is refused at once (streamed, but it would never end)
+        f = safe_files.open_regular("", path, text=True, errors="replace", missing_raises=True)
+        with f:
             for line in f:
                 yield line.rstrip("\r\n")
     except OSError as e:

@@ -88,6 +88,8 @@ class Parsed:
 
 # -- reading (the record format itself: profiling/record.py) -------------------------
 def add_record(parsed: Parsed, rec: dict) -> None:
+    if rec.get("cycles") and rec["phases"]["cycle"]["mean"] <= 0:
+        raise ValueError("a window of cycles that took 0 ms")  # counted as skipped
     parsed.profile_records += 1
     if rec.get("prefill", {}).get("n"):
         parsed.prefill.append((rec["prefill"]["n"], rec["prefill"]["ms_mean"]))
@@ -121,9 +123,8 @@ def parse(paths: list[Path]) -> Parsed:
     for path in paths:
         # two streamed passes (the adaptive switches, then the records): memory stays
         # flat however large the log
-        log = adaptive_log.read(read_lines(path))
-        parsed.adaptive.switches += log.switches
-        parsed.adaptive.disabled += log.disabled
+        log = adaptive_log.read(read_lines(path), keep=1000)
+        parsed.adaptive.absorb(log)
         for line in read_lines(path):
             try:
                 rec = find_record(line)
@@ -149,7 +150,7 @@ def baseline_ms_per_token(args, baseline: Parsed | None, bs: int) -> float | Non
     """Per-stream baseline time per token at batch size `bs`. The median of the
     baseline log's rates: a stray rate after an idle gap must not skew it."""
     if baseline is not None:
-        tps = baseline.groups[bs].sglang_tps if bs in baseline.groups else []
+        tps = [v for v in baseline.groups[bs].sglang_tps if v > 0] if bs in baseline.groups else []
         return 1000 * bs / statistics.median(tps) if tps else None
     if args.baseline_ms_per_token:
         return args.baseline_ms_per_token
@@ -203,7 +204,7 @@ def group_figures(g: Group, bs: int, args, baseline: Parsed | None) -> dict:
         if base:
             row["baseline_ms_per_token"] = base
             row["break_even_accept_len"] = cycle / base
-            if acc:
+            if acc and cycle:
                 row["speedup"] = acc * base / cycle
         if args.target_tps:
             row["target_tps"] = args.target_tps
@@ -317,16 +318,16 @@ def print_adaptive(log: adaptive_log.AdaptiveLog, limit: int = 20) -> None:
         print(f"\nSGLang turned adaptive speculation OFF: {why} (static speculation served)")
     if not log.switches:
         return
-    reasons = Counter(s.reason for s in log.switches)
+    reasons = log.by_reason
     print(
         f"\n== adaptive switches (SGLang's 'Switch adaptive runtime state'): "
-        f"{len(log.switches)}, " + ", ".join(f"{n} by {r}" for r, n in sorted(reasons.items()))
+        f"{log.total}, " + ", ".join(f"{n} by {r}" for r, n in sorted(reasons.items()))
     )
     shown = log.switches if len(log.switches) <= limit else log.switches[: limit // 2]
     for s in shown:
         print(f"  {s.describe()}")
     if len(log.switches) > limit:
-        print(f"  ... {len(log.switches) - limit} more ...")
+        print(f"  ... {log.total - limit} more ...")
         for s in log.switches[-limit // 2 :]:
             print(f"  {s.describe()}")
 

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, Finding
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -151,7 +153,9 @@ def load(role: str, flag: str, given: str | None) -> tuple[ModelDir, list[Findin
     md.path = path
     cfg_file = path / "config.json"
     try:
-        raw = cfg_file.read_text(encoding="utf-8")
+        raw = safe_files.read_text("", cfg_file, missing_raises=True)
+    except UserError as e:
+        return md, [Finding("config.unreadable", ERROR, e.message, e.fix, file=str(cfg_file))]
     except FileNotFoundError:
         return md, [
             Finding(

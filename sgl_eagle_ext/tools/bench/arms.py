@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import ports, proctree
 from sgl_eagle_ext.common.contract import API_KEY_ENV
+from sgl_eagle_ext.common.errors import EXIT_USAGE
 from sgl_eagle_ext.launcher import plan as launch_plan
 from sgl_eagle_ext.tools.bench import provenance
 
@@ -30,7 +31,11 @@ STOP_TIMEOUT = 120.0
 
 
 class ArmFailed(Exception):
-    pass
+    def __init__(self, message: str, launcher_code: int | None = None):
+        super().__init__(message)
+        # 2: the launcher refused its input (bad preset, path, flag): the command's
+        # exit is 2 as well, not a server failure
+        self.code = EXIT_USAGE if launcher_code == EXIT_USAGE else None
 
 
 def free_port() -> int:
@@ -45,6 +50,7 @@ class ArmPlan:
     facts: dict = field(default_factory=dict)  # provenance: preset, args, env
     # the servers' key: handed to the launcher in its environment, never on its command line
     api_key: str | None = field(default=None, repr=False)
+    secret_env: dict = field(default_factory=dict, repr=False)  # EAGLE_EXT_ADMIN_API_KEY...
 
     @property
     def command(self) -> list[str]:
@@ -149,7 +155,11 @@ class LauncherProcess:
             bufsize=1,
             start_new_session=True,
             preexec_fn=proctree.die_with_parent,
-            env={**os.environ, API_KEY_ENV: plan.api_key} if plan.api_key else None,
+            env={
+                **os.environ,
+                **plan.secret_env,
+                **({API_KEY_ENV: plan.api_key} if plan.api_key else {}),
+            },
         )
         self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
@@ -175,7 +185,8 @@ class LauncherProcess:
                     break
                 raise ArmFailed(
                     f"preset {self.plan.preset}: the launcher exited with code "
-                    f"{self.proc.returncode} before READY:\n  {self.tail()}"
+                    f"{self.proc.returncode} before READY:\n  {self.tail()}",
+                    self.proc.returncode,
                 )
             if time.monotonic() - t0 > timeout:
                 self.stop()

@@ -26,6 +26,7 @@ import sys
 
 from sgl_eagle_ext.common.cli_args import split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.interrupts import sigterm_as_sigint
 from sgl_eagle_ext.common.redaction import redact_args
 from sgl_eagle_ext.tools.bench import options, session
 from sgl_eagle_ext.tools.bench import sweep as sw
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     options.validate(args)
     console = Console(getattr(args, "quiet", False), getattr(args, "progress_every", DEFAULT_EVERY))
     try:
-        return args.run(args, extra, console)
+        with sigterm_as_sigint():  # `kill` records the level in progress, as Ctrl-C does
+            return args.run(args, extra, console)
     except (sw.Interrupted, KeyboardInterrupt) as e:
         where = f" {e}" if str(e) else ""
         print(f"\n{PROG}: interrupted{where}; finished results are recorded", file=sys.stderr)

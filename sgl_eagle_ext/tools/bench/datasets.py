@@ -27,6 +27,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import prompts as prompts_mod
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
@@ -187,7 +188,7 @@ def load_sharegpt(path: str) -> list[Conversation]:
     if not p.is_file():
         raise UserError(f"--dataset sharegpt:{path}: no such file.", fix="give a .json or .jsonl")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = safe_files.read_text("--dataset", p, cap=safe_files.DATA_CAP)
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start}).", fix="save as UTF-8") from None
     convs = []

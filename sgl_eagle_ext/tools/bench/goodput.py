@@ -108,7 +108,7 @@ def level_figures(rows: list[dict], slo: dict, percentiles) -> dict:
         out[f"{m}_ms"] = {
             _pname(p): (float(np.percentile(vals, p)) if vals else None) for p in percentiles
         }
-    acc = [r for r in ok if r.get("verify_ct")]
+    acc = [r for r in ok if r.get("verify_ct") and r.get("completion_tokens") is not None]
     out["accept_length"] = (
         sum(r["completion_tokens"] for r in acc) / sum(r["verify_ct"] for r in acc) if acc else None
     )

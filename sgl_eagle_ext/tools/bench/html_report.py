@@ -339,6 +339,6 @@ def main(args, console) -> int:
     )
     out = Path(args.output) if args.output else src.with_suffix(".html")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
+    out.write_text(html, encoding="utf-8", errors="surrogateescape")  # a non-UTF-8 label
     console.out(f"wrote {out} ({len(html) // 1024} KiB, self-contained: open it in a browser)")
     return 0

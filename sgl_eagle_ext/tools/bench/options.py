@@ -119,12 +119,19 @@ def load_levels(args: argparse.Namespace) -> tuple[list[float], sw.OpenLoop | No
     return values, sw.OpenLoop(burst, args.duration, kind, cap)
 
 
+# Upper bounds where a server would accept nonsense (a 20-digit --max-tokens makes
+# SGLang generate until the context ends, or overflow): far above any real use.
+MOST = {"--max-tokens": 1 << 20, "--runs": 100_000, "--num-prompts": 10_000_000}
+
+
 def positive(name: str, value: float, zero_ok: bool = False) -> None:
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         raise UserError(
             f"{name} {value:g}: must be {'>= 0' if zero_ok else '> 0'}.",
             fix=f"pass a {'non-negative' if zero_ok else 'positive'} {name}",
         )
+    if name in MOST and value > MOST[name]:
+        raise UserError(f"{name} {value}: too large.", fix=f"pass at most {MOST[name]}")
 
 
 OPENAI_KEY_ENV = "OPENAI_API_KEY"

@@ -42,8 +42,14 @@ def pick_run(recs: list[dict], run_id: str | None, source: str) -> tuple[str, li
     return run_id, chosen
 
 
+def shown(text) -> str:
+    """Text for the figure: a non-UTF-8 label or path (surrogate escapes) drawn with
+    replacement characters (the records keep its bytes)."""
+    return str(text).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def arm_name(r: dict) -> str:
-    return r.get("arm") or r.get("url") or "server"
+    return shown(r.get("arm") or r.get("url") or "server")
 
 
 def level_of(r: dict) -> tuple[str, float]:
@@ -170,8 +176,10 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
     prov = first.get("provenance", {})
     server = prov.get("server", {})
     fig.suptitle(
-        f"run {run_id}: {' vs '.join(names)}  |  model {server.get('model_path')}  |  "
-        f"SGLang {server.get('sglang_version')}\n{load_text(first)}",
+        shown(
+            f"run {run_id}: {' vs '.join(names)}  |  model {server.get('model_path')}  |  "
+            f"SGLang {server.get('sglang_version')}\n{load_text(first)}"
+        ),
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.94))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 SHIPPED_DIR = resources.files("sgl_eagle_ext.tools.bench") / "prompt_sets"
@@ -152,13 +153,15 @@ def load(spec: str) -> PromptSet:
         prompts = [p for pair in zip(a, b) for p in pair] + a[len(b) :] + b[len(a) :]
     else:
         path = Path(spec).expanduser()
+        if path.exists() and not path.is_file():
+            safe_files.check_regular("--prompts", path)  # a FIFO, a device: says which
         if not path.is_file():
             raise UserError(
                 f"--prompts {spec}: no such file, and not a shipped set.",
                 fix=f"use one of {', '.join((*SHIPPED, MIXED))} or a JSONL file path",
             )
         try:
-            text = path.read_text(encoding="utf-8")
+            text = safe_files.read_text("--prompts", path, cap=safe_files.DATA_CAP)
         except UnicodeDecodeError as e:
             raise UserError(
                 f"{spec}: not UTF-8 text (byte {e.start}).", fix="save the file as UTF-8 JSONL"

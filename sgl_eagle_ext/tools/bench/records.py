@@ -21,9 +21,11 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.paths import check_writable_file
 from sgl_eagle_ext.common.redaction import redact_values
+from sgl_eagle_ext.tools.bench import record_check
 
 SCHEMA = 1
 # latency blocks of a sweep record: itl per token (as sglang.bench_serving), chunk_gap
@@ -167,9 +169,20 @@ def clean(obj):
     return obj
 
 
+def encode_line(record: dict) -> bytes:
+    """One JSON line, UTF-8. A path or label holding bytes that are not UTF-8 (Python's
+    surrogate escapes of a Latin-1 file name) is written as \\udcXX escapes: valid
+    JSON and lossless (os.fsencode of the value read back gives the bytes)."""
+    rec = clean(record)
+    try:
+        text = json.dumps(rec, ensure_ascii=False, default=str, allow_nan=False)
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(rec, default=str, allow_nan=False) + "\n").encode("ascii")
+
+
 def append_jsonl(path: Path, record: dict) -> None:
-    line = json.dumps(clean(record), ensure_ascii=False, default=str, allow_nan=False) + "\n"
-    _append_bytes(path, line.encode("utf-8"))
+    _append_bytes(path, encode_line(record))
 
 
 def _csv_line(values: list) -> str:
@@ -195,7 +208,8 @@ def append_csv(path: Path, row: dict) -> None:
     row = clean(row)
     values = ["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS]
     header = _csv_line(list(CSV_COLUMNS)).encode("utf-8")
-    _append_bytes(path, _csv_line(values).encode("utf-8"), header)
+    # surrogateescape: a non-UTF-8 path goes back to its own bytes, never an exception
+    _append_bytes(path, _csv_line(values).encode("utf-8", "surrogateescape"), header)
 
 
 def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
@@ -203,13 +217,11 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
     fix = "give the JSONL file `bench` wrote (default bench-results/results.jsonl)"
     if path.is_dir():
         raise UserError(f"{path}: is a directory, not a results file.", fix=fix)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file.", fix=fix)
     records, problems = [], []
     try:
-        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror or e}).", fix=fix) from None
+        f = safe_files.open_regular("", path, text=True, errors="replace")
+    except UserError as e:  # missing, a FIFO, a device: one line, at once
+        raise UserError(e.message, fix=fix) from None
     with f:
         for i, line in enumerate(f, start=1):
             line = line.strip()
@@ -224,8 +236,12 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
             if not isinstance(obj, dict) or "kind" not in obj:
                 problems.append(f"{path}:{i}: skipped: not a bench record (no 'kind')")
                 continue
+            why = record_check.problem(obj, record_check.result_fields(obj))
+            if why:
+                problems.append(f"{path}:{i}: skipped: {why}")
+                continue
             records.append(obj)
-    return records, problems
+    return records, record_check.summarized(problems, path)
 
 
 def csv_row(record: dict) -> dict:

@@ -109,36 +109,46 @@ class RequestLog:
             extra = {**common, "level_duration_s": round(duration, 6)}
             if per_request:
                 extra.update(per_request[k])
-            lines.append(
-                json.dumps(records.clean(record(r, level_start, **extra)), ensure_ascii=False)
-            )
-        records._append_bytes(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
+            lines.append(records.encode_line(record(r, level_start, **extra)))
+        records._append_bytes(self.path, b"".join(lines))
         self.written += len(lines)
 
 
 def read(path: Path) -> tuple[list[dict], list[str]]:
     """The request lines of FILE and one warning per line that is not one."""
+    from sgl_eagle_ext.common import safe_files
     from sgl_eagle_ext.common.errors import UserError
+    from sgl_eagle_ext.tools.bench import record_check
 
-    if not path.is_file():
-        raise UserError(f"{path}: no such file.", fix="give the file --save-requests wrote")
+    fix = "give the file --save-requests wrote"
+    try:
+        f = safe_files.open_regular("", path, text=True, errors="replace")
+    except UserError as e:
+        raise UserError(e.message, fix=fix) from None
     rows, problems = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with f:
         for i, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError as e:
-                problems.append(f"{path}:{i}: skipped: not JSON ({e.msg})")
+            except (ValueError, RecursionError) as e:
+                why = getattr(e, "msg", None) or type(e).__name__
+                problems.append(f"{path}:{i}: skipped: not JSON ({why})")
                 continue
             if not isinstance(obj, dict) or obj.get("kind") != KIND:
                 problems.append(f"{path}:{i}: skipped: not a per-request record")
                 continue
+            why = record_check.problem(obj, record_check.REQUEST)
+            if why:
+                problems.append(f"{path}:{i}: skipped: {why}")
+                continue
             rows.append(obj)
+    skipped = f" ({len(problems)} line(s) skipped; first: {problems[0]})" if problems else ""
+    problems = record_check.summarized(problems, path)
     if not rows:
         raise UserError(
-            f"{path}: no per-request records.",
+            f"{path}: no per-request records{skipped}.",
             fix="write them with `bench sweep ... --save-requests FILE`",
         )
     return rows, problems

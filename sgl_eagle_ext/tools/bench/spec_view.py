@@ -26,6 +26,7 @@ from pathlib import Path
 from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.common.table import Col, Table
 from sgl_eagle_ext.profiling import names as profile_names
+from sgl_eagle_ext.tools.bench import plot
 
 DEFAULT_EDGES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
@@ -220,7 +221,7 @@ def pareto_points(sweeps: list[dict]) -> dict[str, list[dict]]:
         tpot = (r.get("tpot_ms") or {}).get("p50")
         if not tpot or r.get("output_tok_s") is None:
             continue
-        arm = r.get("arm") or r.get("url") or "server"
+        arm = plot.arm_name(r)  # drawable text, whatever bytes the label holds
         rate = r.get("request_rate")  # open loop: levels are request rates
         level = float(rate if rate is not None else r.get("concurrency") or 0)
         arms[arm][level] = {

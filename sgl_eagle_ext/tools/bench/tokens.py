@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common import http, safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 CHARS_PER_TOKEN = 4.0  # the estimate when nothing can count
@@ -110,7 +110,7 @@ def file_paragraphs(path: str) -> list[str]:
     if not p.is_file():
         raise UserError(f"--long-text {path}: no such file.", fix="give a plain-text file")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = safe_files.read_text("--long-text", p, cap=safe_files.DATA_CAP)
     except UnicodeDecodeError as e:
         raise UserError(
             f"{path}: not UTF-8 text (byte {e.start}).", fix="save the file as UTF-8 text"

@@ -22,7 +22,7 @@ from sgl_eagle_ext.common.patches import (
     state,
     target,
 )
-from sgl_eagle_ext.tools.patches.transaction import Transaction, confined, write_atomic
+from sgl_eagle_ext.tools.patches.transaction import Transaction, confined, locked, write_atomic
 
 __all__ = [
     "APPLICABLE",
@@ -51,7 +51,8 @@ def recover(tgt: Target) -> str:
     """Roll back a command that was killed half-way (see transaction.py); "" if none."""
     txn = _transaction(tgt)
     confined(tgt.pkg, txn.backup)
-    return txn.roll_back()
+    with locked(tgt.pkg):
+        return txn.roll_back()
 
 
 def _refuse_conflicts(todo: list[Patch], tgt: Target, states: dict, verb: str) -> None:
@@ -132,11 +133,13 @@ def _save_backup(patch: Patch, tgt: Target) -> None:
 def apply_all(todo: list[Patch], tgt: Target) -> dict[str, str]:
     """Apply the applicable patches of `todo` (idempotent), all or none. Returns what
     happened per patch id; raises UserError (nothing changed) when refused."""
-    return _change(todo, tgt, "apply")
+    with locked(tgt.pkg):  # parallel runs take turns
+        return _change(todo, tgt, "apply")
 
 
 def revert_all(todo: list[Patch], tgt: Target) -> dict[str, str]:
-    return _change(todo, tgt, "revert")
+    with locked(tgt.pkg):
+        return _change(todo, tgt, "revert")
 
 
 def apply(patch: Patch, tgt: Target) -> str:

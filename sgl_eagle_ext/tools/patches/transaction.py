@@ -10,26 +10,74 @@ its work whole. Every write is a temporary file renamed over the target.
 
 Nothing is written through a symbolic link or outside the `sglang` package
 directory: a linked backup folder would let apply write, and revert delete,
-elsewhere.
+elsewhere. The backup folder and the journal are untrusted input: a journal naming
+a path outside the tree or a patch id that is not one is refused, never acted on.
+One command at a time per tree (an flock on the package directory, reentrant in
+the process); a revert that was killed while dropping its backups is finished by
+the next command ("committing" stage), not undone.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
-from pathlib import Path
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
 
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 JOURNAL = "journal.json"
 SAVED = ".txn"  # the command's files as they were before it
+PATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+OPS = ("apply", "revert")
+STAGES = ("saving", "changing", "committing")
+_held: dict[str, list] = {}  # package dir -> [lock fd, depth]
+
+
+@contextmanager
+def locked(pkg: Path):
+    """Hold the tree's lock (parallel applies/reverts take turns, none loses a backup)."""
+    key = str(pkg.resolve())
+    if key in _held:
+        _held[key][1] += 1
+        try:
+            yield
+        finally:
+            _held[key][1] -= 1
+        return
+    fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _held[key] = [fd, 1]
+        yield
+    finally:
+        _held.pop(key, None)
+        os.close(fd)  # releases the lock
+
+
+def valid_rel(rel) -> bool:
+    """A relative path inside the tree, as the manifest writes them."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or rel.startswith("/"):
+        return False
+    parts = PurePosixPath(rel).parts
+    return bool(parts) and all(p not in ("..", ".", "") for p in parts)
+
+
+def valid_id(pid) -> bool:
+    return isinstance(pid, str) and bool(PATCH_ID.match(pid)) and ".." not in pid
 
 
 def confined(pkg: Path, path: Path) -> Path:
     """`path` (under `pkg`) if no part of it below `pkg` is a symbolic link and it
     resolves inside `pkg`; else a UserError."""
-    rel = path.relative_to(pkg)
+    try:
+        rel = path.relative_to(pkg)
+    except ValueError:
+        raise UserError(f"{path} is outside {pkg}; nothing was changed.", code=1) from None
     cur = pkg
     for part in rel.parts:
         cur = cur / part
@@ -79,22 +127,39 @@ class Transaction:
     # -- the checks ------------------------------------------------------------
     def check_paths(self, files: list[str], patch_ids: list[str]) -> None:
         confined(self.pkg, self.backup)
+        confined(self.pkg, self.saved)
         for rel in files:
             confined(self.pkg, self.root / rel)
+            confined(self.pkg, self.saved / rel)
         for pid in patch_ids:
             confined(self.pkg, self.backup / pid)
 
     def pending(self) -> dict | None:
-        """The interrupted command's journal, if there is one."""
-        if not self.journal.is_file():
+        """The interrupted command's journal, if there is one (checked: untrusted)."""
+        if not (self.journal.exists() or self.journal.is_symlink()):
             return None
+        confined(self.pkg, self.journal)  # a linked journal is refused, never read
         try:
-            return json.loads(self.journal.read_text())
-        except (OSError, ValueError):
+            entry = json.loads(safe_files.read_text("", self.journal, cap=safe_files.MIB))
+        except (UserError, ValueError, RecursionError):
+            entry = None
+        if entry is None:  # unreadable: no change had been journaled
             return {"op": "?", "stage": "saving", "files": [], "patches": []}
+        why = _journal_problem(entry)
+        if why:
+            raise UserError(
+                f"{self.journal}: not a journal this tool wrote ({why}); nothing was changed.",
+                fix=f"check the SGLang tree in {self.pkg} (reinstall it if in doubt), then "
+                f"remove {self.journal}",
+                code=1,
+            )
+        for rel in entry["files"]:
+            confined(self.pkg, self.root / rel)
+        return entry
 
     # -- the life cycle --------------------------------------------------------
     def begin(self, op: str, files: list[str], patch_ids: list[str]) -> None:
+        self.check_paths(files, patch_ids)
         entry = {"op": op, "stage": "saving", "files": files, "patches": patch_ids}
         shutil.rmtree(self.saved, ignore_errors=True)  # debris of a finished command
         write_atomic(self.journal, json.dumps(entry).encode())
@@ -103,16 +168,26 @@ class Transaction:
             write_atomic(self.saved / rel, src.read_bytes(), like=src)
         entry["stage"] = "changing"  # from here on the SGLang tree may change
         write_atomic(self.journal, json.dumps(entry).encode())
+        self._entry = entry
 
     def commit(self, drop_backups: list[str] = ()) -> None:
+        if drop_backups:  # a kill while dropping them: the next command finishes the job
+            entry = {**self._entry, "stage": "committing", "patches": list(drop_backups)}
+            write_atomic(self.journal, json.dumps(entry).encode())
+            self._drop(drop_backups)
         self.journal.unlink()
         _sync_dir(self.backup)
-        for pid in drop_backups:
-            shutil.rmtree(self.backup / pid, ignore_errors=True)
         self.tidy()
+
+    def _drop(self, patch_ids) -> None:
+        for pid in patch_ids:
+            shutil.rmtree(confined(self.pkg, self.backup / pid), ignore_errors=True)
 
     def tidy(self) -> None:
         shutil.rmtree(self.saved, ignore_errors=True)
+        if self.backup.is_dir() and not self.backup.is_symlink():
+            for debris in self.backup.glob(f".{JOURNAL}.tmp-*"):  # a kill mid-write
+                debris.unlink(missing_ok=True)
         if self.backup.is_dir() and not self.journal.exists():
             try:
                 self.backup.rmdir()  # only when empty
@@ -126,16 +201,21 @@ class Transaction:
         if entry is None:
             self.tidy()
             return ""
+        if entry["stage"] == "committing":  # done but for dropping the backups
+            self._drop(entry["patches"])
+            self.journal.unlink()
+            self.tidy()
+            return f"finished an interrupted `patches {entry['op']}` (its backups dropped)"
         try:
             if entry["stage"] == "changing":
                 for rel in entry["files"]:
                     dest = confined(self.pkg, self.root / rel)
-                    saved = self.saved / rel
+                    saved = confined(self.pkg, self.saved / rel)
                     write_atomic(dest, saved.read_bytes(), like=saved)
                     for debris in dest.parent.glob(f".{dest.name}.tmp-*"):
                         debris.unlink()
-            for pid in entry["patches"] if entry["op"] == "apply" else ():
-                shutil.rmtree(self.backup / pid, ignore_errors=True)
+            if entry["op"] == "apply":
+                self._drop(entry["patches"])
             self.journal.unlink()
         except (OSError, KeyError, TypeError) as e:
             raise UserError(
@@ -153,3 +233,16 @@ class Transaction:
             else (f"{len(entry['files'])} file(s) restored")
         )
         return f"rolled back an interrupted `patches {entry['op']}` ({what})"
+
+
+def _journal_problem(entry) -> str | None:
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    if entry.get("op") not in OPS or entry.get("stage") not in STAGES:
+        return "unknown op or stage"
+    files, ids = entry.get("files"), entry.get("patches")
+    if not isinstance(files, list) or not all(valid_rel(f) for f in files):
+        return "a file path that is absolute, leaves the tree or is not a string"
+    if not isinstance(ids, list) or not all(valid_id(i) for i in ids):
+        return "a patch id that is not one"
+    return None

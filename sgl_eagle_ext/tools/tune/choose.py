@@ -60,7 +60,7 @@ def choose(
         probe = next((p for p in rated if p.steps == ladder[0]), None)
         zero = next((p for p in rated if p.steps == 0), None)
         why += "; 0 as the floor"
-        if probe and zero and probe.baseline_ms:
+        if probe and zero and probe.baseline_ms and zero.cycle_ms + probe.cycle_ms > 0:
             floor_gain = 2 * probe.baseline_ms / (zero.cycle_ms + probe.cycle_ms)
             why += (
                 f" (a useless draft would still probe {ladder[0]} step(s) half the time: "

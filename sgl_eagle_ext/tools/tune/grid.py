@@ -34,6 +34,8 @@ def rank(runs, cells, baseline_ms: float | None, max_steps: int) -> list[dict]:
         if cell is None or not cell.cycles or cell.accept_len is None:
             continue
         cycle = cell.mean("cycle")
+        if cycle <= 0:  # a window with cycle_ms=0 measured nothing
+            continue
         rows[setting] = {
             "steps": steps,
             "topk": topk,

@@ -71,14 +71,16 @@ def _spec_from(line: str) -> dict:
         return {}
     try:
         args = ast.literal_eval(m["body"])
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return {}  # not SGLang's dict (a list key is unhashable, a set has no keys)
+    if not isinstance(args, dict):
         return {}
     return {k: args.get(k) for k in SPEC_KEYS if k in args}
 
 
 def _add(run: Run, rec: dict) -> None:
-    if not rec.get("cycles"):
-        return
+    if not rec.get("cycles") or (rec["phases"].get("cycle") or {}).get("mean", 1) <= 0:
+        return  # no cycle, or a cycle_ms=0 window: nothing measured
     bs_mix = {int(k): v for k, v in rec["bs"].items()}
     bs = max(bs_mix, key=bs_mix.get)
     steps_mix = {int(k): v for k, v in (rec.get("steps") or {}).items()}

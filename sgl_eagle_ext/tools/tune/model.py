@@ -60,7 +60,7 @@ class Prediction:
 
     @property
     def tok_s(self) -> float:
-        return 1000 * self.accept_len * self.bs / self.cycle_ms
+        return 1000 * self.accept_len * self.bs / self.cycle_ms if self.cycle_ms > 0 else 0.0
 
     @property
     def break_even(self) -> float | None:
@@ -68,7 +68,8 @@ class Prediction:
 
     @property
     def gain(self) -> float | None:
-        return self.accept_len * self.baseline_ms / self.cycle_ms if self.baseline_ms else None
+        ok = self.baseline_ms and self.cycle_ms > 0
+        return self.accept_len * self.baseline_ms / self.cycle_ms if ok else None
 
 
 def cycle_model(bs_cells: dict[int, Cell]):

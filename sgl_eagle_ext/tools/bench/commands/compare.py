@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from http.client import HTTPException
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, ports
+from sgl_eagle_ext.common import http, ports, secret_flags
 from sgl_eagle_ext.common.cli_args import number, port_number
-from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.common.server_argv import ServerArgv
+from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.tools.bench import (
     arms,
     compare,
@@ -161,6 +160,7 @@ class Run:
     check_prompts: list
     arms: list[ArmRun]  # the arms that ran to the end, in order
     failed: dict[str, str] = field(default_factory=dict)  # preset -> why it failed
+    refused: bool = False  # an arm's launcher refused its input (bad input: exit 2)
 
     @property
     def axis(self) -> sw.Axis:
@@ -233,9 +233,8 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     levels, open_loop = options.load_levels(args)
     # A key for the servers travels to each launcher in its environment: never on a
     # printed line or a child's command line.
-    servers_argv, key = ServerArgv(extra).without("api-key")
-    extra = list(servers_argv)
-    args.api_key = key or args.api_key
+    extra, secrets = secret_flags.take(extra)  # --admin-api-key etc. likewise
+    args.api_key = secrets.pop("api-key", None) or args.api_key
     ps = prompts.load(args.prompts)
     workload.check_paths(args)
     # --dataset/--input-len/...: checked now, before any server starts
@@ -281,6 +280,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     )
     done: list[ArmRun] = []
     failed: dict[str, str] = {}
+    refused = False
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
         plan.api_key = args.api_key
@@ -289,6 +289,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
             # Any failure of one arm (its server never READY, an HTTP failure while
             # probing or sweeping it, its server dying): one error line, the arm is
             # marked failed, and the next arm still runs.
+            plan.secret_env = secret_flags.to_environment(secrets)
             proc = arms.LauncherProcess(plan)
             url = startup.wait_ready(
                 proc, plan.label, plan.facts.get("log_file"), args.startup_timeout, console
@@ -329,6 +330,8 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
                 )
             )
         except ARM_FAILURES as e:
+            if isinstance(e, arms.ArmFailed) and e.code == EXIT_USAGE:
+                refused = True  # the launcher refused its input: the run exits 2
             failed[plan.preset] = arm_error(e)
             console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
             continue
@@ -350,8 +353,8 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
             f"{len(failed)} of {len(plans)} arm(s) failed and {ran}: nothing to compare"
             + ("; its sweep is recorded" if done else "")
         )
-        return session.EXIT_FAILED
-    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done, failed)
+        return EXIT_USAGE if refused else session.EXIT_FAILED
+    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done, failed, refused)
 
 
 # What ends one arm, not the run: the launcher's own failure, a server that answers
@@ -592,4 +595,6 @@ def report_compare(args, console: Console, run: Run) -> int:
     )
     _plot_hint(console, rec)
     differs = any(v["verdict"] == "DIFFERS" for v in verdicts.values())
+    if run.refused:
+        return EXIT_USAGE
     return session.EXIT_FAILED if differs or run.failed else 0
