@@ -37,6 +37,15 @@ def profile_records(lines: list[str]) -> list[dict]:
     return [record_from_line(ln) for ln in lines if "EAGLE3_PROFILE v=" in ln]
 
 
+def verify_calls(metrics_text: str) -> float:
+    """SGLang's verify passes over all finished requests (its Prometheus counter; no
+    sample before the first such request)."""
+    samples = re.findall(
+        r"^sglang:spec_verify_calls_total(?:\{[^}]*\})? ([\d.e+]+)$", metrics_text, re.M
+    )
+    return sum(float(v) for v in samples)
+
+
 @pytest.mark.parametrize("draft, low, high", [("mostly", 2.0, 4.0), ("never", 1.0, 1.2)])
 def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, draft, low, high):
     jsonl = tmp_path / "profile-{rank}.jsonl"
@@ -52,18 +61,20 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
         "--",
         "--decode-log-interval",
         "1",
-        # no warm-up request: our generation is the only one with decode cycles
-        "--skip-server-warmup",
         env={**PROFILE_ENV, "EAGLE3_PROFILE_FILE": str(jsonl)},
     )
     launcher.wait_for("READY in")
+    # SGLang's warm-up request has finished (READY comes after it): its verify passes,
+    # by SGLang's own counter
+    warmup_verify = verify_calls(http.request(f"{launcher.base_url}/metrics").text)
     outs = http.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
     metrics = http.request(f"{launcher.base_url}/metrics")
     stop = launcher.signal(signal.SIGTERM)
     assert stop == 128 + signal.SIGTERM
-    # The log is read once the launcher has exited: the scheduler logs a cycle's record
-    # and its Decode batch line around sending the reply, and the launcher copies them
-    # from a pipe into the log file; read at the reply, the last cycle can be missing.
+    # The whole log, read once the launcher has exited: the scheduler logs a cycle's
+    # record and its Decode batch line around sending the reply, and the launcher copies
+    # them from a pipe into the file, so a read at the reply can miss the last cycle's
+    # lines (and a line count taken at READY, the warm-up's last ones).
     lines = launcher.log_text().splitlines()
 
     assert "EAGLE3_PROFILE: on (SGLang" in launcher.log_text()
@@ -77,9 +88,11 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     assert records and decode
     # one record per cycle, one SGLang line per verify iteration: same count
     assert len(records) == len(decode)
-    # SGLang's per-request verify counts sum to our cycles weighted by batch size
+    # SGLang's per-request verify counts (ours, plus the warm-up's) sum to our cycles
+    # weighted by batch size
     verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
-    assert verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
+    assert verify_calls(metrics.text) == warmup_verify + verify_ct
+    assert warmup_verify + verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
     # cycle by cycle, our accept length is SGLang's own
     ours = [
         sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
