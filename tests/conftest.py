@@ -216,25 +216,25 @@ def start_launcher(tmp_path):
         launcher.cleanup()
 
 
-# The speculative server the bench tests share (one per test module): the 3-step chain
-# with the draft built to be accepted nearly always (2..4 tokens per cycle).
+# The speculative server that tests which only read a server share (one per session):
+# the 3-step chain with the draft built to be accepted nearly always (2..4 tokens per
+# cycle), unprofiled. A test that stops, kills or reconfigures a server starts its own.
 TARGET_DRAFT = "draft-mostly"
+SPEC_SERVER_ARGS = ("--preset", "eagle3-3step", "--cpu")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spec_server(tiny_models, tmp_path_factory):
     launcher = Launcher(
         [
-            "--preset",
-            "eagle3-3step",
-            "--cpu",
-            "--no-spec-check",
+            *SPEC_SERVER_ARGS,
             "--model-path",
             str(tiny_models["target"]),
             "--draft-model-path",
             str(tiny_models[TARGET_DRAFT]),
         ],
         tmp_path_factory.mktemp("spec"),
+        env={"EAGLE3_PROFILE": "0"},
     )
     try:
         launcher.wait_for("READY in")

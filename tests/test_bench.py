@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TARGET_DRAFT, free_port, wait_until
+from conftest import SPEC_SERVER_ARGS, TARGET_DRAFT, free_port, wait_until
 from fakes.fake_sglang import Background, FakeSGLang, Faults
 
 from sgl_eagle_ext.common import http
@@ -1284,14 +1284,23 @@ def test_other_endpoints_and_v1_url_on_cpu_server(spec_server, tmp_path, endpoin
 
 
 @pytest.mark.server
-def test_server_killed_mid_sweep(spec_server, tmp_path):
-    """Runs last among the spec_server tests: it kills that server."""
+def test_server_killed_mid_sweep(tiny_models, start_launcher, tmp_path):
+    """Kills its server: its own, not the shared spec_server."""
+    server = start_launcher(
+        *SPEC_SERVER_ARGS,
+        "--no-spec-check",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models[TARGET_DRAFT]),
+    )
+    server.wait_for("READY in")
     res = tmp_path / "r.jsonl"
     proc = subprocess.Popen(
         bench_cmd(
             "sweep",
             "--url",
-            spec_server.base_url,
+            server.base_url,
             "--concurrency",
             "1,2",
             "--num-prompts",
@@ -1314,7 +1323,7 @@ def test_server_killed_mid_sweep(spec_server, tmp_path):
             break
     # Kill at once: whether level 2's requests are refused or cut, it cannot finish
     # (a pause here gave a quiet machine time to finish it).
-    for pid in http.listener_pids(spec_server.port) or ():
+    for pid in http.listener_pids(server.port) or ():
         psutil.Process(pid).kill()  # the SGLang HTTP server; its scheduler follows it
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, (out, err)

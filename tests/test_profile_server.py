@@ -37,6 +37,15 @@ def profile_records(lines: list[str]) -> list[dict]:
     return [record_from_line(ln) for ln in lines if "EAGLE3_PROFILE v=" in ln]
 
 
+def verify_calls(metrics_text: str) -> float:
+    """SGLang's verify passes over all finished requests (its Prometheus counter; no
+    sample before the first such request)."""
+    samples = re.findall(
+        r"^sglang:spec_verify_calls_total(?:\{[^}]*\})? ([\d.e+]+)$", metrics_text, re.M
+    )
+    return sum(float(v) for v in samples)
+
+
 @pytest.mark.parametrize("draft, low, high", [("mostly", 2.0, 4.0), ("never", 1.0, 1.2)])
 def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, draft, low, high):
     jsonl = tmp_path / "profile-{rank}.jsonl"
@@ -55,12 +64,18 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
         env={**PROFILE_ENV, "EAGLE3_PROFILE_FILE": str(jsonl)},
     )
     launcher.wait_for("READY in")
-    start = len(launcher.log_text().splitlines())
+    # SGLang's warm-up request has finished (READY comes after it): its verify passes,
+    # by SGLang's own counter
+    warmup_verify = verify_calls(http.request(f"{launcher.base_url}/metrics").text)
     outs = http.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
-    lines = launcher.log_text().splitlines()[start:]
     metrics = http.request(f"{launcher.base_url}/metrics")
     stop = launcher.signal(signal.SIGTERM)
     assert stop == 128 + signal.SIGTERM
+    # The whole log, read once the launcher has exited: the scheduler logs a cycle's
+    # record and its Decode batch line around sending the reply, and the launcher copies
+    # them from a pipe into the file, so a read at the reply can miss the last cycle's
+    # lines (and a line count taken at READY, the warm-up's last ones).
+    lines = launcher.log_text().splitlines()
 
     assert "EAGLE3_PROFILE: on (SGLang" in launcher.log_text()
     # the shipped eagle3-3step preset's main path: installed once, a clean log
@@ -73,9 +88,11 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     assert records and decode
     # one record per cycle, one SGLang line per verify iteration: same count
     assert len(records) == len(decode)
-    # SGLang's per-request verify counts sum to our cycles weighted by batch size
+    # SGLang's per-request verify counts (ours, plus the warm-up's) sum to our cycles
+    # weighted by batch size
     verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
-    assert verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
+    assert verify_calls(metrics.text) == warmup_verify + verify_ct
+    assert warmup_verify + verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
     # cycle by cycle, our accept length is SGLang's own
     ours = [
         sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
@@ -164,26 +181,14 @@ def test_sync_check_sees_a_synchronize_inside_a_cycle(tiny_models, start_launche
     )
     launcher.wait_for("READY in")
     http.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
+    launcher.signal(signal.SIGTERM)  # then the log holds every record (see above)
     lines = [ln for ln in launcher.log_text().splitlines() if "EAGLE3_PROFILE v=" in ln]
-    launcher.signal(signal.SIGTERM)
     syncs = [int(re.search(r"syncs=(\d+)", ln).group(1)) for ln in lines]
     assert syncs and max(syncs) >= 1
 
 
-def test_unset_variable_leaves_sglang_unpatched(tiny_models, start_launcher):
-    launcher = start_launcher(
-        "--preset",
-        "eagle3-3step",
-        "--cpu",
-        "--no-spec-check",
-        "--model-path",
-        str(tiny_models["target"]),
-        "--draft-model-path",
-        str(tiny_models["draft-mostly"]),
-        env={"EAGLE3_PROFILE": "0"},
-    )
-    launcher.wait_for("READY in")
-    http.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
-    launcher.signal(signal.SIGTERM)
-    log = launcher.log_text()
-    assert "EAGLE3_PROFILE" not in log
+def test_unset_variable_leaves_sglang_unpatched(spec_server):
+    """The session's shared server runs with EAGLE3_PROFILE=0 (conftest)."""
+    http.generate(spec_server.base_url, list(DEMO_PROMPTS[:2]), 8)
+    assert "Decode batch" in spec_server.log_text()  # it served, and its log is read
+    assert "EAGLE3_PROFILE" not in spec_server.log_text()

@@ -10,7 +10,7 @@ import re
 import signal
 
 import pytest
-from conftest import Launcher, readable
+from conftest import SPEC_SERVER_ARGS, TARGET_DRAFT, Launcher, readable
 
 from sgl_eagle_ext.common import http, server_process
 from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
@@ -88,17 +88,22 @@ def baseline_tokens(tiny_models, tmp_path_factory):
     ],
 )
 def test_eagle3_is_lossless_and_accepts_as_designed(
-    tiny_models, baseline_tokens, start_launcher, preset, setting, draft, low, high
+    tiny_models, baseline_tokens, start_launcher, request, preset, setting, draft, low, high
 ):
-    launcher = start_launcher(
-        "--preset",
-        preset,
-        "--cpu",
-        "--model-path",
-        str(tiny_models["target"]),
-        "--draft-model-path",
-        str(tiny_models[f"draft-{draft}"]),
-    )
+    # the session's shared server is one of these: read it rather than start another
+    shared = ("--preset", preset, "--cpu") == SPEC_SERVER_ARGS and f"draft-{draft}" == TARGET_DRAFT
+    if shared:
+        launcher = request.getfixturevalue("spec_server")
+    else:
+        launcher = start_launcher(
+            "--preset",
+            preset,
+            "--cpu",
+            "--model-path",
+            str(tiny_models["target"]),
+            "--draft-model-path",
+            str(tiny_models[f"draft-{draft}"]),
+        )
     assert_ready_after_warmup(launcher)
     spec_line = launcher.wait_for("spec check:")
     outs = greedy(launcher)
@@ -110,7 +115,8 @@ def test_eagle3_is_lossless_and_accepts_as_designed(
     assert low <= acc <= high, (preset, draft, acc)
     reported = float(re.search(r"accept length ([\d.]+)", spec_line).group(1))
     assert low <= reported <= high, spec_line
-    stop_cleanly(launcher)
+    if not shared:  # the shared one stops at the end of the session
+        stop_cleanly(launcher)
 
 
 def test_demo_shows_answers_benchmark_and_profile(start_launcher):
