@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 
+from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.profiling.recorder import config, instrument, syncs, window
 from sgl_eagle_ext.profiling.recorder.clock import HostClock
 from sgl_eagle_ext.profiling.recorder.profiler import IDLE_FLUSH_S, Profiler
@@ -90,6 +91,29 @@ def test_dp_attention_extend_in_batch_is_a_prefill_cycle():
     mixed = types.SimpleNamespace(forward_mode=_Mode(True), is_extend_in_batch=True)
     assert instrument._kind(decode) == "decode"
     assert instrument._kind(mixed) == "prefill"  # resolved without accept counts
+
+
+def test_dp_spec_prefill_coordination_decode_rank_is_a_decode_cycle():
+    """SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=1 (0.5.21+): a decode rank drafts and
+    verifies inside an is_extend_in_batch batch; its cycle keeps its accept counts."""
+    coordinated = types.SimpleNamespace(enable_dp_spec_prefill_coordination=True)
+    mixed = types.SimpleNamespace(forward_mode=_Mode(True), is_extend_in_batch=True)
+    extending = types.SimpleNamespace(forward_mode=_Mode(False), is_extend_in_batch=True)
+    assert instrument._kind(mixed, coordinated) == "decode"
+    assert instrument._kind(extending, coordinated) == "prefill"
+    uncoordinated = types.SimpleNamespace(enable_dp_spec_prefill_coordination=False)
+    assert instrument._kind(mixed, uncoordinated) == "prefill"
+
+
+def test_the_coordination_attribute_is_the_workers_own():
+    """The attribute _kind reads is the one EAGLEWorkerV2 sets (installed release)."""
+    from sgl_eagle_ext.tools import wheels
+
+    pkg = wheels.installed_source()
+    if releases.version_key(wheels.source_version(pkg)) < releases.version_key("0.5.21"):
+        return  # no coordination before 0.5.21
+    source = (pkg / "srt" / "speculative" / "eagle_worker_v2.py").read_text()
+    assert "self.enable_dp_spec_prefill_coordination =" in source
 
 
 def test_prefill_path_cycle_is_not_dropped():

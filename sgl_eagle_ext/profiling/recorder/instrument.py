@@ -94,11 +94,15 @@ def _batch_of(args, kwargs):
     return None
 
 
-def _kind(batch) -> str | None:
+def _kind(batch, worker=None) -> str | None:
     mode = getattr(batch, "forward_mode", None)
     if mode is None or mode.is_idle():
         return None
-    if getattr(batch, "is_extend_in_batch", False):
+    if getattr(batch, "is_extend_in_batch", False) and not (
+        # SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION (0.5.21+): a decode rank drafts and
+        # verifies while another rank extends: a decode cycle with accept counts.
+        mode.is_decode() and getattr(worker, "enable_dp_spec_prefill_coordination", False)
+    ):
         # DP attention: another rank extends, so this decode batch takes the worker's
         # prefill path (no verify, no accept counts to join).
         return "prefill"
@@ -132,7 +136,7 @@ def _int_attr(obj, name: str) -> int | None:
 # -- wrappers ----------------------------------------------------------------------
 def _step(wrapped, instance, args, kwargs):
     prof = PROFILER
-    kind = _kind(_batch_of(args, kwargs)) if prof is not None else None
+    kind = _kind(_batch_of(args, kwargs), instance) if prof is not None else None
     if kind is None:
         return wrapped(*args, **kwargs)
     cycle = prof.begin(
