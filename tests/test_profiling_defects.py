@@ -214,3 +214,59 @@ def test_advisory_spec_check_warns_and_never_stops_the_server(capsys):
         srv.shutdown()
     err = capsys.readouterr().err
     assert "warning: spec check skipped" in err and "500" in err
+
+
+def test_flush_signal_writes_the_window_even_mid_poll(caplog):
+    """Defect 4: SGLang SIGKILLs the schedulers; the server asks them first (FLUSH_SIGNAL)."""
+    import os
+    import signal
+
+    from sgl_eagle_ext.in_sglang.profile_flush import FLUSH_SIGNAL
+
+    prof = Profiler(ON, HostClock(), rank_fn=lambda: 0)
+    for _ in range(3):
+        prof.begin("prefill", 1, 4)
+        prof.end()
+    previous = signal.signal(FLUSH_SIGNAL, lambda s, f: prof.request_flush())
+    try:
+        with caplog.at_level(logging.INFO):
+            prof._busy = 1  # as if the signal interrupted a poll: deferred, not doubled
+            os.kill(os.getpid(), FLUSH_SIGNAL)
+            assert prof.records == 0 and prof._flush_wanted
+            prof._busy = 0
+            prof.poll()
+        assert prof.records == 1 and "prefill=3/" in caplog.text
+    finally:
+        signal.signal(FLUSH_SIGNAL, previous)
+
+
+def test_server_asks_only_schedulers_to_flush(tmp_path):
+    """The parent signals processes titled sglang::scheduler*, never the others (the
+    signal's default action would kill them)."""
+    import subprocess
+    import sys
+    import time
+
+    from sgl_eagle_ext.in_sglang import profile_flush
+
+    child = (
+        "import signal, sys, time, setproctitle\n"
+        "setproctitle.setproctitle(sys.argv[1])\n"
+        "signal.signal(signal.SIGUSR2, lambda s, f: open(sys.argv[2], 'w').write('flushed'))\n"
+        "open(sys.argv[2] + '.ready', 'w').close()\n"
+        "time.sleep(30)\n"
+    )
+    marks = {t: tmp_path / t.replace(":", "_") for t in ("sglang::scheduler_TP0", "other")}
+    procs = [subprocess.Popen([sys.executable, "-c", child, t, str(m)]) for t, m in marks.items()]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(m.with_suffix(".ready").exists() for m in marks.values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert profile_flush.flush_schedulers(grace_s=0.5) == 1
+        assert marks["sglang::scheduler_TP0"].read_text() == "flushed"
+        assert not marks["other"].exists() and procs[1].poll() is None
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

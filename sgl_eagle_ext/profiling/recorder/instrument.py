@@ -304,6 +304,7 @@ def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
         seen.add((id(owner), name))
         _wrap(owner, name, original, _count_sync if role == "sync" else WRAPPERS[role])
     atexit.register(flush)  # the partial window, when the scheduler exits normally
+    _on_flush_signal()  # ... and when the server process asks before SGLang's SIGKILL
     _announce(
         logging.INFO,
         "%s: on (SGLang %s, workers %s, clock %s, ranks %s, sync check %s)",
@@ -315,6 +316,23 @@ def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
         sync_counted,
     )
     return True
+
+
+def _on_flush_signal() -> None:
+    """FLUSH_SIGNAL (in_sglang/profile_flush.py): write the window now. Python runs the
+    handler between bytecodes of the main thread; a poll it interrupts finishes first."""
+    import signal
+
+    from sgl_eagle_ext.in_sglang.profile_flush import FLUSH_SIGNAL
+
+    def handler(signum, frame):
+        if PROFILER is not None:
+            PROFILER.request_flush()
+
+    try:
+        signal.signal(FLUSH_SIGNAL, handler)
+    except (ValueError, OSError):  # not the main thread: atexit and idle flushes remain
+        pass
 
 
 def flush() -> None:
