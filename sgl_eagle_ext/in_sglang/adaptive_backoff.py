@@ -42,12 +42,22 @@ class _SlotState:
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    except Exception:  # no usable torch.distributed: a single rank
+        return 0
+
+
 def _say(level: int, msg: str) -> None:
     """Through logging once SGLang has configured it; before that (we are installed
     first in the scheduler process) straight to stderr, which the server log captures."""
-    if logging.getLogger().handlers and logger.isEnabledFor(level):
-        logger.log(level, msg)
-    else:
+    if logging.getLogger().handlers:
+        if logger.isEnabledFor(level):
+            logger.log(level, msg)
+    elif level > logging.DEBUG:
         print(msg, file=sys.stderr, flush=True)
 
 
@@ -67,9 +77,9 @@ def _decide(limit: int):
             state.backoff = min(state.backoff * 2, limit) if state.probing else 1
             state.skips_left = state.backoff - 1
             state.probing = False
-            if state.backoff > 1:
+            if state.backoff > 1:  # every TP rank decides alike: rank 0 tells at INFO
                 _say(
-                    logging.INFO,
+                    logging.INFO if _rank() == 0 else logging.DEBUG,
                     f"{ADAPTIVE_BACKOFF_ENV}: probe at steps {before} failed; "
                     f"next probe after {state.backoff} decisions at steps 0",
                 )
