@@ -344,7 +344,7 @@ def print_table(rows: list[dict], parsed: Parsed) -> None:
             + (f" ({row['mixed_windows']} with mixed batch sizes)" if row["mixed_windows"] else "")
             + (
                 f"; {warm} warm-up cycles excluded ({row['warmup_windows_excluded']} leading "
-                f"windows over {WARMUP_FACTOR:g}x the median cycle)"
+                f"window(s) over {WARMUP_FACTOR:g}x the median cycle)"
                 if warm
                 else ""
             )
