@@ -135,8 +135,45 @@ def _forward_source(inner) -> str:
     return getattr(inner, "forward_source", None) or inspect.getsource(inner.forward)
 
 
+def _probe():
+    """The product's driver (SGLang + stdlib only), loaded by path: it runs the target
+    class's own set_eagle3_layers_to_capture and its decoder loop on stand-in layers."""
+    import importlib.util
+
+    path = os.path.join(
+        os.path.dirname(os.path.abspath(__file__)),
+        "..",
+        "sgl_eagle_ext",
+        "launcher",
+        "preflight",
+        "sglang_probe.py",
+    )
+    spec = importlib.util.spec_from_file_location("sglang_probe", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def aux_case(case: dict, pkg: str | None = None) -> dict:
     mod_name, cls_name, inner_name = TARGETS[case["arch"]]
+    if pkg is None:  # the installed release: run its code
+        if inner_name is None:  # a wrapper: its config names the language model
+            path = tempfile.mkdtemp()
+            text = {"model_type": "deepseek_v3", "num_hidden_layers": case["n"]}
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(
+                    {"architectures": [cls_name], "model_type": "kimi_k25", "text_config": text}, f
+                )
+            case = {**case, "config": path}
+        got = _probe().aux_case(case)
+        if "layers_to_capture" not in got:
+            return got
+        b = got.get("boundaries") or {}
+        return {
+            "layers_to_capture": got["layers_to_capture"],
+            "embedding": b.get("embedding"),
+            "final": b.get("final"),
+        }
     if pkg is not None:
         mod = _FromSource(pkg, mod_name)
         if inner_name is None:

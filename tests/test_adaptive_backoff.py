@@ -84,3 +84,17 @@ def test_the_anchor_is_in_every_release_with_zero_steps():
         spec = release.adaptive
         if spec is not None and spec.min_step == 0:
             assert spec.decide_anchor, release.version
+
+
+def test_probe_failed_is_said_once_per_server_not_by_every_rank(slot_class, caplog, monkeypatch):
+    """Defect 4: the line was logged at INFO by each TP rank; rank 0 says it, the others
+    at DEBUG."""
+    import logging
+
+    assert adaptive_backoff.install(32, version="0.5.23")
+    caplog.set_level(logging.INFO, logger=adaptive_backoff.PATCHES.logger.name)
+    for rank, said in ((1, False), (0, True)):
+        caplog.clear()
+        monkeypatch.setattr(adaptive_backoff, "_rank", lambda rank=rank: rank)
+        share_at_zero(slot_class, accepted=0, batches=200)
+        assert ("probe at steps" in caplog.text) == said, rank

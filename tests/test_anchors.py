@@ -37,6 +37,21 @@ def test_profile_anchors_exist_in_release_source(release):
             assert method in methods, f"{release.version}: {anchor} missing ({role})"
 
 
+@pytest.mark.parametrize(
+    "release", [r for r in releases.RELEASES if r.adaptive], ids=lambda r: r.version
+)
+def test_adaptive_backoff_anchor_exists_in_release_source(release):
+    """The probe backoff wraps the adaptive controller's decision method of each
+    release (its wheel's source, like the profile anchors)."""
+    anchor = release.adaptive.decide_anchor
+    if anchor is None:  # the backoff says 'disabled' for this release
+        return
+    module, qualname = anchor.split(":")
+    cls, method = qualname.split(".")
+    methods = defined_methods(wheels.source(release.version), module, cls)
+    assert methods is not None and method in methods, f"{release.version}: {anchor} missing"
+
+
 def test_anchor_check_detects_a_missing_method():
     root = wheels.source(releases.PRIMARY.version)
     assert "verify" in defined_methods(

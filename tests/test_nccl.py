@@ -99,3 +99,27 @@ def test_override_table_conditions():
         assert any("MNNVL" in w for w in _says("0.5.19", ["--nnodes", "2"], {}, var))
         assert not any("MNNVL" in w for w in _says("0.5.19", ["--nnodes", "1"], {}, var))
         assert not any("MNNVL" in w for w in _says("0.5.16", ["--nnodes", "2"], {}, var))
+
+
+def test_pdl_and_nvshmem_qp_depth_are_in_the_table():
+    """Defect 5: SGLang normalises TRTLLM_ENABLE_PDL (every release) and, 0.5.21+, raises
+    NVSHMEM_QP_DEPTH in each rank under DeepEP."""
+    assert _says("0.5.10.post1", [], {}, "TRTLLM_ENABLE_PDL")[0].startswith("note:")
+    deepep = ["--moe-a2a-backend", "deepep"]
+    assert (
+        "overwrites NVSHMEM_QP_DEPTH=128"
+        in _says("0.5.23", deepep, {"NVSHMEM_QP_DEPTH": "128"}, "NVSHMEM_QP_DEPTH")[0]
+    )
+    assert _says("0.5.23", [], {"NVSHMEM_QP_DEPTH": "128"}, "NVSHMEM_QP_DEPTH") == []
+    assert _says("0.5.19", deepep, {"NVSHMEM_QP_DEPTH": "128"}, "NVSHMEM_QP_DEPTH") == []
+
+
+def test_env_table_names_are_in_the_harness_sources():
+    """Each variable the table lists for the installed harness release is in its source."""
+    from sgl_eagle_ext.common import wheels
+
+    pkg = wheels.installed_source()
+    rel = releases.BY_VERSION.get(wheels.source_version(pkg) or "") if pkg else None
+    assert rel is not None, "run under a harness venv (.venv or .venv-0.5.10.post1)"
+    text = "\n".join(p.read_text(errors="replace") for p in (pkg / "srt").rglob("*.py"))
+    assert [o.var for o in rel.env_overrides if o.var not in text] == []

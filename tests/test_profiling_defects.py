@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 
+from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.profiling.recorder import config, instrument, syncs, window
 from sgl_eagle_ext.profiling.recorder.clock import HostClock
 from sgl_eagle_ext.profiling.recorder.profiler import IDLE_FLUSH_S, Profiler
@@ -90,6 +91,29 @@ def test_dp_attention_extend_in_batch_is_a_prefill_cycle():
     mixed = types.SimpleNamespace(forward_mode=_Mode(True), is_extend_in_batch=True)
     assert instrument._kind(decode) == "decode"
     assert instrument._kind(mixed) == "prefill"  # resolved without accept counts
+
+
+def test_dp_spec_prefill_coordination_decode_rank_is_a_decode_cycle():
+    """SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=1 (0.5.21+): a decode rank drafts and
+    verifies inside an is_extend_in_batch batch; its cycle keeps its accept counts."""
+    coordinated = types.SimpleNamespace(enable_dp_spec_prefill_coordination=True)
+    mixed = types.SimpleNamespace(forward_mode=_Mode(True), is_extend_in_batch=True)
+    extending = types.SimpleNamespace(forward_mode=_Mode(False), is_extend_in_batch=True)
+    assert instrument._kind(mixed, coordinated) == "decode"
+    assert instrument._kind(extending, coordinated) == "prefill"
+    uncoordinated = types.SimpleNamespace(enable_dp_spec_prefill_coordination=False)
+    assert instrument._kind(mixed, uncoordinated) == "prefill"
+
+
+def test_the_coordination_attribute_is_the_workers_own():
+    """The attribute _kind reads is the one EAGLEWorkerV2 sets (installed release)."""
+    from sgl_eagle_ext.common import wheels
+
+    pkg = wheels.installed_source()
+    if releases.version_key(wheels.source_version(pkg)) < releases.version_key("0.5.21"):
+        return  # no coordination before 0.5.21
+    source = (pkg / "srt" / "speculative" / "eagle_worker_v2.py").read_text()
+    assert "self.enable_dp_spec_prefill_coordination =" in source
 
 
 def test_prefill_path_cycle_is_not_dropped():
@@ -190,3 +214,59 @@ def test_advisory_spec_check_warns_and_never_stops_the_server(capsys):
         srv.shutdown()
     err = capsys.readouterr().err
     assert "warning: spec check skipped" in err and "500" in err
+
+
+def test_flush_signal_writes_the_window_even_mid_poll(caplog):
+    """Defect 4: SGLang SIGKILLs the schedulers; the server asks them first (FLUSH_SIGNAL)."""
+    import os
+    import signal
+
+    from sgl_eagle_ext.in_sglang.profile_flush import FLUSH_SIGNAL
+
+    prof = Profiler(ON, HostClock(), rank_fn=lambda: 0)
+    for _ in range(3):
+        prof.begin("prefill", 1, 4)
+        prof.end()
+    previous = signal.signal(FLUSH_SIGNAL, lambda s, f: prof.request_flush())
+    try:
+        with caplog.at_level(logging.INFO):
+            prof._busy = 1  # as if the signal interrupted a poll: deferred, not doubled
+            os.kill(os.getpid(), FLUSH_SIGNAL)
+            assert prof.records == 0 and prof._flush_wanted
+            prof._busy = 0
+            prof.poll()
+        assert prof.records == 1 and "prefill=3/" in caplog.text
+    finally:
+        signal.signal(FLUSH_SIGNAL, previous)
+
+
+def test_server_asks_only_schedulers_to_flush(tmp_path):
+    """The parent signals processes titled sglang::scheduler*, never the others (the
+    signal's default action would kill them)."""
+    import subprocess
+    import sys
+    import time
+
+    from sgl_eagle_ext.in_sglang import profile_flush
+
+    child = (
+        "import signal, sys, time, setproctitle\n"
+        "setproctitle.setproctitle(sys.argv[1])\n"
+        "signal.signal(signal.SIGUSR2, lambda s, f: open(sys.argv[2], 'w').write('flushed'))\n"
+        "open(sys.argv[2] + '.ready', 'w').close()\n"
+        "time.sleep(30)\n"
+    )
+    marks = {t: tmp_path / t.replace(":", "_") for t in ("sglang::scheduler_TP0", "other")}
+    procs = [subprocess.Popen([sys.executable, "-c", child, t, str(m)]) for t, m in marks.items()]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(m.with_suffix(".ready").exists() for m in marks.values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert profile_flush.flush_schedulers(grace_s=0.5) == 1
+        assert marks["sglang::scheduler_TP0"].read_text() == "flushed"
+        assert not marks["other"].exists() and procs[1].poll() is None
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

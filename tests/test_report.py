@@ -178,3 +178,55 @@ def test_by_steps_rows_keep_their_columns_without_a_baseline(capsys):
     header, line = capsys.readouterr().out.splitlines()
     assert line.split() == ["2", "24", "1357.58", "458.73", "2.58", "1.9", "-", "-"]
     assert len(line) == len(header)
+
+
+def test_warmup_windows_are_excluded_by_the_stated_rule_and_counted(tmp_path):
+    """Defect 6: a compile cycle in the first window halved the printed speed."""
+    log = tmp_path / "spec.log"
+    log.write_text(
+        "\n".join(
+            [
+                profile_line(1, 2000.0, 1990.0, [3], n=3),  # JIT compilation: 3 slow cycles
+                *(profile_line(1, 300.0, 290.0, [3], n=4) for _ in range(4)),
+                DECODE_0523.replace("96.40", "10.30"),
+            ]
+        )
+        + "\n"
+    )
+    p = report(str(log), "--json")
+    assert p.returncode == 0, p.stderr
+    row = json.loads(p.stdout)["rows"][0]
+    assert row["warmup_cycles_excluded"] == 3 and row["warmup_windows_excluded"] == 1
+    assert row["cycles"] == 16 and row["tok_s"] == pytest.approx(10.0)
+    assert row["profile_vs_sglang_pct"] == pytest.approx(100 * (10.0 / 10.3 - 1))
+    text = report(str(log)).stdout
+    assert "3 warm-up cycles excluded" in text
+    assert "agrees with SGLang's own gen throughput within 10%" in text
+
+
+def test_a_steady_slow_window_is_not_warmup(tmp_path):
+    log = tmp_path / "spec.log"
+    log.write_text(
+        "\n".join([profile_line(1, 300.0, 290.0, [3], n=4), profile_line(1, 900.0, 890.0, [3])])
+        + "\n"
+    )
+    row = json.loads(report(str(log), "--json").stdout)["rows"][0]
+    assert row["warmup_cycles_excluded"] == 0 and row["cycles"] == 24  # only leading ones
+
+
+def test_disagreement_with_sglang_is_said_and_no_empty_sections(tmp_path):
+    log = tmp_path / "spec.log"
+    log.write_text(
+        "\n".join(
+            [
+                profile_line(1, 300.0, 290.0, [3], n=4),
+                DECODE_0523.replace("96.40", "5.00"),  # bs 1: the profile says 10
+                DECODE_0523.replace("#running-req: 1", "#running-req: 3"),  # no profile
+            ]
+        )
+        + "\n"
+    )
+    text = report(str(log)).stdout
+    assert "differ by +100% (over 10%)" in text
+    assert "0 cycles in 0 windows" not in text and "== batch size 3" not in text
+    assert "batch size 3: accept len 2.06, gen throughput 96.4 tok/s" in text

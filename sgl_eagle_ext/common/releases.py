@@ -129,6 +129,16 @@ _ENV_OVERRIDES_COMMON = (
         "set to allreduce:tree by --enable-deterministic-inference at TP>1",
         flags=("--enable-deterministic-inference",),
     ),
+    EnvOverride(  # engine.py _set_envs_and_config: any value but "0" becomes "1"
+        "TRTLLM_ENABLE_PDL", "set to 1 unless it is 0 (any other value becomes 1)", setdefault=True
+    ),
+)
+# 0.5.21+ (moe/token_dispatcher/deepep.py): each rank raises it when DeepEP builds its buffer.
+_NVSHMEM_QP_DEPTH = EnvOverride(
+    "NVSHMEM_QP_DEPTH",
+    "raised in every rank to at least max(1024, 2 x (DeepEP max dispatch tokens per rank + 1))",
+    flags=("--moe-a2a-backend",),
+    needs=("deepep",),
 )
 # 0.5.16+ (engine.py): with decode context parallelism, 0 unless set, and forced
 # to 0 over a user value under --enable-symm-mem.
@@ -509,6 +519,7 @@ RELEASES: tuple[Release, ...] = (
                 setdefault=True,
                 needs=("tp-lm-head-a2a",),
             ),
+            _NVSHMEM_QP_DEPTH,
         ),
         aux_capture_embedding=_GPT_OSS | _DEEPSEEK_BOUNDARY | _QWEN2,
         aux_capture_final=_GPT_OSS,
@@ -535,6 +546,7 @@ RELEASES: tuple[Release, ...] = (
                 setdefault=True,
                 needs=("parallel>1", "graphs-on"),
             ),
+            _NVSHMEM_QP_DEPTH,
         ),
     ),
 )

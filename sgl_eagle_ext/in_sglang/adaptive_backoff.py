@@ -38,6 +38,15 @@ class _SlotState:
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    except Exception:  # no usable torch.distributed: a single rank
+        return 0
+
+
 def _decide(limit: int):
     def wrapper(wrapped, slot, args, kwargs):
         state = _states.setdefault(slot, _SlotState())
@@ -53,9 +62,9 @@ def _decide(limit: int):
             state.backoff = min(state.backoff * 2, limit) if state.probing else 1
             state.skips_left = state.backoff - 1
             state.probing = False
-            if state.backoff > 1:
+            if state.backoff > 1:  # every TP rank decides alike: rank 0 tells at INFO
                 PATCHES.say(
-                    logging.INFO,
+                    logging.INFO if _rank() == 0 else logging.DEBUG,
                     f"{ADAPTIVE_BACKOFF_ENV}: probe at steps {before} failed; "
                     f"next probe after {state.backoff} decisions at steps 0",
                 )

@@ -158,15 +158,20 @@ class Patches:
         self._capturing: Callable[[], bool] | None = None
 
     # -- lines ---------------------------------------------------------------------
+    @property
+    def logger(self) -> logging.Logger:
+        return self._logger
+
     def say(self, level: int, msg: str) -> None:
         """One line, through logging once it is configured; before SGLang configures
         it (we run first in the scheduler process), straight to stderr, which the
         server log captures."""
         if self.sink is not None:
             self.sink(msg)
-        elif logging.getLogger().handlers and self._logger.isEnabledFor(level):
-            self._logger.log(level, msg)
-        else:
+        elif logging.getLogger().handlers:
+            if self._logger.isEnabledFor(level):
+                self._logger.log(level, msg)
+        elif level > logging.DEBUG:  # a debug line never reaches the log unasked
             print(msg, file=sys.stderr, flush=True)
 
     def refuse(self, why: str) -> bool:

@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> None:
     from sglang.srt.utils import kill_process_tree
 
     from sgl_eagle_ext.in_sglang.scheduler_entry import run_scheduler_process
+    from sgl_eagle_ext.profiling import names as profile_names
+
+    if profile_names.enabled(os.environ):  # the last profile window survives a stop
+        from sgl_eagle_ext.in_sglang import profile_flush
+
+        profile_flush.install_parent()
 
     # What launch_server.py's __main__ and run_server do besides launching, per the
     # release table (the launcher refused an unsupported release, or --force chose
@@ -43,6 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         http_server.launch_server(server_args, run_scheduler_process_func=run_scheduler_process)
     finally:
+        if profile_names.enabled(os.environ):
+            from sgl_eagle_ext.in_sglang import profile_flush
+
+            profile_flush.flush_schedulers()
         kill_process_tree(os.getpid(), include_parent=False)
 
 

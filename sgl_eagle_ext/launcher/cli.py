@@ -263,6 +263,9 @@ def run_preflight(args, launch: plan.LaunchPlan, env: dict) -> plan.LaunchPlan:
         hardware=launch.preset.hardware or None,
     )
     print(report.render(notes=False), file=sys.stderr, flush=True)
+    for f in report.findings:  # whose verdicts these are (SGLang's own, or the rules')
+        if f.id in ("sglang.asked", "sglang.dry-run"):
+            print(f"{PROG}: preflight: {f.message}", file=sys.stderr, flush=True)
     if not report.ok:
         raise UserError(
             "preflight found errors (listed above); nothing was started.",

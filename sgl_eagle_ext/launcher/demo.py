@@ -80,7 +80,7 @@ def answers(base_url: str, api_key: str | None, draft: str, expected: list | Non
         print(f"SGLang's average accept length: {avg:.2f} tokens per verify cycle")
 
 
-def benchmark(base_url: str, api_key: str | None) -> None:
+def benchmark(base_url: str, api_key: str | None) -> float:
     print(f"\n=== 2/3 benchmark: one stream, {BENCH_TOKENS} tokens per run, {BENCH_RUNS} runs ===")
     speeds = []
     for i in range(1, BENCH_RUNS + 1):
@@ -98,9 +98,10 @@ def benchmark(base_url: str, api_key: str | None) -> None:
         f"  single stream: {sum(speeds) / len(speeds):.1f} tok/s on this CPU "
         f"(full tool: python -m sgl_eagle_ext.bench single --url {base_url})"
     )
+    return sum(speeds) / len(speeds)
 
 
-def profile(log_path: Path) -> None:
+def profile(log_path: Path, bench_tps: float | None = None) -> None:
     """The report tool's table for this run, read from the server's own log."""
     from sgl_eagle_ext.profiling import report
 
@@ -114,6 +115,17 @@ def profile(log_path: Path) -> None:
     # The single-stream runs above: batch size 1 if profiled, else the busiest group.
     row = next((r for r in rows if r["bs"] == 1), max(rows, key=lambda r: r["cycles"]))
     report.print_table([row], parsed)
+    if bench_tps and row.get("tok_s") and row["bs"] == 1:
+        pct = 100 * (row["tok_s"] / bench_tps - 1)
+        print(
+            f"  profile {row['tok_s']:.1f} tok/s vs the benchmark's {bench_tps:.1f} tok/s: "
+            + (
+                f"within {report.AGREE_PCT:g}% ({pct:+.0f}%)"
+                if abs(pct) <= report.AGREE_PCT
+                else f"{pct:+.0f}%, over {report.AGREE_PCT:g}% (the benchmark also times "
+                f"prefill and the HTTP round trip)"
+            )
+        )
     print(
         f"  all batch sizes, break-even accept length: python -m sgl_eagle_ext.report "
         f"{log_path} --baseline-tps <baseline tok/s>"
@@ -128,5 +140,5 @@ def run(
     expected: list | None = None,
 ) -> None:
     answers(base_url, api_key, draft, expected)
-    benchmark(base_url, api_key)
-    profile(log_path)
+    tps = benchmark(base_url, api_key)
+    profile(log_path, tps)

@@ -96,6 +96,7 @@ CONDITIONS = {  # EnvOverride.needs
     "parallel>1": lambda a: max(_int_arg(a, *f) for f in (_TP, _EP, _DP)) > 1,
     "graphs-on": _graphs_on,
     "tp-lm-head-a2a": _tp_lm_head_a2a,
+    "deepep": lambda a: (a.value("--moe-a2a-backend") or "").startswith("deepep"),
 }
 
 

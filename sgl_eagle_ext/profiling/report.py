@@ -16,6 +16,13 @@ i.e. the tokens a cycle must yield to match the baseline; `--target-tps T`
 adds the accept length a stream needs to reach T tokens/s. Truncated or
 garbled lines are counted and skipped.
 
+Warm-up rule: per batch size, the leading windows whose mean cycle exceeds
+WARMUP_FACTOR x the median window of the rest are warm-up (JIT compilation,
+autotuning, first allocations): they are left out of the figures and counted
+("3 warm-up cycles excluded"). Where the profile's tokens/s and SGLang's own
+"Decode batch" gen throughput still differ by more than AGREE_PCT, the report
+says so.
+
 Adaptive speculation: each batch size is also split by the draft steps its
 cycles ran (`steps=` of the windows; 0 = no drafting), and SGLang's own
 "Switch adaptive runtime state" lines are listed with when and why the server
@@ -49,6 +56,8 @@ from sgl_eagle_ext.profiling.record import (  # noqa: F401 (record_from_line: re
 )
 
 PROG = "sgl_eagle_ext.report"
+WARMUP_FACTOR = 2.0
+AGREE_PCT = 10.0
 DECODE_BATCH = re.compile(
     r"Decode batch.*?#running-req: (?P<bs>\d+),.*?"
     r"(?:accept len: (?P<acc>[\d.]+),.*?)?gen throughput \(token/s\): (?P<tps>[\d.]+)"
@@ -69,6 +78,8 @@ class Group:
     sglang_accept: list = field(default_factory=list)  # from Decode batch lines
     sglang_tps: list = field(default_factory=list)
     by_steps: dict = field(default_factory=dict)  # draft steps -> Group (adaptive)
+    warmup_cycles: int = 0  # left out by the warm-up rule
+    warmup_windows: int = 0
 
     def mean(self, phase: str) -> float:
         return self.ms_weighted[phase] / self.cycles if self.cycles else 0.0
@@ -84,6 +95,8 @@ class Parsed:
     adaptive: adaptive_log.AdaptiveLog = field(
         default_factory=lambda: adaptive_log.AdaptiveLog([], [])
     )
+    # (batch size, draft steps) -> its windows in log order, until settle()
+    pending: dict = field(default_factory=lambda: defaultdict(list))
 
 
 # -- reading (the record format itself: profiling/record.py) -------------------------
@@ -96,7 +109,39 @@ def add_record(parsed: Parsed, rec: dict) -> None:
     if not rec["cycles"]:
         return
     bs_mix = {int(k): v for k, v in rec["bs"].items()}
-    bs = max(bs_mix, key=bs_mix.get)
+    steps_mix = {int(k): v for k, v in (rec.get("steps") or {}).items()}
+    steps = max(steps_mix, key=steps_mix.get) if steps_mix else None
+    parsed.pending[(max(bs_mix, key=bs_mix.get), steps)].append(rec)  # merged by settle()
+
+
+def warmup_windows(recs: list[dict]) -> int:
+    """How many leading windows the warm-up rule leaves out (see the module doc)."""
+    if len(recs) < 2:
+        return 0
+    means = [r["phases"]["cycle"]["mean"] for r in recs]
+    lead = 0
+    while lead < len(recs) - 1:
+        rest = means[lead + 1 :]
+        if means[lead] <= WARMUP_FACTOR * statistics.median(rest):
+            break
+        lead += 1
+    return lead
+
+
+def settle(parsed: Parsed) -> None:
+    """Merge the windows read, per batch size and draft steps, after the warm-up rule."""
+    for (bs, _steps), recs in parsed.pending.items():
+        lead = warmup_windows(recs)
+        g = parsed.groups[bs]
+        g.warmup_windows += lead
+        g.warmup_cycles += sum(r["cycles"] for r in recs[:lead])
+        for rec in recs[lead:]:
+            _merge_window(parsed, bs, rec)
+    parsed.pending.clear()
+
+
+def _merge_window(parsed: Parsed, bs: int, rec: dict) -> None:
+    bs_mix = {int(k): v for k, v in rec["bs"].items()}
     _merge(parsed.groups[bs], rec, bs_mix)
     steps_mix = {int(k): v for k, v in (rec.get("steps") or {}).items()}
     if steps_mix:
@@ -142,6 +187,7 @@ def parse(paths: list[Path]) -> Parsed:
                         g.sglang_accept.append(float(m["acc"]))
             except BAD_LINE:
                 parsed.skipped += 1
+    settle(parsed)
     return parsed
 
 
@@ -184,7 +230,14 @@ def finite_or_null(obj):
 
 
 def group_figures(g: Group, bs: int, args, baseline: Parsed | None) -> dict:
-    row: dict = {"bs": bs, "cycles": g.cycles, "windows": g.windows, "mixed_windows": g.mixed}
+    row: dict = {
+        "bs": bs,
+        "cycles": g.cycles,
+        "windows": g.windows,
+        "mixed_windows": g.mixed,
+        "warmup_cycles_excluded": g.warmup_cycles,
+        "warmup_windows_excluded": g.warmup_windows,
+    }
     if g.cycles:
         cycle = g.mean("cycle")
         row["phases"] = {
@@ -213,6 +266,8 @@ def group_figures(g: Group, bs: int, args, baseline: Parsed | None) -> dict:
         row["sglang_accept_len"] = sum(g.sglang_accept) / len(g.sglang_accept)
     if g.sglang_tps:
         row["sglang_gen_tps"] = sum(g.sglang_tps) / len(g.sglang_tps)
+        if row.get("tok_s"):
+            row["profile_vs_sglang_pct"] = 100 * (row["tok_s"] / row["sglang_gen_tps"] - 1)
     return row
 
 
@@ -242,10 +297,20 @@ def print_table(rows: list[dict], parsed: Parsed) -> None:
         f"{parsed.profile_records} profile windows, {parsed.decode_lines} SGLang Decode batch "
         f"lines, {parsed.skipped} lines skipped (truncated or garbled)"
     )
+    only_sglang = [r for r in rows if not r["cycles"] and not r["warmup_cycles_excluded"]]
     for row in rows:
+        if row in only_sglang:
+            continue
+        warm = row["warmup_cycles_excluded"]
         print(
             f"\n== batch size {row['bs']}: {row['cycles']} cycles in {row['windows']} windows"
             + (f" ({row['mixed_windows']} with mixed batch sizes)" if row["mixed_windows"] else "")
+            + (
+                f"; {warm} warm-up cycles excluded ({row['warmup_windows_excluded']} leading "
+                f"window(s) over {WARMUP_FACTOR:g}x the median cycle)"
+                if warm
+                else ""
+            )
         )
         if "phases" in row:
             rows = [
@@ -292,6 +357,32 @@ def print_table(rows: list[dict], parsed: Parsed) -> None:
                     if s
                 )
             )
+            print_agreement(row)
+
+    if only_sglang:  # batch sizes SGLang logged but no profile window covers
+        print("\nSGLang's own, batch sizes without profile windows:")
+        for row in only_sglang:
+            acc = row.get("sglang_accept_len")
+            tps = row.get("sglang_gen_tps")
+            parts = [f"accept len {acc:.2f}" if acc is not None else ""]
+            parts.append(f"gen throughput {tps:.1f} tok/s" if tps is not None else "")
+            print(f"  batch size {row['bs']}: " + ", ".join(p for p in parts if p))
+
+
+def print_agreement(row: dict) -> None:
+    """The profile's speed against SGLang's own line for the same batch size."""
+    pct = row.get("profile_vs_sglang_pct")
+    if pct is None:
+        return
+    if abs(pct) > AGREE_PCT:
+        print(
+            f"  note: the profile's {row['tok_s']:.1f} tok/s and SGLang's own gen throughput "
+            f"{row['sglang_gen_tps']:.1f} tok/s differ by {pct:+.0f}% (over {AGREE_PCT:g}%): "
+            f"time outside the profiled cycles (scheduling, idle gaps between requests, "
+            f"prefill) or warm-up the rule did not catch"
+        )
+    else:
+        print(f"  agrees with SGLang's own gen throughput within {AGREE_PCT:g}% ({pct:+.0f}%)")
 
 
 def print_by_steps(subrows: list[dict]) -> None:

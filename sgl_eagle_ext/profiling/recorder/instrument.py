@@ -52,11 +52,15 @@ def _batch_of(args, kwargs):
     return None
 
 
-def _kind(batch) -> str | None:
+def _kind(batch, worker=None) -> str | None:
     mode = getattr(batch, "forward_mode", None)
     if mode is None or mode.is_idle():
         return None
-    if getattr(batch, "is_extend_in_batch", False):
+    if getattr(batch, "is_extend_in_batch", False) and not (
+        # SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION (0.5.21+): a decode rank drafts and
+        # verifies while another rank extends: a decode cycle with accept counts.
+        mode.is_decode() and getattr(worker, "enable_dp_spec_prefill_coordination", False)
+    ):
         # DP attention: another rank extends, so this decode batch takes the worker's
         # prefill path (no verify, no accept counts to join).
         return "prefill"
@@ -90,7 +94,7 @@ def _int_attr(obj, name: str) -> int | None:
 # -- wrappers ----------------------------------------------------------------------
 def _step(wrapped, instance, args, kwargs):
     prof = PROFILER
-    kind = _kind(_batch_of(args, kwargs)) if prof is not None else None
+    kind = _kind(_batch_of(args, kwargs), instance) if prof is not None else None
     if kind is None:
         return wrapped(*args, **kwargs)
     cycle = prof.begin(
@@ -241,6 +245,7 @@ def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
         PROFILER = None
         return False
     atexit.register(flush)  # the partial window, when the scheduler exits normally
+    _on_flush_signal()  # ... and when the server process asks before SGLang's SIGKILL
     ranks = "all" if config.ranks is None else ",".join(map(str, sorted(config.ranks)))
     PATCHES.say(
         logging.INFO,
@@ -249,6 +254,23 @@ def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
         f"ranks {ranks}, sync check {sync_counted})",
     )
     return True
+
+
+def _on_flush_signal() -> None:
+    """FLUSH_SIGNAL (in_sglang/profile_flush.py): write the window now. Python runs the
+    handler between bytecodes of the main thread; a poll it interrupts finishes first."""
+    import signal
+
+    from sgl_eagle_ext.in_sglang.profile_flush import FLUSH_SIGNAL
+
+    def handler(signum, frame):
+        if PROFILER is not None:
+            PROFILER.request_flush()
+
+    try:
+        signal.signal(FLUSH_SIGNAL, handler)
+    except (ValueError, OSError):  # not the main thread: atexit and idle flushes remain
+        pass
 
 
 def flush() -> None:

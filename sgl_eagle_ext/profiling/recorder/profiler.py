@@ -43,6 +43,8 @@ class Profiler:
         self.records = 0
         self.idle_since: float | None = None
         self.sync_counted = "off"  # what syncs= counts (syncs.py), set by the instrumentor
+        self._busy = 0  # inside poll/emit: a flush signal arriving then waits for them
+        self._flush_wanted = False
 
     # -- hot path: marks only ------------------------------------------------
     def begin(self, kind: str, bs: int, draft_tokens: int) -> Cycle | None:
@@ -71,7 +73,29 @@ class Profiler:
         cycle.accepted = list(accepted)
 
     # -- resolution, off the device's critical path ----------------------------
+    def request_flush(self) -> None:
+        """Write the window now (the server is stopping); deferred to the end of a poll
+        it interrupts."""
+        if self._busy:
+            self._flush_wanted = True
+            return
+        self.poll()
+        self.emit()
+
+    def _guarded(self, fn):
+        self._busy += 1
+        try:
+            return fn()
+        finally:
+            self._busy -= 1
+            if not self._busy and self._flush_wanted:
+                self._flush_wanted = False
+                self.request_flush()
+
     def poll(self) -> None:
+        self._guarded(self._poll)
+
+    def _poll(self) -> None:
         done = self.tracker.poll()
         if done:
             self.window += done
@@ -103,6 +127,9 @@ class Profiler:
         return None
 
     def emit(self) -> dict | None:
+        return self._guarded(self._emit)
+
+    def _emit(self) -> dict | None:
         """Log the window: one record per (batch size, draft steps) of its decode
         cycles, so runs whose steps change at run time (adaptive) never mix; prefill
         counts go with the first. Returns the last record."""
