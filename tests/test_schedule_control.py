@@ -89,6 +89,12 @@ def test_table_runs_under_sglangs_controller(params, control, tmp_path):
     for _ in range(30):  # SGLang's own warm-up (10) and interval (5), then its EMA
         params.on_verify_complete([3], 1)
     assert params.get_steps_for_batch(1) == 3
+    control(pin=1)  # a pinned round in between ...
+    params.on_verify_complete([0], 1)
+    assert params.get_steps_for_batch(1) == 1 and sorted(params._slots) == [1, 2, 4]
+    control(table=str(table), initial_steps=2)  # ... and SGLang's controller goes on
+    assert params.on_verify_complete([3], 1) is None
+    assert params.get_steps_for_batch(1) == 3
     control()  # back to the launch table
     params.on_verify_complete([0], 1)
     assert sorted(params._slots) == [1, 2, 4]

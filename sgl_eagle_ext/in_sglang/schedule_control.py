@@ -11,7 +11,8 @@ that the tuner rewrites between measurements:
                                           SGLang's own controller on that table (its own
                                           loader, routing, warm-up and EMA), as if launched
                                           with it; steps outside the launch's prebuilt
-                                          candidates are refused
+                                          candidates are refused; the same path again
+                                          (after a pin) resumes that controller's state
     {"seq": 9}                            the table the server was launched with
 
 Every TP rank reads the file at its own verify steps, so the ranks must see a change at
@@ -34,7 +35,7 @@ import logging
 import os
 import sys
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import wrapt
 
@@ -123,6 +124,10 @@ class ControlFile:
 class _Applied:
     seq: int | None = None
     launch: tuple | None = None  # (slots, bs_list) the server was launched with
+    # table path -> its (slots, bs_list): back from a pin, SGLang's controller goes on
+    # where it was (its EMA and warm-up count kept), so pinned and adaptive rounds can
+    # alternate
+    tables: dict = field(default_factory=dict)
 
 
 _applied: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -135,6 +140,9 @@ def _set_slots(params, slots: dict, bs_list: list) -> None:
 def _install_table(params, ctl: Control, state: _Applied) -> str | None:
     """SGLang's own AdaptiveSpeculativeParams built from the table replaces the buckets;
     None when it cannot (the reason is returned)."""
+    if ctl.table in state.tables:
+        _set_slots(params, *state.tables[ctl.table])
+        return None
     try:
         fresh = type(params)(initial_steps=ctl.initial_steps or 0, cfg_path=ctl.table)
     except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
@@ -147,6 +155,7 @@ def _install_table(params, ctl: Control, state: _Applied) -> str | None:
             f"prebuild (it has {sorted(prebuilt)})"
         )
     fresh.set_cuda_graph_bs(params._cuda_graph_bs)
+    state.tables[ctl.table] = (fresh._slots, fresh._bs_list)
     _set_slots(params, fresh._slots, fresh._bs_list)
     return None
 

@@ -99,6 +99,12 @@ def reasons_table(preds: dict, picks: dict) -> list[str]:
 
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--live" in argv[: argv.index("--") if "--" in argv else len(argv)]:
+        from sgl_eagle_ext.tools.tune import live  # one load, every cell measured
+
+        argv.remove("--live")
+        return live.run(argv)
     args = parser().parse_args(argv)
     for value, name in (
         (args.baseline_tps, "--baseline-tps"),
