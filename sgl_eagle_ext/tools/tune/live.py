@@ -9,21 +9,23 @@ adaptive speculation on (chain, candidate steps 0..max in every bucket, so a run
 state and CUDA graphs exist for each; CUDA graphs only up to the largest level) and
 EAGLE3_PROFILE=1. The schedule controller inside every scheduler rank
 (in_sglang/schedule_control.py) holds the step count written to the schedule file.
-For each cell (level c, steps s): pin s (the server is idle), warm up (c short
-requests: the switch and the first cycles at the new state are not measured), then
-rounds of c concurrent requests of --max-tokens (closed loop, the bench client) until
-the profile windows hold --request-cycles verified request-cycles at (batch size c,
-steps s) (at least MIN_CYCLES cycles, at most --max-rounds rounds). Why that many: a
+Per level c: one warm-up (c short requests), then rounds of c concurrent requests of
+--max-tokens (closed loop, the bench client) round-robin over the step counts (pin s
+while idle, one round, next s), until each cell's profile windows at (batch size c,
+steps s) hold --request-cycles verified request-cycles (at least MIN_CYCLES cycles, at
+most --max-rounds rounds). Round-robin: a level's cells share the host's conditions.
+The switch happens at the first verify after a pin; those cycles run at the previous
+steps and land in another window key, so they are not counted. Why that many: a
 cycle's time is steady, its accept length is not: the per-request count of accepted
 tokens has a spread near 1 token for 3-5 step chains, so the standard error of the
 mean accept length is about 1/sqrt(n) over n request-cycles: 300 give ~0.06 tokens
 (2% of an accept length of 3), below the 3% gain the tuner calls noise.
 Steps-0 cells are the in-server baseline. Then: the table, a verdict per level, the
-crossover, the adaptive config (tune's model and choice on the measured windows,
+crossover, the adaptive config (per level, from the measured cells by tune's rules;
 checked by SGLang's own loader in the server's python), the fastest fixed preset, the
 HTML report, and a validation pass: the written table under SGLang's own controller
 at every level (the controller swaps it in at run time: SGLang reads its config only
-at startup), its tok/s beside the best measured cell.
+at startup), its rounds alternating with rounds pinned at the level's best cell.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What tune --live prints and writes from its records: the table, the verdicts, the
-crossover, the adaptive table (chosen by tune's own model), the fixed preset and the
-HTML report.
+crossover, the adaptive table (from the measured cells, by tune's rules), the fixed
+preset and the HTML report.
 
 tok/s is the client's output tokens / wall time of the measured rounds (what users
 get, prefill included); accept length and cycle ms come from the server's profile
