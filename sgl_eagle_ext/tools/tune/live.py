@@ -80,6 +80,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-tokens", type=int, default=16, help="per warm-up request")
     p.add_argument("--request-cycles", type=int, default=300, help="per cell (see above)")
     p.add_argument("--max-rounds", type=int, default=8, help="rounds per cell at most")
+    p.add_argument(
+        "--validation-rounds",
+        type=int,
+        default=2,
+        help="validation: at least this many adaptive/pinned round pairs per level (2)",
+    )
     p.add_argument("--prompts", default="mixed", help="shipped set or JSONL file (mixed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu", action="store_true", help="the CPU harness overlay (tests, demo)")
@@ -196,6 +202,9 @@ def start_server(preset: str, args, log_file: Path, extra: list[str]) -> arms.La
         proc.wait_ready(args.startup_timeout)
     except arms.ArmFailed as e:
         raise UserError(str(e), code=1) from None
+    except BaseException:  # Ctrl-C while it loads: stop it, then stop
+        proc.stop()
+        raise
     return proc
 
 
@@ -302,6 +311,7 @@ class Driver:
         level: int,
         rounds_at_most: int | None = None,
         *,
+        rounds_at_least: int = 1,
         reference: tuple[int, object] | None = None,
         setup=None,
         warmup_tokens: int | None = None,
@@ -316,14 +326,14 @@ class Driver:
             await self.warm_up(level, warmup_tokens)
             main = Tally(level, None)
             ref = Tally(level, reference[0]) if reference is not None else None
-            while main.rounds < (rounds_at_most or self.args.max_rounds):
+            while main.rounds < (rounds_at_most or max(self.args.max_rounds, rounds_at_least)):
                 await self.into(main)
                 if ref is not None:
                     reference[1]()
                     await self.into(ref)
                     setup()
                 done = main.enough(self.args) and (ref is None or ref.enough(self.args))
-                if done and not rounds_at_most:
+                if done and not rounds_at_most and main.rounds >= rounds_at_least:
                     break
             rec = main.record(time.monotonic() - t0, self.args.max_tokens)
             if ref is not None:
@@ -568,7 +578,13 @@ async def _validate(driver, sched, results, table: Path, initial: int, levels, c
         # after 10 batches, then every 5 (its defaults); 24 batches give it two decisions.
         accept = (row[best].get("profile") or {}).get("accept_len") if best is not None else 1
         tokens = max(driver.args.warmup_tokens, driver.args.max_tokens, int(24 * (accept or 1)))
-        rec = await driver.measure(lv, reference=ref, setup=adaptive, warmup_tokens=tokens)
+        rec = await driver.measure(
+            lv,
+            rounds_at_least=driver.args.validation_rounds,
+            reference=ref,
+            setup=adaptive,
+            warmup_tokens=tokens,
+        )
         results.append({"kind": "validation", "table": digest, **rec})
         ctx["progress"].done(Key("validation", lv, table=digest), rec)
     sched.write()  # back to the launch table
@@ -653,7 +669,11 @@ def run(argv: list[str]) -> int:
             f"--max-steps {args.max_steps}.",
             fix="e.g. --steps 0,1,2,3,5",
         )
-    for flag, v in (("--max-tokens", args.max_tokens), ("--max-rounds", args.max_rounds)):
+    for flag, v in (
+        ("--max-tokens", args.max_tokens),
+        ("--max-rounds", args.max_rounds),
+        ("--validation-rounds", args.validation_rounds),
+    ):
         if v < 1:
             raise UserError(f"{flag} {v}: must be at least 1.")
     release, _ = releases.resolve(args.sglang_version, force=args.force)
