@@ -137,3 +137,23 @@ def test_fail_closed_and_uninstall(params, tmp_path, capsys, caplog):
 def test_parse_refuses(data):
     with pytest.raises(ValueError):
         sc.parse(data)
+
+
+def test_a_router_without_the_parts_it_uses_is_left_alone(control, tmp_path, capsys, caplog):
+    class Other(sglang.AdaptiveSpeculativeParams):  # a release that renamed its buckets
+        def __init__(self):
+            self.calls = 0
+
+        def on_verify_complete(self, num_correct_drafts_per_req, batch_size):
+            self.calls += 1
+            return None
+
+    sc.uninstall()  # wrap the subclass's own method, as the release table would name it
+    owner_method = vars(Other)["on_verify_complete"]
+    Other.on_verify_complete = sc._wrapper(sc.ControlFile(str(tmp_path / "schedule.json")))(
+        owner_method
+    )
+    control(pin=2)
+    other = Other()
+    assert other.on_verify_complete([1], 1) is None and other.calls == 1
+    assert "disabled: SGLang's router has no _slots" in said(capsys, caplog)

@@ -128,6 +128,7 @@ class _Applied:
     # where it was (its EMA and warm-up count kept), so pinned and adaptive rounds can
     # alternate
     tables: dict = field(default_factory=dict)
+    broken: bool = False  # the router lacks what the controller uses: SGLang's own
 
 
 _applied: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -160,9 +161,20 @@ def _install_table(params, ctl: Control, state: _Applied) -> str | None:
     return None
 
 
+ROUTER_PARTS = ("_slots", "_bs_list", "_cuda_graph_bs", "_route", "set_cuda_graph_bs")
+
+
 def _apply(params, ctl: Control | None) -> str | None:
     """Bring the buckets in line with `ctl` (once per seq); the log line to print."""
-    state = _applied.setdefault(params, _Applied())
+    state = _applied.get(params)
+    if state is None:  # first sight of this router: does it have what we use?
+        state = _applied[params] = _Applied()
+        missing = [a for a in ROUTER_PARTS if not hasattr(params, a)]
+        if missing:
+            state.broken = True
+            return f"{SCHEDULE_FILE_ENV}: disabled: SGLang's router has no {', '.join(missing)}"
+    if state.broken:
+        return None
     seq = ctl.seq if ctl else None
     if seq == state.seq:
         return None
@@ -193,7 +205,9 @@ def _wrapper(control: ControlFile):
         said = _apply(params, ctl)
         if said:
             _say(logging.INFO, said)
-        if ctl is None or ctl.pin is None or ctl.pin not in params.candidate_steps:
+        if _applied[params].broken or ctl is None or ctl.pin is None:
+            return wrapped(*args, **kwargs)
+        if ctl.pin not in params.candidate_steps:
             return wrapped(*args, **kwargs)
         batch_size = kwargs.get("batch_size", args[1] if len(args) > 1 else None)
         routed = params._route(batch_size) if batch_size is not None else None
