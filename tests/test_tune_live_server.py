@@ -32,7 +32,7 @@ FAST = [
     "--max-rounds",
     "1",
     "--validation-rounds",
-    "3",  # adaptive/pinned pairs: the host's load swings average out
+    "2",  # adaptive/pinned pairs, A B then B A: the host's load swings average out
     "--startup-timeout",
     "600",
 ]

@@ -84,7 +84,8 @@ def parser() -> argparse.ArgumentParser:
         "--validation-rounds",
         type=int,
         default=2,
-        help="validation: at least this many adaptive/pinned round pairs per level (2)",
+        help="validation: at least this many adaptive/pinned round pairs per level, "
+        "their order alternating (2)",
     )
     p.add_argument("--prompts", default="mixed", help="shipped set or JSONL file (mixed)")
     p.add_argument("--seed", type=int, default=0)
@@ -327,11 +328,15 @@ class Driver:
             main = Tally(level, None)
             ref = Tally(level, reference[0]) if reference is not None else None
             while main.rounds < (rounds_at_most or max(self.args.max_rounds, rounds_at_least)):
-                await self.into(main)
-                if ref is not None:
-                    reference[1]()
-                    await self.into(ref)
-                    setup()
+                if ref is None:
+                    await self.into(main)
+                else:  # A B, B A, A B ...: the order within a pair alternates, so an
+                    # order effect (measured on the CPU harness: the first round of a
+                    # pair ran ~20% faster) and a steady drift cancel over pairs
+                    pair = [(setup, main), (reference[1], ref)]
+                    for switch, tally in pair if main.rounds % 2 == 0 else pair[::-1]:
+                        switch()  # idle: every rank sees it at the same batch
+                        await self.into(tally)
                 done = main.enough(self.args) and (ref is None or ref.enough(self.args))
                 if done and not rounds_at_most and main.rounds >= rounds_at_least:
                     break

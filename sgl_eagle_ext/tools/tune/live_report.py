@@ -194,8 +194,8 @@ def validation_lines(cells: list[dict], validations: list[dict]) -> list[str]:
             f"the controller ran {ran or '-'} of its cycles"
         )
     lines.append(
-        "  (each level's adaptive rounds alternate with rounds pinned at its best cell, so "
-        "the ratio compares runs under the same host load)"
+        "  (each level's adaptive rounds alternate with rounds pinned at its best cell, "
+        "A B then B A, so the ratio compares runs under the same host load)"
     )
     return lines
 
