@@ -100,7 +100,11 @@ def test_mostly_accepted_draft_every_cell_one_load(tiny_models, tmp_path):
     vals = [r for r in recs if r["kind"] == "validation"]
     assert sorted(v["level"] for v in vals) == [1, 2, 4]
     for v in vals:  # SGLang's own controller on the written table, beside the best cell
-        assert live_report.validation_ratio(v) >= 0.95, v
+        # The 2 cores are shared with other work (the suite, other servers): wall-clock
+        # tok/s of the same step count moved +-15% between adjacent rounds, so the
+        # comparison is the server's output tokens per CPU second it used (printed too).
+        assert live_report.validation_ratio(v) is not None
+        assert live_report.validation_cpu_ratio(v) >= 0.95, v
     assert "SGLang's controller on" in log and "AdaptiveSpeculativeParams initialized" in log
     assert "c=1: " in out and "crossover:" in out and "recommended fixed preset" in out
     assert (tmp_path / "out" / "report.html").read_text().count("<h2>") >= 5

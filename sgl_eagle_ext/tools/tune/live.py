@@ -41,6 +41,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 from tqdm import tqdm
 
 from sgl_eagle_ext.common import releases
@@ -250,9 +251,27 @@ class ProfileTail:
 # -- one measurement -----------------------------------------------------------------
 
 
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by `pid` and every process under it: on a
+    shared CPU host, what the server's work cost, whatever else ran beside it."""
+    try:
+        root = psutil.Process(pid)
+        total = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                continue  # gone between listing and reading
+        return total
+    except psutil.Error:
+        return None
+
+
 class Driver:
-    def __init__(self, server: probe.Server, args, prompt_set, tail: ProfileTail):
+    def __init__(self, server: probe.Server, args, prompt_set, tail: ProfileTail, pid=None):
         self.server, self.args, self.prompts, self.tail = server, args, prompt_set, tail
+        self.pid = pid  # the launcher: the server tree's CPU time per round
         self.client: cl.Client | None = None  # open during measure()
         self.client_args = dict(
             model=server.model_id,
@@ -303,7 +322,11 @@ class Driver:
     async def into(self, tally: Tally) -> None:
         """One round of c requests of --max-tokens; its windows go to `tally`."""
         start = self.tail.offset()
+        cpu0 = tree_cpu_s(self.pid) if self.pid else None
         lv = await self._round(tally.level, self.args.max_tokens, self.args.seed + tally.rounds)
+        cpu1 = tree_cpu_s(self.pid) if self.pid else None  # before the idle wait
+        if cpu0 is not None and cpu1 is not None:
+            tally.cpu_s += cpu1 - cpu0
         await self.tail.settle()
         tally.add(lv.fields, self.tail.records(start), self.spec)
 
@@ -353,6 +376,7 @@ class Tally:
         self.level, self.steps = level, steps
         self.cells: dict = {}
         self.tokens = self.duration = self.requests = self.failed = self.rounds = 0
+        self.cpu_s = 0.0  # the server tree's CPU seconds over the rounds
 
     def add(self, f: dict, records: list[dict], spec: dict) -> None:
         self.tokens += f["output_tokens"]
@@ -388,6 +412,8 @@ class Tally:
                 "requests": self.requests,
                 "failed": self.failed,
                 "max_tokens": max_tokens,
+                "server_cpu_s": self.cpu_s or None,
+                "tok_per_server_cpu_s": self.tokens / self.cpu_s if self.cpu_s > 0 else None,
             },
             "profile": {
                 "cycles": cell.cycles,
@@ -740,7 +766,7 @@ def run(argv: list[str]) -> int:
             )
             server = probe.Server(stop["proc"].url).connect()
             tail = ProfileTail(out_dir / "profile-0.jsonl")
-            driver = Driver(server, args, prompt_set, tail)
+            driver = Driver(server, args, prompt_set, tail, stop["proc"].proc.pid)
             asyncio.run(_cells(driver, sched, results, todo, ctx))
             table_path, initial, _, _ = write_config(
                 results.of_kind("cell"), args, out_dir, release

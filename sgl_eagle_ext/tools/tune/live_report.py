@@ -187,17 +187,29 @@ def validation_lines(cells: list[dict], validations: list[dict]) -> list[str]:
         total = sum(mix.values()) or 1
         ran = ", ".join(f"{k} steps {100 * n / total:.0f}%" for k, n in sorted(mix.items()))
         ratio = f"{got / again:.2f}x" if got and again else "-"
+        per_cpu = validation_cpu_ratio(v)
         lines.append(
             f"  c={v['level']}: {got or 0:.2f} tok/s; best cell (steps {s}) "
             f"{'-' if cell is None else f'{cell:.2f}'} tok/s measured, "
-            f"{'-' if again is None else f'{again:.2f}'} re-measured alongside: {ratio}; "
-            f"the controller ran {ran or '-'} of its cycles"
+            f"{'-' if again is None else f'{again:.2f}'} re-measured alongside: {ratio}"
+            + (f" (per server CPU second: {per_cpu:.2f}x)" if per_cpu else "")
+            + f"; the controller ran {ran or '-'} of its cycles"
         )
     lines.append(
         "  (each level's adaptive rounds alternate with rounds pinned at its best cell, "
-        "A B then B A, so the ratio compares runs under the same host load)"
+        "A B then B A, so the ratio compares runs under the same host load; where other "
+        "work shares the host's CPUs, tokens per CPU second of the server's processes is "
+        "the steadier figure)"
     )
     return lines
+
+
+def validation_cpu_ratio(v: dict) -> float | None:
+    """Output tokens per CPU second of the server's processes, adaptive over pinned: on
+    a CPU host shared with other work, the figure its neighbours do not move."""
+    got = (v.get("client") or {}).get("tok_per_server_cpu_s")
+    ref = ((v.get("reference") or {}).get("client") or {}).get("tok_per_server_cpu_s")
+    return got / ref if got and ref else None
 
 
 def validation_ratio(v: dict) -> float | None:
