@@ -196,6 +196,11 @@ class AdaptiveSpec:
     # The per-bucket controller's decision method, wrapped by the probe backoff
     # (in_sglang/adaptive_backoff.py); None where there is no 0-step state to back off.
     decide_anchor: str | None = None
+    # Where the per-batch verify results reach the bucket router (the batch size and
+    # every bucket's slot at hand): the schedule controller of `tune --live`
+    # (in_sglang/schedule_control.py) pins steps or swaps the table here. None: not
+    # verified for this release (the controller stays off with one log line).
+    control_anchor: str | None = None
 
 
 _ADAPTIVE_OFF_COMMON = (
@@ -226,6 +231,9 @@ _ADAPTIVE_0523 = AdaptiveSpec(
         *_ADAPTIVE_OFF_COMMON,
     ),
     decide_anchor=_DECIDE,
+    control_anchor=(
+        "sglang.srt.speculative.adaptive_spec_params:AdaptiveSpeculativeParams.on_verify_complete"
+    ),
 )
 
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import os
 
-from sgl_eagle_ext.common.contract import ADAPTIVE_BACKOFF_ENV, CPU_ENV, FAULT_ENV
+from sgl_eagle_ext.common.contract import (
+    ADAPTIVE_BACKOFF_ENV,
+    CPU_ENV,
+    FAULT_ENV,
+    SCHEDULE_FILE_ENV,
+)
 from sgl_eagle_ext.profiling import names as profile_names
 
 
@@ -45,3 +50,7 @@ def in_scheduler_process(tp_rank="?", server_args=None) -> None:
         from sgl_eagle_ext.in_sglang import adaptive_backoff
 
         adaptive_backoff.install_from_env(os.environ)
+    if os.environ.get(SCHEDULE_FILE_ENV):  # tune --live: the steps the tuner asks for
+        from sgl_eagle_ext.in_sglang import schedule_control
+
+        schedule_control.install_from_env(os.environ)

@@ -83,6 +83,20 @@ REASONS = Table(
 )
 
 
+def tree_note(run: measure.Run) -> str:
+    topk = run.spec.get("speculative_eagle_topk")
+    ndt = run.spec.get("speculative_num_draft_tokens")
+    n = sum(c.cycles for c in run.cells.values())
+    return (
+        f"{run.path}: a tree (topk {topk}, {ndt} draft tokens; {n} decode cycles): ranked by "
+        "--grid, not used for the adaptive table (SGLang's adaptive runs chains only)"
+    )
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def reasons_table(preds: dict, picks: dict) -> list[str]:
     lines = [REASONS.header()]
     for bs, rows in preds.items():
@@ -115,6 +129,12 @@ def reasons_table(preds: dict, picks: dict) -> list[str]:
 
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--live" in argv[: argv.index("--") if "--" in argv else len(argv)]:
+        from sgl_eagle_ext.tools.tune import live  # one load, every cell measured
+
+        argv.remove("--live")
+        return live.run(argv)
     args = parser().parse_args(argv)
     for value, name in (
         (args.baseline_tps, "--baseline-tps"),
@@ -127,18 +147,33 @@ def main(argv: list[str] | None = None) -> int:
     release, _ = releases.resolve(args.sglang_version)
     runs = [measure.read(p) for p in args.logs]
     cells: dict = {}
+    trees, empty = [], []
     for run in runs:
+        if not run.cells:
+            empty.append(run)
+            continue
         if run.spec.get("speculative_eagle_topk", 1) not in (1, None):
-            continue  # a tree: its steps are not a chain's (the grid still ranks it)
+            trees.append(run)  # a tree: its steps are not a chain's (the grid ranks it)
+            continue
         for key, cell in run.cells.items():
             merged = cells.setdefault(key, measure.Cell())
             merged.cycles += cell.cycles
             merged.ms.update(cell.ms)
             merged.hist.update(cell.hist)
-    if not cells:
+    for run in trees:  # say why each contributes what it does
+        print(f"{PROG}: note: {tree_note(run)}", file=sys.stderr)
+    if not cells and not (trees and args.grid):
+        why = [tree_note(r) for r in trees] + [
+            f"{r.path}: no EAGLE3_PROFILE decode windows" for r in empty
+        ]
         raise UserError(
-            f"no EAGLE3_PROFILE decode windows in {', '.join(map(str, args.logs))}.",
-            fix="run the EAGLE-3 server with EAGLE3_PROFILE=1 under load, then pass its log",
+            "nothing to tune the adaptive chain table from: " + "; ".join(why) + ".",
+            fix=(
+                "pass --grid to rank the tree against other fixed settings; for the adaptive "
+                "table pass chain logs (eagle3-3step, eagle3-5step) or run tune --live"
+                if trees
+                else "run the EAGLE-3 server with EAGLE3_PROFILE=1 under load, then pass its log"
+            ),
         )
     drafts = {r.spec.get("speculative_draft_model_path") for r in runs} - {None}
     if len(drafts) > 1:  # acceptance is pooled: it must be one draft's

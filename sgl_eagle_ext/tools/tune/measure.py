@@ -78,26 +78,32 @@ def _spec_from(line: str) -> dict:
     return {k: args.get(k) for k in SPEC_KEYS if k in args}
 
 
-def _add(run: Run, rec: dict) -> None:
+def add_window(cells: dict, rec: dict, spec: dict | None = None) -> tuple[int, int] | None:
+    """Add one profile window (a record from profiling/report.py's parser) to
+    `cells` under its (batch size, steps); the key, or None for a window without
+    decode cycles. `spec`: the server's speculative settings (older windows carry
+    no steps: a chain's steps are its draft tokens - 1)."""
     if not rec.get("cycles") or (rec["phases"].get("cycle") or {}).get("mean", 1) <= 0:
-        return  # no cycle, or a cycle_ms=0 window: nothing measured
+        return None  # no cycle, or a cycle_ms=0 window: nothing measured
+    spec = spec or {}
     bs_mix = {int(k): v for k, v in rec["bs"].items()}
     bs = max(bs_mix, key=bs_mix.get)
     steps_mix = {int(k): v for k, v in (rec.get("steps") or {}).items()}
     if steps_mix:
         steps = max(steps_mix, key=steps_mix.get)
-    else:  # older windows: a chain's steps are its draft tokens - 1
+    else:
         dt = {int(k): v for k, v in rec["draft_tokens"].items()}
-        topk = run.spec.get("speculative_eagle_topk")
-        steps = run.spec.get("speculative_num_steps")
+        topk = spec.get("speculative_eagle_topk")
+        steps = spec.get("speculative_num_steps")
         if topk == 1 or steps is None:
             steps = max(dt, key=dt.get) - 1
-    cell = run.cells.setdefault((bs, steps), Cell())
+    cell = cells.setdefault((bs, steps), Cell())
     n = rec["cycles"]
     cell.cycles += n
     for p, s in rec["phases"].items():
         cell.ms[p] += s["mean"] * n
     cell.hist.update({int(k): v for k, v in rec["accept_hist"].items()})
+    return bs, steps
 
 
 def read(path: Path) -> Run:
@@ -110,7 +116,7 @@ def read(path: Path) -> Run:
         try:
             rec = find_record(line)
             if rec is not None:
-                _add(run, rec)
+                add_window(run.cells, rec, run.spec)
             elif "Decode batch" in line and (m := DECODE_BATCH.search(line)):
                 run.decode_tps.setdefault(int(m["bs"]), []).append(checked(float(m["tps"])))
         except BAD_LINE:

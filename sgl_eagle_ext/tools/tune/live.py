@@ -1,0 +1,812 @@
+"""python -m sgl_eagle_ext.tune --live: one weight load, every (concurrency, steps) measured.
+
+    python -m sgl_eagle_ext.tune --live --model-path M --draft-model-path D \
+        [--preset-file F] [--levels 1,2,4,8,16,32,64] [--max-steps 5] [--budget-minutes N] \
+        [--results tune-live/results.jsonl] [--baseline-arm] [--also-trees] [-- SGLANG ARGS]
+
+Starts ONE server through the launcher (preflight, NCCL checks, READY) with SGLang's
+adaptive speculation on (chain, candidate steps 0..max in every bucket, so a runtime
+state and CUDA graphs exist for each; CUDA graphs only up to the largest level) and
+EAGLE3_PROFILE=1. The schedule controller inside every scheduler rank
+(in_sglang/schedule_control.py) holds the step count written to the schedule file.
+Per level c: one warm-up (c short requests), then rounds of c concurrent requests of
+--max-tokens (closed loop, the bench client) round-robin over the step counts (pin s
+while idle, one round, next s), until each cell's profile windows at (batch size c,
+steps s) hold --request-cycles verified request-cycles (at least MIN_CYCLES cycles, at
+most --max-rounds rounds). Round-robin: a level's cells share the host's conditions.
+The switch happens at the first verify after a pin; those cycles run at the previous
+steps and land in another window key, so they are not counted. Why that many: a
+cycle's time is steady, its accept length is not: the per-request count of accepted
+tokens has a spread near 1 token for 3-5 step chains, so the standard error of the
+mean accept length is about 1/sqrt(n) over n request-cycles: 300 give ~0.06 tokens
+(2% of an accept length of 3), below the 3% gain the tuner calls noise.
+Steps-0 cells are the in-server baseline. Then: the table, a verdict per level, the
+crossover, the adaptive config (per level, from the measured cells by tune's rules;
+checked by SGLang's own loader in the server's python), the fastest fixed preset, the
+HTML report, and a validation pass: the written table under SGLang's own controller
+at every level (the controller swaps it in at run time: SGLang reads its config only
+at startup), its rounds alternating with rounds pinned at the level's best cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+from tqdm import tqdm
+
+from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.launcher.preflight import adaptive as adaptive_check
+from sgl_eagle_ext.profiling.recorder.profiler import IDLE_FLUSH_S
+from sgl_eagle_ext.profiling.report import checked
+from sgl_eagle_ext.tools.bench import arms, probe, prompts
+from sgl_eagle_ext.tools.bench import client as cl
+from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench.progress import Console
+from sgl_eagle_ext.tools.tune import choose, live_report, measure
+from sgl_eagle_ext.tools.tune.live_results import Key, Results, fit, schedule
+
+PROG = "sgl_eagle_ext.tune --live"
+MIN_CYCLES = 8  # per cell, whatever the request-cycle count
+TREE_PRESETS = ("eagle3-2step",)
+EXIT_INTERRUPTED = 130
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m sgl_eagle_ext.tune --live", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--draft-model-path", required=True)
+    p.add_argument("--preset-file", type=Path, help="your preset (default: eagle3-adaptive)")
+    p.add_argument("--levels", default="1,2,4,8,16,32,64", help="concurrencies (1,2,4,...,64)")
+    p.add_argument("--max-steps", type=int, default=5, help="largest chain step count (5)")
+    p.add_argument("--steps", help="step counts to measure (default 0..--max-steps)")
+    p.add_argument("--budget-minutes", type=number(0, strict=True), help="plan to fit this")
+    p.add_argument("--results", type=Path, default=Path("tune-live/results.jsonl"))
+    p.add_argument("--baseline-arm", action="store_true", help="also a plain baseline server")
+    p.add_argument("--also-trees", action="store_true", help="also the tree presets' servers")
+    p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request")
+    p.add_argument("--warmup-tokens", type=int, default=16, help="per warm-up request")
+    p.add_argument("--request-cycles", type=int, default=300, help="per cell (see above)")
+    p.add_argument("--max-rounds", type=int, default=8, help="rounds per cell at most")
+    p.add_argument(
+        "--validation-rounds",
+        type=int,
+        default=2,
+        help="validation: at least this many adaptive/pinned round pairs per level, "
+        "their order alternating (2)",
+    )
+    p.add_argument("--prompts", default="mixed", help="shipped set or JSONL file (mixed)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cpu", action="store_true", help="the CPU harness overlay (tests, demo)")
+    p.add_argument("--sglang-version")
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--startup-timeout", type=float, default=3600.0)
+    return p
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < 0:
+        raise UserError(f"{flag} {text!r}: not a list of whole numbers.", fix=f"e.g. {flag} 1,2,4")
+    return values
+
+
+# -- the live server -------------------------------------------------------------------
+
+
+def live_preset(args, out_dir: Path, levels: list[int], steps: list[int]) -> Path:
+    """The preset file of the live server: the user's (or eagle3-adaptive) plus adaptive
+    on every step count at every level bucket, profiling and the schedule file."""
+    table = out_dir / "live-table.json"
+    table.write_text(
+        json.dumps(
+            {
+                "_about": "tune --live: every candidate step in every bucket (the schedule "
+                "controller pins one at a time)",
+                **{str(lv): {"candidate_steps": steps} for lv in levels},
+            },
+            indent=1,
+        )
+    )
+    base = str(args.preset_file.resolve()) if args.preset_file else "eagle3-adaptive"
+    top = max(steps)
+    text = f"""# written by {PROG}
+extends = {json.dumps(base)}
+[server]
+speculative-algorithm = "EAGLE3"
+speculative-eagle-topk = 1
+speculative-num-steps = {top}
+speculative-num-draft-tokens = {top + 1}
+speculative-adaptive = true
+speculative-adaptive-config = {json.dumps(str(table.resolve()))}
+# graphs for every candidate step count, but only up to the largest level measured
+cuda-graph-max-bs = {max(levels)}
+[env]
+EAGLE3_PROFILE = "1"
+EAGLE3_PROFILE_FILE = {json.dumps(str((out_dir / "profile-{rank}.jsonl").resolve()))}
+EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(schedule_file(out_dir).resolve()))}
+"""
+    path = out_dir / "live-preset.toml"
+    path.write_text(text)
+    return path
+
+
+def arm_preset(args, out_dir: Path, name: str) -> str:
+    """A separate fixed server: baseline (no speculation) or a tree preset."""
+    if name != "baseline" or not args.preset_file:
+        return name
+    path = out_dir / "baseline-preset.toml"
+    off = [
+        "speculative-algorithm",
+        "speculative-eagle-topk",
+        "speculative-num-steps",
+        "speculative-num-draft-tokens",
+        "speculative-adaptive",
+        "speculative-adaptive-config",
+    ]
+    path.write_text(
+        f"extends = {json.dumps(str(args.preset_file.resolve()))}\n[server]\n"
+        + "".join(f"{k} = false\n" for k in off)
+    )
+    return str(path)
+
+
+def schedule_file(out_dir: Path) -> Path:
+    return out_dir / "schedule.json"
+
+
+class Schedule:
+    """The file every rank's schedule controller reads; written only while idle."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.seq = int(time.time() * 1000)  # rises across runs sharing the file
+
+    def write(self, **fields) -> None:
+        self.seq += 1
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"seq": self.seq, **fields}))
+        tmp.replace(self.path)  # atomic: a rank never reads half a file
+
+
+def start_server(preset: str, args, log_file: Path, extra: list[str]) -> arms.LauncherProcess:
+    """The one place that builds and starts a launch (bench's arm code, as it is)."""
+    plan = arms.plan_arm(
+        "tune",
+        preset,
+        cpu=args.cpu,
+        model_path=args.model_path,
+        draft_model_path=args.draft_model_path,
+        sglang_version=args.sglang_version,
+        force=args.force,
+        port=arms.free_port(),
+        log_file=log_file,
+        extra=extra,
+    )
+    proc = arms.LauncherProcess(plan)
+    try:
+        proc.wait_ready(args.startup_timeout)
+    except arms.ArmFailed as e:
+        raise UserError(str(e), code=1) from None
+    except BaseException:  # Ctrl-C while it loads: stop it, then stop
+        proc.stop()
+        raise
+    return proc
+
+
+class ProfileTail:
+    """New EAGLE3_PROFILE records of rank 0 (EAGLE3_PROFILE_FILE), from an offset."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def offset(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def records(self, start: int) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            data = f.read()
+        out = []
+        for line in data.decode("utf-8", "replace").splitlines():
+            try:
+                out.append(checked(json.loads(line)))
+            except (ValueError, TypeError, KeyError):
+                continue  # NaN or a cut line (never averaged in)
+        return out
+
+    async def settle(self) -> None:
+        """Until the idle server has written its last window (it flushes after
+        IDLE_FLUSH_S without a batch) and nothing more comes."""
+        t0 = time.monotonic()
+        size = self.offset()
+        while True:
+            await asyncio.sleep(0.3)
+            now, new = time.monotonic(), self.offset()
+            if new == size and now - t0 > IDLE_FLUSH_S + 0.9:
+                return
+            if now - t0 > 20:
+                return
+            size = new
+
+
+# -- one measurement -----------------------------------------------------------------
+
+
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by `pid` and every process under it: on a
+    shared CPU host, what the server's work cost, whatever else ran beside it."""
+    try:
+        root = psutil.Process(pid)
+        total = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                continue  # gone between listing and reading
+        return total
+    except psutil.Error:
+        return None
+
+
+class Driver:
+    def __init__(self, server: probe.Server, args, prompt_set, tail: ProfileTail, pid=None):
+        self.server, self.args, self.prompts, self.tail = server, args, prompt_set, tail
+        self.pid = pid  # the launcher: the server tree's CPU time per round
+        self.client: cl.Client | None = None  # open during measure()
+        self.client_args = dict(
+            model=server.model_id,
+            spec_details_field=server.release.chat_spec_details_field,
+            incremental=bool(server.info.get("incremental_streaming_output")),
+        )
+        self.console = Console(quiet=True)
+        self.spec = {"speculative_eagle_topk": server.info.get("speculative_eagle_topk")}
+
+    async def _round(self, level: int, tokens: int, seed: int) -> sw.Level:
+        lv = await sw.run_level(
+            self.server,
+            self.client,
+            self.prompts,
+            level,
+            level,
+            sw.Load(tokens, seed=seed),
+            self.console,
+        )
+        if lv.interrupted:
+            raise sw.Interrupted(f"at concurrency {level}")
+        if lv.server_gone:
+            raise UserError(f"the server stopped answering at concurrency {level}.", code=1)
+        return lv
+
+    def session(self):
+        """The bench client, open for the with-block."""
+        driver = self
+
+        class _Session:
+            async def __aenter__(self):
+                self.c = cl.Client(driver.server.base_url, **driver.client_args)
+                driver.client = await self.c.__aenter__()
+
+            async def __aexit__(self, *exc):
+                driver.client = None
+                await self.c.__aexit__(*exc)
+
+        return _Session()
+
+    async def warm_up(self, level: int, tokens: int | None = None) -> None:
+        """c short requests (not measured), then the windows they made are flushed."""
+        tokens = self.args.warmup_tokens if tokens is None else tokens
+        if tokens > 0:
+            await self._round(level, tokens, self.args.seed + 10_000)
+        await self.tail.settle()
+
+    async def into(self, tally: Tally) -> None:
+        """One round of c requests of --max-tokens; its windows go to `tally`."""
+        start = self.tail.offset()
+        cpu0 = tree_cpu_s(self.pid) if self.pid else None
+        lv = await self._round(tally.level, self.args.max_tokens, self.args.seed + tally.rounds)
+        cpu1 = tree_cpu_s(self.pid) if self.pid else None  # before the idle wait
+        if cpu0 is not None and cpu1 is not None:
+            tally.cpu_s += cpu1 - cpu0
+        await self.tail.settle()
+        tally.add(lv.fields, self.tail.records(start), self.spec)
+
+    async def measure(
+        self,
+        level: int,
+        rounds_at_most: int | None = None,
+        *,
+        rounds_at_least: int = 1,
+        reference: tuple[int, object] | None = None,
+        setup=None,
+        warmup_tokens: int | None = None,
+    ) -> dict:
+        """Whatever steps the server runs at `level` (a separate server, or SGLang's
+        controller): warm-up, then rounds until the windows hold enough request-cycles
+        (`rounds_at_most`: exactly that many). `reference` (steps, pin): alternate each
+        round with one pinned at those steps (`pin` and `setup` switch while idle), so
+        both figures share the host's conditions."""
+        async with self.session():
+            t0 = time.monotonic()
+            await self.warm_up(level, warmup_tokens)
+            main = Tally(level, None)
+            ref = Tally(level, reference[0]) if reference is not None else None
+            while main.rounds < (rounds_at_most or max(self.args.max_rounds, rounds_at_least)):
+                if ref is None:
+                    await self.into(main)
+                else:  # A B, B A, A B ...: the order within a pair alternates, so an
+                    # order effect (measured on the CPU harness: the first round of a
+                    # pair ran ~20% faster) and a steady drift cancel over pairs
+                    pair = [(setup, main), (reference[1], ref)]
+                    for switch, tally in pair if main.rounds % 2 == 0 else pair[::-1]:
+                        switch()  # idle: every rank sees it at the same batch
+                        await self.into(tally)
+                done = main.enough(self.args) and (ref is None or ref.enough(self.args))
+                if done and not rounds_at_most and main.rounds >= rounds_at_least:
+                    break
+            rec = main.record(time.monotonic() - t0, self.args.max_tokens)
+            if ref is not None:
+                rec["reference"] = ref.record(None, self.args.max_tokens)
+            return rec
+
+
+class Tally:
+    """One measurement's rounds: the client's figures and the windows at (level, steps)."""
+
+    def __init__(self, level: int, steps: int | None):
+        self.level, self.steps = level, steps
+        self.cells: dict = {}
+        self.tokens = self.duration = self.requests = self.failed = self.rounds = 0
+        self.cpu_s = 0.0  # the server tree's CPU seconds over the rounds
+
+    def add(self, f: dict, records: list[dict], spec: dict) -> None:
+        self.tokens += f["output_tokens"]
+        self.duration += f["duration_s"]
+        self.requests += f["requests"]
+        self.failed += f["requests"] - f["completed"]
+        self.rounds += 1
+        for rec in records:
+            measure.add_window(self.cells, rec, spec)
+
+    @property
+    def cell(self) -> measure.Cell:
+        return merged(self.cells, self.level, self.steps)
+
+    def enough(self, args) -> bool:
+        c = self.cell
+        return c.cycles >= MIN_CYCLES and c.cycles * self.level >= args.request_cycles
+
+    def record(self, wall_s: float | None, max_tokens: int) -> dict:
+        cell = self.cell
+        acc = cell.accept_len
+        cyc = cell.mean("cycle") if cell.cycles else None
+        return {
+            "level": self.level,
+            "steps": self.steps,
+            "rounds": self.rounds,
+            "wall_s": wall_s,
+            "ts": time.time(),
+            "client": {
+                "output_tok_s": self.tokens / self.duration if self.duration > 0 else None,
+                "output_tokens": self.tokens,
+                "duration_s": self.duration,
+                "requests": self.requests,
+                "failed": self.failed,
+                "max_tokens": max_tokens,
+                "server_cpu_s": self.cpu_s or None,
+                "tok_per_server_cpu_s": self.tokens / self.cpu_s if self.cpu_s > 0 else None,
+            },
+            "profile": {
+                "cycles": cell.cycles,
+                "request_cycles": cell.cycles * self.level,
+                "accept_len": acc,
+                "cycle_ms": cyc,
+                "decode_tok_s": 1000 * acc * self.level / cyc if acc and cyc else None,
+                "ms_sum": dict(cell.ms),
+                "hist": {str(k): v for k, v in cell.hist.items()},
+                "steps_mix": {
+                    str(s): c.cycles
+                    for (bs, s), c in self.cells.items()
+                    if bs == self.level and c.cycles
+                },
+            },
+        }
+
+
+def merged(cells: dict, level: int, steps: int | None) -> measure.Cell:
+    out = measure.Cell()
+    for (bs, s), c in cells.items():
+        if bs == level and (steps is None or s == steps):
+            out.cycles += c.cycles
+            out.ms.update(c.ms)
+            out.hist.update(c.hist)
+    return out
+
+
+# -- the adaptive config ---------------------------------------------------------------
+
+
+SGLANG_LOADER = (
+    "import json, sys\n"
+    "from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams\n"
+    "p = AdaptiveSpeculativeParams(initial_steps=int(sys.argv[2]), cfg_path=sys.argv[1])\n"
+    "print(json.dumps({k: s.candidate_steps for k, s in p._slots.items()}))\n"
+)
+
+
+def sglang_loads(path: Path, initial: int, python: str = sys.executable) -> dict:
+    """The buckets SGLang's own loader builds from `path`, in the server's python."""
+    p = subprocess.run(
+        [python, "-c", SGLANG_LOADER, str(path), str(initial)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"{path}: SGLang's loader refused the written table: {last}", code=1)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def write_config(cells, args, out_dir: Path, release) -> tuple[Path | None, int, dict, list]:
+    min_step = release.adaptive.min_step if release.adaptive else 0
+    table, picks = live_report.adaptive_table(cells, min_step)
+    if not table:
+        return None, 0, {}, []
+    union = sorted({s for v in table.values() for s in v})
+    initial = union[len(union) // 2]
+    about = (
+        f"written by python -m {PROG} on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
+        f"{len(cells)} cells measured on one server ({args.model_path} + "
+        f"{args.draft_model_path}); baseline: each level's steps-0 cell; launch with "
+        f"--speculative-num-steps {initial}"
+    )
+    path = out_dir / "adaptive.json"
+    path.write_text(choose.config_text(table, about), encoding="utf-8")
+    ours, found = adaptive_check.load(path, release)
+    if ours is None:
+        raise UserError(f"{path}: {found[0].message}", code=1)
+    theirs = sglang_loads(path, initial)
+    why = [f"  c={bs}: {p.steps} ({p.why})" for bs, p in picks.items()]
+    return path, initial, theirs, why
+
+
+def table_digest(path: Path) -> str:
+    """Of the buckets (not the file: its _about line carries the time it was written)."""
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    buckets = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    return hashlib.sha256(json.dumps(buckets, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# -- the run ---------------------------------------------------------------------------
+
+
+class Progress:
+    """A tqdm bar over the measurements (ETA) on a terminal; a plain line per cell off one."""
+
+    def __init__(self, total: int):
+        self.tty = sys.stderr.isatty()
+        self.bar = tqdm(total=total, unit="cell", file=sys.stderr, disable=not self.tty)
+        self.t0 = time.monotonic()
+        self.total, self.n = total, 0
+
+    def retotal(self, total: int) -> None:
+        self.total = self.bar.total = total
+        self.bar.refresh()
+
+    def done(self, key: Key, rec: dict) -> None:
+        self.n += 1
+        self.bar.update(1)
+        p, c = rec["profile"], rec["client"]
+        elapsed = time.monotonic() - self.t0
+        eta = elapsed / self.n * (self.total - self.n)
+        line = (
+            f"[{self.n}/{self.total}] {key.tag()}: "
+            f"{c['output_tok_s'] or 0:.2f} tok/s, accept "
+            f"{'-' if p['accept_len'] is None else format(p['accept_len'], '.2f')}, cycle "
+            f"{'-' if p['cycle_ms'] is None else format(p['cycle_ms'], '.0f')} ms, "
+            f"{p['cycles']} cycles, {rec['rounds']} round(s), {rec['wall_s']:.0f} s; "
+            f"ETA {eta / 60:.1f} min"
+        )
+        (tqdm.write if self.tty else print)(line, **({} if self.tty else {"flush": True}))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+async def _level(driver, sched: Schedule, level: int, keys: list[Key]) -> list[dict]:
+    """One level's cells, their rounds round-robin over the step counts (pin, round,
+    next pin ...): every cell of a level spans the same stretch of time, so a host
+    whose speed drifts (other work, thermals) shifts them alike. The switch happens at
+    the first verify after a pin; its cycles run at the previous steps and land in
+    another (batch size, steps) window, so they are not counted."""
+    async with driver.session():
+        t0 = time.monotonic()
+        sched.write(pin=keys[0].steps)
+        await driver.warm_up(level)
+        tallies = {k: Tally(level, k.steps) for k in keys}
+        rounds = 0
+        while rounds < driver.args.max_rounds:
+            for k, t in tallies.items():
+                if rounds and t.enough(driver.args):
+                    continue
+                sched.write(pin=k.steps)  # idle here: every rank sees it at the same batch
+                await driver.into(t)
+            rounds += 1
+            if all(t.enough(driver.args) for t in tallies.values()):
+                break
+        wall = (time.monotonic() - t0) / len(keys)  # per cell, the level's wall time shared
+        return [t.record(wall, driver.args.max_tokens) for t in tallies.values()]
+
+
+async def _cells(driver, sched: Schedule, results: Results, todo: list[Key], ctx) -> None:
+    per = [r["wall_s"] for r in results.of_kind("cell") if r.get("wall_s")]
+    while todo:
+        level = min(k.level for k in todo)
+        keys = [k for k in todo if k.level == level]
+        for key, rec in zip(keys, await _level(driver, sched, level, keys), strict=True):
+            results.append({"kind": "cell", **rec})
+            per.append(rec["wall_s"])
+            ctx["progress"].done(key, rec)
+        todo[:] = [k for k in todo if k.level != level]
+        budget = ctx["budget_s"]
+        if budget and todo:
+            left = budget - (time.monotonic() - ctx["t0"])
+            mean = sum(per) / len(per)
+            keep = fit(todo, mean, left, reserve=ctx["reserve"])
+            if len(keep) < len(todo):
+                dropped = todo[len(keep) :]
+                ctx["dropped"] += dropped
+                _say(
+                    f"budget: {left / 60:.1f} min left at ~{mean:.0f} s a cell (the last "
+                    f"measured; larger levels take longer) with the validation pass kept: "
+                    f"dropped {', '.join(k.tag() for k in dropped)}"
+                )
+                todo[:] = keep
+                ctx["progress"].retotal(ctx["progress"].n + len(keep) + ctx["reserve"])
+
+
+async def _validate(driver, sched, results, table: Path, initial: int, levels, ctx) -> None:
+    """Each level under SGLang's own controller on the written table, its rounds
+    alternating with rounds pinned at the level's best measured cell (the reference
+    beside it, measured under the same host conditions)."""
+    digest = table_digest(table)
+    todo = [lv for lv in levels if not results.has(Key("validation", lv, table=digest))]
+    cells = live_report.grid(results.of_kind("cell"))
+
+    def adaptive():
+        sched.write(table=str(table.resolve()), initial_steps=initial)
+
+    for lv in todo:
+        row = cells.get(lv, {})
+        best = live_report.best(row)
+        adaptive()  # SGLang's controller; its slots persist across the pinned rounds
+        ref = None if best is None else (best, lambda s=best: sched.write(pin=s))
+        # The warm-up lets SGLang's controller settle as it would in service: it decides
+        # after 10 batches, then every 5 (its defaults); 24 batches give it two decisions.
+        accept = (row[best].get("profile") or {}).get("accept_len") if best is not None else 1
+        tokens = max(driver.args.warmup_tokens, driver.args.max_tokens, int(24 * (accept or 1)))
+        rec = await driver.measure(
+            lv,
+            rounds_at_least=driver.args.validation_rounds,
+            reference=ref,
+            setup=adaptive,
+            warmup_tokens=tokens,
+        )
+        results.append({"kind": "validation", "table": digest, **rec})
+        ctx["progress"].done(Key("validation", lv, table=digest), rec)
+    sched.write()  # back to the launch table
+
+
+def _arm_keys(args, levels) -> list[Key]:
+    names = (["baseline"] if args.baseline_arm else []) + (
+        list(TREE_PRESETS) if args.also_trees else []
+    )
+    return [Key("arm", lv, arm=n) for n in names for lv in levels]
+
+
+def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[list, Path | None]:
+    cells = results.of_kind("cell")
+    sections: list[tuple[str, list[str]]] = []
+    sections.append(("cells", live_report.table_lines(cells, steps)))
+    v = live_report.verdicts(cells)
+    sections.append(("verdict", [s for _, s in v.values()] + [live_report.crossover(v)]))
+    path, initial, theirs, why = write_config(cells, args, out_dir, release)
+    if path:
+        cfg = [
+            f"wrote {path} (SGLang's loader builds buckets {json.dumps(theirs)})",
+            *why,
+            f"launch: python -m sgl_eagle_ext.launch --preset eagle3-adaptive "
+            f"--adaptive-config {path} -- --speculative-num-steps {initial}",
+        ]
+    else:
+        cfg = ["no adaptive table: no level has both a steps-0 and a drafting cell"]
+    sections.append(("adaptive config", cfg))
+    sentence, fixed = live_report.recommended_fixed(cells, str(args.preset_file or "") or None)
+    rec_lines = [sentence]
+    if fixed:
+        fixed_path = out_dir / "recommended-fixed.toml"
+        fixed_path.write_text(fixed)
+        rec_lines.append(
+            f"wrote {fixed_path}: python -m sgl_eagle_ext.launch --preset-file {fixed_path} ..."
+        )
+    sections.append(("fixed preset", rec_lines))
+    if path:
+        vals = [r for r in results.of_kind("validation") if r.get("table") == table_digest(path)]
+        if vals:
+            sections.append(("validation", live_report.validation_lines(cells, vals)))
+    arm_lines = live_report.arm_lines(cells, results.of_kind("arm"))
+    if arm_lines:
+        if args.baseline_arm:
+            arm_lines.append(
+                "  (on the CPU harness the speculative worker's 0-step cycle and the plain "
+                "decode path differ in cost: compare the ratio, do not assume 1.0; on a GPU "
+                "expect parity within noise)"
+            )
+        sections.append(("separate servers", arm_lines))
+    if ctx["dropped"]:
+        sections.append(
+            (
+                "budget",
+                [f"dropped to fit --budget-minutes: {', '.join(k.tag() for k in ctx['dropped'])}"],
+            )
+        )
+    html = out_dir / "report.html"
+    html.write_text(live_report.html(f"tune --live: {args.model_path}", sections))
+    for head, lines in sections:
+        _say(f"\n== {head}")
+        _say("\n".join(lines))
+    _say(f"\nresults: {args.results}; report: {html}")
+    return sections, path
+
+
+def run(argv: list[str]) -> int:
+    own, extra = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
+    args = parser().parse_args(own)
+    levels = _ints(args.levels, "--levels")
+    if levels[0] < 1:
+        raise UserError("--levels: concurrencies start at 1.", fix="e.g. --levels 1,2,4")
+    if not 1 <= args.max_steps <= 16:
+        raise UserError(f"--max-steps {args.max_steps}: must be 1..16.")
+    steps = _ints(args.steps, "--steps") if args.steps else list(range(args.max_steps + 1))
+    if 0 not in steps or max(steps) > args.max_steps:
+        raise UserError(
+            f"--steps {args.steps}: must hold 0 (the in-server baseline) and stay within "
+            f"--max-steps {args.max_steps}.",
+            fix="e.g. --steps 0,1,2,3,5",
+        )
+    for flag, v in (
+        ("--max-tokens", args.max_tokens),
+        ("--max-rounds", args.max_rounds),
+        ("--validation-rounds", args.validation_rounds),
+    ):
+        if v < 1:
+            raise UserError(f"{flag} {v}: must be at least 1.")
+    release, _ = releases.resolve(args.sglang_version, force=args.force)
+    if release.adaptive is None or release.adaptive.control_anchor is None:
+        raise UserError(
+            f"SGLang {release.version}: the schedule controller has no anchor in this "
+            "release (tune --live needs run-time step switching with 0 steps).",
+            fix="use SGLang 0.5.23, or tune offline from profiled logs (python -m "
+            "sgl_eagle_ext.tune LOGS)",
+        )
+    prompt_set = prompts.load(args.prompts)
+    out_dir = args.results.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    setup = {
+        "model_path": args.model_path,
+        "draft_model_path": args.draft_model_path,
+        "preset_file": str(args.preset_file) if args.preset_file else None,
+        "max_tokens": args.max_tokens,
+        "prompts": prompt_set.sha256,
+        "cpu": args.cpu,
+        "extra": extra,
+    }
+    results = Results(args.results, setup).load()
+    if results.resumed:
+        _say(f"{PROG}: resuming {args.results}: {results.resumed} measurement(s) kept, not rerun")
+    todo = [k for k in schedule(levels, steps) if not results.has(k)]
+    arm_todo = [k for k in _arm_keys(args, levels) if not results.has(k)]
+    ctx = {
+        "t0": time.monotonic(),
+        "budget_s": args.budget_minutes * 60 if args.budget_minutes else None,
+        "reserve": len(levels) + len(arm_todo),
+        "dropped": [],
+    }
+    progress = Progress(len(todo) + len(levels) + len(arm_todo))
+    ctx["progress"] = progress
+    stop = {"proc": None}
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        need_live = bool(todo)
+        if not need_live:  # every cell kept: is the validation pass of its table done?
+            path, _, _, _ = write_config(results.of_kind("cell"), args, out_dir, release)
+            digest = table_digest(path) if path else None
+            need_live = bool(path) and any(
+                not results.has(Key("validation", lv, table=digest)) for lv in levels
+            )
+        if need_live:
+            sched = Schedule(schedule_file(out_dir))
+            sched.write()
+            _say(f"{PROG}: starting the server (one load; {len(todo)} cell(s) to measure)")
+            stop["proc"] = start_server(
+                str(live_preset(args, out_dir, levels, steps)),
+                args,
+                out_dir / f"live-{datetime.now():%Y%m%d-%H%M%S}.log",
+                extra,
+            )
+            server = probe.Server(stop["proc"].url).connect()
+            tail = ProfileTail(out_dir / "profile-0.jsonl")
+            driver = Driver(server, args, prompt_set, tail, stop["proc"].proc.pid)
+            asyncio.run(_cells(driver, sched, results, todo, ctx))
+            table_path, initial, _, _ = write_config(
+                results.of_kind("cell"), args, out_dir, release
+            )
+            if table_path:
+                asyncio.run(_validate(driver, sched, results, table_path, initial, levels, ctx))
+            stop["proc"].stop()
+            stop["proc"] = None
+        for name in dict.fromkeys(k.arm for k in arm_todo):
+            _say(f"{PROG}: starting the {name} server (a separate load)")
+            stop["proc"] = start_server(
+                arm_preset(args, out_dir, name),
+                args,
+                out_dir / f"{Path(name).stem}-{datetime.now():%Y%m%d-%H%M%S}.log",
+                extra,
+            )
+            server = probe.Server(stop["proc"].url).connect()
+            driver = Driver(server, args, prompt_set, ProfileTail(out_dir / "none"))
+            for key in [k for k in arm_todo if k.arm == name]:
+                zero = results.records.get(Key("cell", key.level, 0))
+                rounds = zero["rounds"] if zero else 1  # the same load as the steps-0 cell
+                rec = asyncio.run(driver.measure(key.level, rounds))
+                results.append({"kind": "arm", "arm": name, **rec})
+                progress.done(key, rec)
+            stop["proc"].stop()
+            stop["proc"] = None
+    except (KeyboardInterrupt, sw.Interrupted):
+        progress.close()
+        if stop["proc"] is not None:
+            stop["proc"].stop()
+        n = len(results.records) - results.resumed
+        _say(
+            f"\n{PROG}: interrupted; the server is stopped. {n} measurement(s) of this run "
+            f"kept in {args.results}: rerun the same command to resume."
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        if stop["proc"] is not None:
+            stop["proc"].stop()
+    progress.close()
+    report(args, results, out_dir, steps, release, ctx)
+    return 0

@@ -1,0 +1,245 @@
+"""What tune --live prints and writes from its records: the table, the verdicts, the
+crossover, the adaptive table (from the measured cells, by tune's rules), the fixed
+preset and the HTML report.
+
+tok/s is the client's output tokens / wall time of the measured rounds (what users
+get, prefill included); accept length and cycle ms come from the server's profile
+windows of that (batch size, steps). A gain is a cell's tok/s over the steps-0 cell of
+the same level (no drafting, on the same server: the in-server baseline).
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+from sgl_eagle_ext.tools.tune import choose
+
+MIN_GAIN = 1.03  # a step count pays only above this (noise margin; tune's --min-gain)
+
+
+def tok_s(rec: dict) -> float | None:
+    return (rec.get("client") or {}).get("output_tok_s")
+
+
+def grid(cells: list[dict]) -> dict[int, dict[int, dict]]:
+    out: dict[int, dict[int, dict]] = {}
+    for r in cells:
+        out.setdefault(r["level"], {})[r["steps"]] = r
+    return dict(sorted(out.items()))
+
+
+def best(row: dict[int, dict]) -> int | None:
+    rated = {s: tok_s(r) for s, r in row.items() if tok_s(r)}
+    return max(rated, key=rated.get) if rated else None
+
+
+def _cell_text(rec: dict | None, star: bool) -> str:
+    if rec is None:
+        return "-"
+    p = rec.get("profile") or {}
+    acc, cyc = p.get("accept_len"), p.get("cycle_ms")
+    t = tok_s(rec)
+    return (
+        f"{'-' if t is None else format(t, '.2f')}"
+        f" {'-' if acc is None else format(acc, '.2f')}"
+        f" {'-' if cyc is None else format(cyc, '.0f')}" + ("*" if star else "")
+    )
+
+
+def table_lines(cells: list[dict], steps: list[int]) -> list[str]:
+    g = grid(cells)
+    width = max([22, *(len(_cell_text(r, True)) + 2 for row in g.values() for r in row.values())])
+    head = f"{'conc':>5} |" + "|".join(f"{f'steps {s}':^{width}}" for s in steps)
+    lines = [
+        "cells: output tok/s, accept length, cycle ms (* = best at that concurrency; "
+        "steps 0 = no drafting, the in-server baseline)",
+        head,
+        "-" * len(head),
+    ]
+    for level, row in g.items():
+        top = best(row)
+        lines.append(
+            f"{level:>5} |"
+            + "|".join(f"{_cell_text(row.get(s), s == top):^{width}}" for s in steps)
+        )
+    return lines
+
+
+def verdicts(cells: list[dict]) -> dict[int, tuple[bool | None, str]]:
+    """level -> (drafting pays?, one sentence)."""
+    out = {}
+    for level, row in grid(cells).items():
+        base = tok_s(row[0]) if 0 in row else None
+        drafting = {s: tok_s(r) for s, r in row.items() if s > 0 and tok_s(r)}
+        if not base or not drafting:
+            out[level] = (
+                None,
+                f"c={level}: not enough cells for a verdict (steps 0 and a drafting cell needed)",
+            )
+            continue
+        s = max(drafting, key=drafting.get)
+        gain = drafting[s] / base
+        if gain > MIN_GAIN:
+            out[level] = (
+                True,
+                f"c={level}: {s} step{'s' * (s > 1)} pays {gain:.2f}x "
+                f"({drafting[s]:.2f} vs {base:.2f} tok/s without drafting).",
+            )
+        else:
+            out[level] = (
+                False,
+                f"c={level}: do not draft (the best drafting cell, {s} step{'s' * (s > 1)}, "
+                f"gives {gain:.2f}x: {drafting[s]:.2f} vs {base:.2f} tok/s).",
+            )
+    return out
+
+
+def crossover(v: dict[int, tuple[bool | None, str]]) -> str:
+    pays = [(lv, p) for lv, (p, _) in sorted(v.items()) if p is not None]
+    if not pays:
+        return "crossover: not measured"
+    yes = [lv for lv, p in pays if p]
+    no = [lv for lv, p in pays if not p]
+    if not no:
+        return f"crossover: drafting pays at every measured concurrency (up to {pays[-1][0]})"
+    if not yes:
+        return f"crossover: drafting pays at no measured concurrency (from {pays[0][0]})"
+    if max(yes) < min(no):
+        return f"crossover: drafting pays up to {max(yes)} stream(s); from {min(no)} do not draft"
+    return (
+        f"crossover: not monotone: drafting pays at {', '.join(map(str, yes))} and not at "
+        f"{', '.join(map(str, no))} (noise, or a host effect: measure again)"
+    )
+
+
+FLOOR_MARGIN = 1.15  # keep 0 steps as the floor at one stream below this gain (tune's)
+
+
+def pick(level: int, row: dict[int, dict], min_step: int = 0) -> choose.Choice | None:
+    """A level's candidate steps from its measured cells, by tune's rules (choose.py):
+    the best drafting cell and the cheaper ones that also pay, 0 as the floor when the
+    margin is thin or more than one stream shares the batch; [0] when drafting does not
+    pay. SGLang's controller climbs to the top candidate while drafts are accepted, so
+    the top is the fastest measured cell. Gains are measured tok/s over steps 0."""
+    base = tok_s(row[0]) if 0 in row else None
+    gains = {s: tok_s(r) / base for s, r in row.items() if s > 0 and base and tok_s(r)}
+    if not gains:
+        return None
+    top = max(gains, key=gains.get)
+    if gains[top] <= MIN_GAIN:
+        shown = f"best drafting {top} steps {gains[top]:.2f}x"
+        if min_step > 0:
+            return choose.Choice(
+                level, [1], None, f"drafting does not pay ({shown}); 1 is the least here"
+            )
+        return choose.Choice(level, [0], None, f"drafting does not pay ({shown}): no draft")
+    ladder = sorted({s for s, g in gains.items() if s <= top and g > MIN_GAIN} | {top})
+    if len(ladder) > choose.MAX_CANDIDATES - 1:
+        n = choose.MAX_CANDIDATES - 1
+        ladder = sorted({ladder[round(i * (len(ladder) - 1) / (n - 1))] for i in range(n)} | {top})
+    floor = min_step == 0 and (gains[top] < FLOOR_MARGIN or level > 1)
+    why = f"best {top} steps ({gains[top]:.2f}x measured)" + ("; 0 as the floor" if floor else "")
+    return choose.Choice(level, ([0] if floor else []) + ladder, None, why)
+
+
+def adaptive_table(cells: list[dict], min_step: int = 0):
+    """(buckets, picks) from the measured cells; only measured step counts are
+    candidates (the server prebuilt those, nothing is extrapolated)."""
+    picks = {lv: c for lv, row in grid(cells).items() if (c := pick(lv, row, min_step))}
+    return choose.buckets(list(picks.values())), picks
+
+
+def recommended_fixed(cells: list[dict], preset_file: str | None) -> tuple[str, str | None]:
+    """(sentence, preset file text or None) for the lowest measured concurrency."""
+    g = grid(cells)
+    if not g:
+        return "no recommendation: nothing measured", None
+    level, row = next(iter(g.items()))
+    s = best(row)
+    if s is None:
+        return "no recommendation: nothing measured", None
+    if s == 0:
+        return (
+            f"recommended fixed preset: baseline (no drafting is fastest at {level} stream(s))",
+            None,
+        )
+    base = json.dumps(preset_file) if preset_file else '"eagle3-3step"'
+    text = (
+        f"# written by tune --live: the fastest fixed chain at {level} stream(s)\n"
+        f"extends = {base}\n[server]\nspeculative-eagle-topk = 1\n"
+        f"speculative-num-steps = {s}\nspeculative-num-draft-tokens = {s + 1}\n"
+        "speculative-adaptive = false\nspeculative-adaptive-config = false\n"
+    )
+    return f"recommended fixed preset: a {s}-step chain (fastest at {level} stream(s))", text
+
+
+def validation_lines(cells: list[dict], validations: list[dict]) -> list[str]:
+    g = grid(cells)
+    lines = ["validation: the written table under SGLang's own adaptive controller"]
+    for v in sorted(validations, key=lambda r: r["level"]):
+        row = g.get(v["level"], {})
+        s = best(row)
+        cell = tok_s(row[s]) if s is not None else None
+        again = tok_s(v["reference"]) if v.get("reference") else None
+        got = tok_s(v)
+        mix = (v.get("profile") or {}).get("steps_mix") or {}
+        total = sum(mix.values()) or 1
+        ran = ", ".join(f"{k} steps {100 * n / total:.0f}%" for k, n in sorted(mix.items()))
+        ratio = f"{got / again:.2f}x" if got and again else "-"
+        per_cpu = validation_cpu_ratio(v)
+        lines.append(
+            f"  c={v['level']}: {got or 0:.2f} tok/s; best cell (steps {s}) "
+            f"{'-' if cell is None else f'{cell:.2f}'} tok/s measured, "
+            f"{'-' if again is None else f'{again:.2f}'} re-measured alongside: {ratio}"
+            + (f" (per server CPU second: {per_cpu:.2f}x)" if per_cpu else "")
+            + f"; the controller ran {ran or '-'} of its cycles"
+        )
+    lines.append(
+        "  (each level's adaptive rounds alternate with rounds pinned at its best cell, "
+        "A B then B A, so the ratio compares runs under the same host load; where other "
+        "work shares the host's CPUs, tokens per CPU second of the server's processes is "
+        "the steadier figure)"
+    )
+    return lines
+
+
+def validation_cpu_ratio(v: dict) -> float | None:
+    """Output tokens per CPU second of the server's processes, adaptive over pinned: on
+    a CPU host shared with other work, the figure its neighbours do not move."""
+    got = (v.get("client") or {}).get("tok_per_server_cpu_s")
+    ref = ((v.get("reference") or {}).get("client") or {}).get("tok_per_server_cpu_s")
+    return got / ref if got and ref else None
+
+
+def validation_ratio(v: dict) -> float | None:
+    got, ref = tok_s(v), tok_s(v.get("reference") or {})
+    return got / ref if got and ref else None
+
+
+def arm_lines(cells: list[dict], arms: list[dict]) -> list[str]:
+    if not arms:
+        return []
+    g = grid(cells)
+    lines = ["separate servers (one load each), same load:"]
+    for a in sorted(arms, key=lambda r: (r["arm"], r["level"])):
+        zero = g.get(a["level"], {}).get(0)
+        ours = tok_s(zero) if zero else None
+        t = tok_s(a)
+        note = ""
+        if a["arm"] == "baseline" and ours and t:
+            note = f"; in-server steps 0 / baseline server = {ours / t:.2f}x"
+        lines.append(f"  {a['arm']} c={a['level']}: {t or 0:.2f} tok/s{note}")
+    return lines
+
+
+def html(title: str, sections: list[tuple[str, list[str]]]) -> str:
+    from sgl_eagle_ext.tools.bench.html_report import STYLE
+
+    body = "".join(
+        f"<h2>{escape(h)}</h2><pre>{escape(chr(10).join(lines))}</pre>" for h, lines in sections
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>\n"
+    )
