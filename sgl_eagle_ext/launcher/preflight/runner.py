@@ -16,9 +16,9 @@ from sgl_eagle_ext.launcher.preflight import (
     context,
     host,
     model_dirs,
-    numbers,
     scaleout,
     shapes,
+    sizes,
 )
 from sgl_eagle_ext.launcher.preflight.findings import INFO, WARNING, Finding, Report
 
@@ -231,7 +231,7 @@ def run(
             )
         )
 
-    report.add(*_safely(report, "numbers", [], numbers.check, target, draft, server_args))
+    report.add(*_safely(report, "sizes", [], sizes.check, target, draft, server_args))
     report.add(*_safely(report, "scaleout", [], scaleout.check, server_args, env))
     report.add(*_safely(report, "adaptive", [], adaptive.check, server_args, release))
     if host_checks:

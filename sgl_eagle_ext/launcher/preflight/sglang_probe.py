@@ -23,16 +23,23 @@ Request (JSON): {"context": [{"target": DIR, "draft": DIR|null, "context_length"
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import functools
-import importlib
-import json
 import os
-import re
 import sys
-import time
-import types
+
+# Run as a script, this file's folder (the preflight's modules: context.py, sizes.py,
+# ...) comes first on sys.path, where a module named like one of the standard library's
+# would shadow it for SGLang's imports: take the folder off before importing anything.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import contextlib  # noqa: E402
+import copy  # noqa: E402
+import functools  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
+import types  # noqa: E402
 
 # The bypasses of SGLang's context check must not change its verdict here.
 for _var in ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_IS_IN_CI"):
