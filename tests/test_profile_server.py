@@ -187,3 +187,43 @@ def test_unset_variable_leaves_sglang_unpatched(tiny_models, start_launcher):
     launcher.signal(signal.SIGTERM)
     log = launcher.log_text()
     assert "EAGLE3_PROFILE" not in log
+
+
+def test_a_server_stopped_under_load_writes_its_last_window(tiny_models, start_launcher):
+    """Defect 4: SGLang SIGKILLs the schedulers, so their exit flush never ran and the
+    window in progress was lost. No window is due (600 s) and the server is never idle:
+    the only window after the request starts is the one written on the way out."""
+    import threading
+    import time
+
+    launcher = start_launcher(
+        "--preset",
+        "eagle3-3step",
+        "--cpu",
+        "--no-spec-check",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models["draft-mostly"]),
+        "--",
+        "--decode-log-interval",
+        "1",
+        env={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "600"},
+    )
+    launcher.wait_for("READY in")
+    start = len(launcher.log_text().splitlines())
+
+    def load():
+        try:
+            http.generate(launcher.base_url, [DEMO_PROMPTS[0]], 400)
+        except Exception:  # the server goes away mid-request: expected
+            pass
+
+    threading.Thread(target=load, daemon=True).start()
+    deadline = time.monotonic() + 300
+    while sum("Decode batch" in ln for ln in launcher.log_text().splitlines()[start:]) < 3:
+        assert time.monotonic() < deadline, launcher.log_text()[-3000:]
+        time.sleep(0.2)
+    launcher.signal(signal.SIGTERM)
+    records = [r for r in profile_records(launcher.log_text().splitlines()[start:]) if r["cycles"]]
+    assert records and sum(r["cycles"] for r in records) >= 3, launcher.log_text()[-3000:]
