@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,7 +58,18 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     launcher.wait_for("READY in")
     start = len(launcher.log_text().splitlines())
     outs = http.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
-    lines = launcher.log_text().splitlines()[start:]
+    verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+    # The last window is written once the scheduler has been idle 0.5 s (profiler.py),
+    # and SGLang's last Decode batch line may trail the reply: wait for both, bounded.
+    deadline = time.monotonic() + 60
+    while True:
+        lines = launcher.log_text().splitlines()[start:]
+        records = [r for r in profile_records(lines) if r["cycles"]]
+        cycles = sum(bs * n for r in records for bs, n in r["bs"].items())
+        decode_lines = sum("Decode batch" in ln for ln in lines)
+        if (cycles >= verify_ct and decode_lines >= len(records)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     metrics = http.request(f"{launcher.base_url}/metrics")
     stop = launcher.signal(signal.SIGTERM)
     assert stop == 128 + signal.SIGTERM
@@ -74,7 +86,6 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     # one record per cycle, one SGLang line per verify iteration: same count
     assert len(records) == len(decode)
     # SGLang's per-request verify counts sum to our cycles weighted by batch size
-    verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
     assert verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
     # cycle by cycle, our accept length is SGLang's own
     ours = [
@@ -194,7 +205,6 @@ def test_a_server_stopped_under_load_writes_its_last_window(tiny_models, start_l
     window in progress was lost. No window is due (600 s) and the server is never idle:
     the only window after the request starts is the one written on the way out."""
     import threading
-    import time
 
     launcher = start_launcher(
         "--preset",
