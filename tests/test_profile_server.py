@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -192,3 +193,42 @@ def test_unset_variable_leaves_sglang_unpatched(spec_server):
     http.generate(spec_server.base_url, list(DEMO_PROMPTS[:2]), 8)
     assert "Decode batch" in spec_server.log_text()  # it served, and its log is read
     assert "EAGLE3_PROFILE" not in spec_server.log_text()
+
+
+def test_a_server_stopped_under_load_writes_its_last_window(tiny_models, start_launcher):
+    """Defect 4: SGLang SIGKILLs the schedulers, so their exit flush never ran and the
+    window in progress was lost. No window is due (600 s) and the server is never idle:
+    the only window after the request starts is the one written on the way out."""
+    import threading
+
+    launcher = start_launcher(
+        "--preset",
+        "eagle3-3step",
+        "--cpu",
+        "--no-spec-check",
+        "--model-path",
+        str(tiny_models["target"]),
+        "--draft-model-path",
+        str(tiny_models["draft-mostly"]),
+        "--",
+        "--decode-log-interval",
+        "1",
+        env={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "600"},
+    )
+    launcher.wait_for("READY in")
+    start = len(launcher.log_text().splitlines())
+
+    def load():
+        try:
+            http.generate(launcher.base_url, [DEMO_PROMPTS[0]], 400)
+        except Exception:  # the server goes away mid-request: expected
+            pass
+
+    threading.Thread(target=load, daemon=True).start()
+    deadline = time.monotonic() + 300
+    while sum("Decode batch" in ln for ln in launcher.log_text().splitlines()[start:]) < 3:
+        assert time.monotonic() < deadline, launcher.log_text()[-3000:]
+        time.sleep(0.2)
+    launcher.signal(signal.SIGTERM)
+    records = [r for r in profile_records(launcher.log_text().splitlines()[start:]) if r["cycles"]]
+    assert records and sum(r["cycles"] for r in records) >= 3, launcher.log_text()[-3000:]

@@ -23,6 +23,7 @@ import psutil
 
 from sgl_eagle_ext.common import proctree
 from sgl_eagle_ext.common.redaction import redact_text
+from sgl_eagle_ext.profiling import names as profile_names
 
 # Startup phases, recognised from SGLang's own log lines (all supported
 # releases); the first pattern that matches a line sets the phase.
@@ -167,6 +168,22 @@ class ServerProcess:
         """The server process and all its descendants, alive now."""
         return proctree.tree_pids(self.pid)
 
+    def _flush_profiles(self, alive) -> None:
+        """Schedulers about to be SIGKILLed (SGLang still draining requests) write their
+        profile window first, when the server profiles (profiling/names.py)."""
+        if not profile_names.enabled(self.env or {}):
+            return
+        asked = 0
+        for p in alive:
+            try:
+                if profile_names.SCHEDULER_TITLE in " ".join(p.cmdline()):
+                    p.send_signal(getattr(signal, profile_names.FLUSH_SIGNAL_NAME))
+                    asked += 1
+            except psutil.Error:
+                continue
+        if asked:
+            psutil.wait_procs(alive, timeout=profile_names.FLUSH_GRACE_S)
+
     def stop(self, grace: float = 20.0) -> set[int]:
         """Stop the whole tree; returns PIDs still alive afterwards (none expected).
 
@@ -186,6 +203,7 @@ class ServerProcess:
         if self.proc.poll() is None:
             proctree.send(psutil.Process(self.proc.pid), signal.SIGTERM)
         _, alive = psutil.wait_procs(procs, timeout=grace)
+        self._flush_profiles(alive)
         for p in alive:
             proctree.send(p, signal.SIGKILL)
         proctree.killpg(self.pid, signal.SIGKILL)  # anything else left in the session

@@ -15,9 +15,11 @@ import signal
 import sys
 import time
 
-FLUSH_SIGNAL = signal.SIGUSR2  # SGLang uses neither SIGUSR1 nor SIGUSR2
-GRACE_S = 1.0  # long enough for a log line and a JSON line, short against a shutdown
-SCHEDULER_TITLE = "sglang::scheduler"  # setproctitle of every rank, all releases
+from sgl_eagle_ext.profiling import names
+
+FLUSH_SIGNAL = getattr(signal, names.FLUSH_SIGNAL_NAME)
+GRACE_S = names.FLUSH_GRACE_S  # long enough for a log line and a JSON line
+SCHEDULER_TITLE = names.SCHEDULER_TITLE
 
 
 def schedulers(parent_pid: int) -> list:

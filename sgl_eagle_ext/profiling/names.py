@@ -20,6 +20,15 @@ ENV_FILE = "EAGLE3_PROFILE_FILE"
 ENV_SYNC_CHECK = "EAGLE3_PROFILE_SYNC_CHECK"
 
 
+# A scheduler writes its window now on this signal (its handler: recorder/instrument.py),
+# sent by whoever is about to SIGKILL it: SGLang's kill_process_tree (in_sglang/
+# profile_flush.py) or the launcher's stop (launcher/server_process.py). Schedulers are
+# the processes whose title holds SCHEDULER_TITLE (setproctitle, every release).
+FLUSH_SIGNAL_NAME = "SIGUSR2"  # SGLang uses neither SIGUSR1 nor SIGUSR2
+SCHEDULER_TITLE = "sglang::scheduler"
+FLUSH_GRACE_S = 1.0
+
+
 def enabled(env) -> bool:
     """The one test of the switch, shared by every place that installs the recorder."""
     return env.get(ENV) == "1"
