@@ -83,7 +83,8 @@ def ask_release(
 ) -> tuple[ask_sglang.Answer | None, Finding]:
     """SGLang's own verdicts when `python` imports the release being launched."""
     python = python or ask_sglang.default_python()
-    installed = ask_sglang.installed_version(python, dict(env))
+    found = ask_sglang.installed(python, dict(env))
+    installed = found.get("sglang")
     dry = "verdicts predicted from the release table"
     if installed is None:
         return None, Finding("sglang.dry-run", INFO, f"no SGLang in {python}: {dry}.")
@@ -106,16 +107,26 @@ def ask_release(
         length,
         aux,
         dict(env),
+        found=found,
     )
     if answer is None:
         return None, Finding("sglang.unavailable", WARNING, f"{why}; {dry}.")
+    when = (
+        f"cached answer from {answer.cached_at} on these exact inputs, read in"
+        if answer.cached_at
+        else "in"
+    )
     return answer, Finding(
         "sglang.asked",
         INFO,
         f"context-length and aux-layer verdicts by SGLang {answer.version} itself ({python}: its "
-        f"ModelConfig and the target class's set_eagle3_layers_to_capture, no weights) in "
-        f"{answer.seconds:.1f} s.",
-        data={"seconds": round(answer.seconds, 2), "version": answer.version},
+        f"ModelConfig and the target class's set_eagle3_layers_to_capture, no weights; "
+        f"{when} {answer.seconds:.1f} s).",
+        data={
+            "seconds": round(answer.seconds, 2),
+            "version": answer.version,
+            "cached_at": answer.cached_at,
+        },
     )
 
 
