@@ -110,6 +110,9 @@ def test_other_inputs_are_part_of_the_key(fake, tmp_path):
     assert count() == 4
     _ask(py, t, d, {"SGLANG_SOMETHING": "1"})
     assert count() == 4
+    # what the probe never sees (it drops the context-check bypasses) or cannot matter
+    _ask(py, t, d, {"SGLANG_SOMETHING": "1", "SGLANG_IS_IN_CI": "1", "NCCL_DEBUG": "INFO"})
+    assert count() == 4
 
 
 @pytest.mark.parametrize("garbage", [b"", b"{not json", b"\xff\xfe", b'{"format": 1}', b"[]"])

@@ -129,7 +129,7 @@ def ask(
     name = None
     if found and probe_cache.enabled(env):
         try:
-            name = probe_cache.key(python, found, PROBE, request, env or os.environ)
+            name = probe_cache.key(python, found, PROBE, request, probe_env(env))
         except Exception:
             name = None  # an unreadable config: SGLang is asked and says what it makes of it
         hit = probe_cache.load(name) if name else None

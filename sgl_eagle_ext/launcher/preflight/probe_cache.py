@@ -26,7 +26,7 @@ FORMAT = 1
 BIG = 16 << 20  # files above this (weights) are keyed by name, size and mtime, not bytes
 # Environment variables that can change what SGLang or transformers answer. Values are
 # hashed into the key, never stored; names that look like secrets are left out.
-ENV_PREFIXES = ("SGLANG_", "SGL_", "HF_", "TRANSFORMERS_", "HUGGINGFACE_", "PYTHON", "TORCH")
+ENV_PREFIXES = ("SGLANG_", "SGL_", "HF_", "TRANSFORMERS_", "HUGGINGFACE_", "PYTHON")
 ENV_NAMES = ("VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH")
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "AUTH")
 
