@@ -23,3 +23,22 @@ ADAPTIVE_BACKOFF_ENV = "EAGLE_EXT_ADAPTIVE_BACKOFF"
 # (tune --live) and every scheduler rank reads at each adaptive decision: hold one step
 # count everywhere, or run SGLang's own controller on another table, without a restart.
 SCHEDULE_FILE_ENV = "EAGLE_EXT_SCHEDULE_FILE"
+
+
+# EAGLE3_PROFILE: the switch, read by the launcher's stop as well as by the recorder.
+PROFILE_ENV = "EAGLE3_PROFILE"
+
+
+def profile_enabled(env) -> bool:
+    """The one test of the switch, shared by every place that installs the recorder."""
+    return env.get(PROFILE_ENV) == "1"
+
+
+# A scheduler writes its profile window now on this signal (its handler:
+# profiling/recorder/instrument.py), sent by whoever is about to SIGKILL it: SGLang's
+# kill_process_tree (in_sglang/profile_flush.py) or the launcher's stop
+# (common/server_process.py). Schedulers are the processes whose title holds
+# SCHEDULER_TITLE (setproctitle, every release).
+FLUSH_SIGNAL_NAME = "SIGUSR2"  # SGLang uses neither SIGUSR1 nor SIGUSR2
+SCHEDULER_TITLE = "sglang::scheduler"
+FLUSH_GRACE_S = 1.0

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from sgl_eagle_ext.common import proctree
+from sgl_eagle_ext.common import contract, proctree
 from sgl_eagle_ext.common.redaction import redact_text
-from sgl_eagle_ext.profiling import names as profile_names
 
 # Startup phases, recognised from SGLang's own log lines (all supported
 # releases); the first pattern that matches a line sets the phase.
@@ -170,19 +169,19 @@ class ServerProcess:
 
     def _flush_profiles(self, alive) -> None:
         """Schedulers about to be SIGKILLed (SGLang still draining requests) write their
-        profile window first, when the server profiles (profiling/names.py)."""
-        if not profile_names.enabled(self.env or {}):
+        profile window first, when the server profiles (common/contract.py)."""
+        if not contract.profile_enabled(self.env or {}):
             return
         asked = 0
         for p in alive:
             try:
-                if profile_names.SCHEDULER_TITLE in " ".join(p.cmdline()):
-                    p.send_signal(getattr(signal, profile_names.FLUSH_SIGNAL_NAME))
+                if contract.SCHEDULER_TITLE in " ".join(p.cmdline()):
+                    p.send_signal(getattr(signal, contract.FLUSH_SIGNAL_NAME))
                     asked += 1
             except psutil.Error:
                 continue
         if asked:
-            psutil.wait_procs(alive, timeout=profile_names.FLUSH_GRACE_S)
+            psutil.wait_procs(alive, timeout=contract.FLUSH_GRACE_S)
 
     def stop(self, grace: float = 20.0) -> set[int]:
         """Stop the whole tree; returns PIDs still alive afterwards (none expected).
