@@ -325,7 +325,8 @@ def test_imagebuild_gate_accepts_the_installed_release_and_refuses_others(capsys
 
 @pytest.mark.harness
 def test_imagebuild_applies_and_checks_the_patches_marked_for_the_image(tmp_path, capsys):
-    from sgl_eagle_ext.tools import imagebuild, patches, wheels
+    from sgl_eagle_ext.common import wheels
+    from sgl_eagle_ext.tools import imagebuild, patches
 
     version = next(r.version for r in releases.RELEASES if r.patches)
     marked = [p for p in patches.for_release(version) if p.docker]
