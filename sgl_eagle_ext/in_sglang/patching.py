@@ -168,11 +168,10 @@ class Patches:
         server log captures."""
         if self.sink is not None:
             self.sink(msg)
-        elif logging.getLogger().handlers:
-            if self._logger.isEnabledFor(level):
-                self._logger.log(level, msg)
-        elif level > logging.DEBUG:  # a debug line never reaches the log unasked
-            print(msg, file=sys.stderr, flush=True)
+        elif logging.getLogger().handlers and self._logger.isEnabledFor(level):
+            self._logger.log(level, msg)
+        elif level > logging.DEBUG:  # INFO and up reach the log even where SGLang's
+            print(msg, file=sys.stderr, flush=True)  # root logger sits at WARNING
 
     def refuse(self, why: str) -> bool:
         """The one failure line ("NAME: disabled: why"); returns False."""
