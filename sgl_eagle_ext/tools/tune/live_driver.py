@@ -5,15 +5,14 @@ time, summed per measurement."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 
 import psutil
 
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.profiling.record import iter_records
 from sgl_eagle_ext.profiling.recorder.profiler import IDLE_FLUSH_S
-from sgl_eagle_ext.profiling.report import checked
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import probe
 from sgl_eagle_ext.tools.bench import sweep as sw
@@ -38,13 +37,8 @@ class ProfileTail:
         with open(self.path, "rb") as f:
             f.seek(start)
             data = f.read()
-        out = []
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                out.append(checked(json.loads(line)))
-            except (ValueError, TypeError, KeyError):
-                continue  # NaN or a cut line (never averaged in)
-        return out
+        # the profile record's own reader: a NaN or cut line is skipped, never averaged in
+        return list(iter_records(data.decode("utf-8", "replace").splitlines()))
 
     async def settle(self) -> None:
         """Until the idle server has written its last window (it flushes after
