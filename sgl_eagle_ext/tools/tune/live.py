@@ -547,7 +547,7 @@ def run(argv: list[str]) -> int:
                 extra,
             )
             server = probe.Server(stop["proc"].url).connect()
-            driver = Driver(server, args, prompt_set, ProfileTail(out_dir / "none"))
+            driver = Driver(server, args, prompt_set, ProfileTail(None))
             for key in [k for k in arm_todo if k.arm == name]:
                 zero = results.records.get(Key("cell", key.level, 0))
                 rounds = zero["rounds"] if zero else 1  # the same load as the steps-0 cell

@@ -25,14 +25,14 @@ MIN_CYCLES = 8  # per cell, whatever the request-cycle count
 class ProfileTail:
     """New EAGLE3_PROFILE records of rank 0 (EAGLE3_PROFILE_FILE), from an offset."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path | None):
+        self.path = path  # None: an unprofiled server (a separate arm): nothing to read
 
     def offset(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
+        return self.path.stat().st_size if self.path and self.path.exists() else 0
 
     def records(self, start: int) -> list[dict]:
-        if not self.path.exists():
+        if not self.path or not self.path.exists():
             return []
         with open(self.path, "rb") as f:
             f.seek(start)
@@ -40,19 +40,29 @@ class ProfileTail:
         # the profile record's own reader: a NaN or cut line is skipped, never averaged in
         return list(iter_records(data.decode("utf-8", "replace").splitlines()))
 
-    async def settle(self) -> None:
-        """Until the idle server has written its last window (it flushes after
-        IDLE_FLUSH_S without a batch) and nothing more comes."""
+    async def settle(self, since: int | None = None) -> None:
+        """Until the idle server has written the windows of the round that began at
+        offset `since` (it flushes them once idle for IDLE_FLUSH_S, later on a loaded
+        host) and nothing more comes. Not a fixed wait: a flush that came later than
+        the wait would leave its cycles out of the cell (seen under load: cells with
+        no cycles), and one that came early costs nothing."""
+        if self.path is None:
+            return
         t0 = time.monotonic()
-        size = self.offset()
+        size = last = self.offset()
+        grown_at = None
         while True:
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.1)
             now, new = time.monotonic(), self.offset()
-            if new == size and now - t0 > IDLE_FLUSH_S + 0.9:
+            if new != last:
+                last, grown_at = new, now
+            if grown_at is not None and now - grown_at >= 0.3:
+                return  # a flush after the round ended, written whole
+            early = since is None or size > since  # flushed before we looked (or nothing to)
+            if grown_at is None and early and now - t0 > IDLE_FLUSH_S + 0.9:
                 return
             if now - t0 > 20:
                 return
-            size = new
 
 
 # -- one measurement -----------------------------------------------------------------
@@ -122,9 +132,10 @@ class Driver:
     async def warm_up(self, level: int, tokens: int | None = None) -> None:
         """c short requests (not measured), then the windows they made are flushed."""
         tokens = self.args.warmup_tokens if tokens is None else tokens
+        start = self.tail.offset()
         if tokens > 0:
             await self._round(level, tokens, self.args.seed + 10_000)
-        await self.tail.settle()
+        await self.tail.settle(start if tokens > 0 else None)
 
     async def into(self, tally: Tally) -> None:
         """One round of c requests of --max-tokens; its windows go to `tally`."""
@@ -134,7 +145,7 @@ class Driver:
         cpu1 = tree_cpu_s(self.pid) if self.pid else None  # before the idle wait
         if cpu0 is not None and cpu1 is not None:
             tally.cpu_s += cpu1 - cpu0
-        await self.tail.settle()
+        await self.tail.settle(start)
         tally.add(lv.fields, self.tail.records(start), self.spec)
 
     async def measure(
