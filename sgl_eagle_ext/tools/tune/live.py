@@ -210,8 +210,20 @@ SGLANG_LOADER = (
 )
 
 
+_LOADED: dict[tuple, dict] = {}  # (buckets, initial, python) -> SGLang's answer
+
+
 def sglang_loads(path: Path, initial: int, python: str = sys.executable) -> dict:
-    """The buckets SGLang's own loader builds from `path`, in the server's python."""
+    """The buckets SGLang's own loader builds from `path`, in the server's python (one
+    subprocess importing SGLang per distinct table: the run writes the same table after
+    its cells and again for its report)."""
+    key = (path.read_text(encoding="utf-8").split("\n", 2)[-1], initial, python)
+    if key not in _LOADED:
+        _LOADED[key] = _sglang_loads(path, initial, python)
+    return _LOADED[key]
+
+
+def _sglang_loads(path: Path, initial: int, python: str) -> dict:
     p = subprocess.run(
         [python, "-c", SGLANG_LOADER, str(path), str(initial)],
         capture_output=True,
