@@ -33,13 +33,26 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import weakref
 from dataclasses import dataclass, field
 
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
 from sgl_eagle_ext.in_sglang import patching
 
-PATCHES = patching.Patches(SCHEDULE_FILE_ENV, logger="sgl_eagle_ext.schedule_control")
+
+def _line(msg: str) -> None:
+    """Where this feature's lines go: SGLang's log at INFO where logging lets it through,
+    else stderr (the server log too). The scheduler process has logging handlers before
+    SGLang raises the level to INFO, so the base's logging path would drop "on"."""
+    logger = logging.getLogger("sgl_eagle_ext.schedule_control")
+    if logging.getLogger().handlers and logger.isEnabledFor(logging.INFO):
+        logger.info(msg)
+    else:
+        print(msg, file=sys.stderr, flush=True)
+
+
+PATCHES = patching.Patches(SCHEDULE_FILE_ENV, logger="sgl_eagle_ext.schedule_control", say=_line)
 
 
 def _rank() -> int:
@@ -52,8 +65,9 @@ def _rank() -> int:
 
 
 def _say(level: int, msg: str) -> None:
-    """Every TP rank sees the same file and router: rank 0 tells, the others at DEBUG."""
-    PATCHES.say(level if _rank() == 0 else logging.DEBUG, msg)
+    """Every TP rank sees the same file and router: rank 0 tells, for all."""
+    if _rank() == 0:
+        PATCHES.say(level, msg)
 
 
 # -- the control file ---------------------------------------------------------------
