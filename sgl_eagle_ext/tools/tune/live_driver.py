@@ -19,6 +19,9 @@ from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.progress import Console
 from sgl_eagle_ext.tools.tune import measure
 
+# At most this long for the idle flush after a round (it comes IDLE_FLUSH_S after the
+# last batch; a few seconds later on a loaded 2-core host).
+FLUSH_WAIT_S = 15.0
 MIN_CYCLES = 8  # per cell, whatever the request-cycle count
 
 
@@ -41,28 +44,33 @@ class ProfileTail:
         return list(iter_records(data.decode("utf-8", "replace").splitlines()))
 
     async def settle(self, since: int | None = None) -> None:
-        """Until the idle server has written the windows of the round that began at
-        offset `since` (it flushes them once idle for IDLE_FLUSH_S, later on a loaded
-        host) and nothing more comes. Not a fixed wait: a flush that came later than
-        the wait would leave its cycles out of the cell (seen under load: cells with
-        no cycles), and one that came early costs nothing."""
+        """Until the idle server has written the last windows of the round that began
+        at offset `since` and has just ended. The recorder also writes windows while
+        busy (every few seconds), and its last flush comes once idle for IDLE_FLUSH_S,
+        seconds later on a loaded host: a fixed wait, or "the file grew", let that
+        flush land in the next cell (seen under load: cells without cycles, or with
+        another step count's). So: wait for a window written after the round ended
+        (its `ts`), then for the file to stay still; at most FLUSH_WAIT_S without one."""
         if self.path is None:
             return
+        ended = time.time()
         t0 = time.monotonic()
-        size = last = self.offset()
-        grown_at = None
+        last, grown_at = self.offset(), t0
         while True:
             await asyncio.sleep(0.1)
             now, new = time.monotonic(), self.offset()
             if new != last:
                 last, grown_at = new, now
-            if grown_at is not None and now - grown_at >= 0.3:
-                return  # a flush after the round ended, written whole
-            early = since is None or size > since  # flushed before we looked (or nothing to)
-            if grown_at is None and early and now - t0 > IDLE_FLUSH_S + 0.9:
-                return
-            if now - t0 > 20:
-                return
+            if now - grown_at < 0.3:
+                continue  # being written
+            if since is None:
+                if now - t0 > IDLE_FLUSH_S + 0.9:
+                    return  # nothing ran: whatever was pending has been written
+                continue
+            if any(r.get("ts", 0) >= ended for r in self.records(since)):
+                return  # the idle flush after the round, written whole
+            if now - t0 > FLUSH_WAIT_S:
+                return  # it flushed before the round's end was seen (a slow client)
 
 
 # -- one measurement -----------------------------------------------------------------
