@@ -559,7 +559,9 @@ def run(argv: list[str]) -> int:
                 extra,
             )
             server = probe.Server(stop["proc"].url).connect()
-            driver = Driver(server, args, prompt_set, ProfileTail(None))
+            # unprofiled; its server's CPU seconds recorded as the live cells' are
+            pid = stop["proc"].proc.pid
+            driver = Driver(server, args, prompt_set, ProfileTail(None), pid)
             for key in [k for k in arm_todo if k.arm == name]:
                 zero = results.records.get(Key("cell", key.level, 0))
                 rounds = zero["rounds"] if zero else 1  # the same load as the steps-0 cell
