@@ -5,11 +5,14 @@ refusals, fail closed, uninstall."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import pytest
+import wrapt
 
 from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.in_sglang import patching
 from sgl_eagle_ext.in_sglang import schedule_control as sc
 
 sglang = pytest.importorskip("sglang.srt.speculative.adaptive_spec_params")
@@ -25,7 +28,9 @@ def params(tmp_path):
 
 
 @pytest.fixture
-def control(tmp_path):
+def control(tmp_path, caplog):
+    # SGLang's servers log at INFO; the patching base says lines through logging once set up
+    caplog.set_level(logging.INFO, logger="sgl_eagle_ext.schedule_control")
     path = tmp_path / "schedule.json"
     assert sc.install(str(path), R.version)
     seq = iter(range(1, 1000))
@@ -49,7 +54,7 @@ def steps(params) -> dict[int, int]:
 
 
 def test_anchor_is_in_the_release_table_and_in_sglang():
-    owner, name, original = sc.resolve_anchor(R.version)
+    owner, name, original = patching.resolve(R.adaptive.control_anchor)
     assert owner is sglang.AdaptiveSpeculativeParams and name == "on_verify_complete"
     assert original is vars(sglang.AdaptiveSpeculativeParams)["on_verify_complete"]
 
@@ -150,8 +155,8 @@ def test_a_router_without_the_parts_it_uses_is_left_alone(control, tmp_path, cap
 
     sc.uninstall()  # wrap the subclass's own method, as the release table would name it
     owner_method = vars(Other)["on_verify_complete"]
-    Other.on_verify_complete = sc._wrapper(sc.ControlFile(str(tmp_path / "schedule.json")))(
-        owner_method
+    Other.on_verify_complete = wrapt.FunctionWrapper(
+        owner_method, sc._wrapper(sc.ControlFile(str(tmp_path / "schedule.json")))
     )
     control(pin=2)
     other = Other()

@@ -72,6 +72,18 @@ def test_verdicts_crossover_and_table_from_measured_cells():
     assert "13.00 2.00 100*" in lines[3]
 
 
+def test_a_draft_never_accepted_never_pays_whatever_the_noise():
+    never = [cell(1, 0, 10.0), cell(1, 1, 11.2, accept=1.0), cell(1, 3, 9.0, accept=1.0)]
+    for c in never:
+        c["profile"]["cycles"] = 7
+    assert live_report.best(live_report.grid(never)[1]) == 0  # 1.12x was the host's noise
+    v = live_report.verdicts(never)
+    assert v[1] == (False, "c=1: do not draft (no draft token was accepted).")
+    assert live_report.adaptive_table(never)[0] == {"1": [0]}
+    never[1]["profile"]["accept_len"] = 1.4  # one accepted: measured tok/s decides again
+    assert live_report.best(live_report.grid(never)[1]) == 1
+
+
 def test_schedule_file_is_what_the_controller_reads(tmp_path):
     s = live.Schedule(tmp_path / "schedule.json")
     s.write(pin=3)

@@ -22,14 +22,14 @@ verify (a few microseconds on the host, against milliseconds of GPU work; the pa
 content is cached by mtime, size and inode). Nothing here touches the GPU.
 
 Installed by injection.py in every scheduler process when EAGLE_EXT_SCHEDULE_FILE is
-set. Fail closed: an unknown release, a missing anchor or a bad file leaves SGLang's
-own controller in charge, with one log line. SGLang logs each switch ("Switch adaptive
+set, through the patching base (patching.py): idempotent, reversible, fail closed (an
+unknown release, a missing anchor or a bad file leaves SGLang's own controller in
+charge, with one log line; rank 0 tells what every rank does alike). SGLang logs each switch ("Switch adaptive
 runtime state: steps a -> b"); the profile windows carry the steps they ran.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -37,13 +37,22 @@ import sys
 import weakref
 from dataclasses import dataclass, field
 
-import wrapt
-
-from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
+from sgl_eagle_ext.in_sglang import patching
 
-logger = logging.getLogger("sgl_eagle_ext.schedule_control")
-_installed: tuple[object, str, object] | None = None  # (owner, name, original)
+
+def _line(msg: str) -> None:
+    """Where this feature's lines go: SGLang's log at INFO where logging lets it through,
+    else stderr (the server log too). The scheduler process has logging handlers before
+    SGLang raises the level to INFO, so the base's logging path would drop "on"."""
+    logger = logging.getLogger("sgl_eagle_ext.schedule_control")
+    if logging.getLogger().handlers and logger.isEnabledFor(logging.INFO):
+        logger.info(msg)
+    else:
+        print(msg, file=sys.stderr, flush=True)
+
+
+PATCHES = patching.Patches(SCHEDULE_FILE_ENV, logger="sgl_eagle_ext.schedule_control", say=_line)
 
 
 def _rank() -> int:
@@ -56,13 +65,9 @@ def _rank() -> int:
 
 
 def _say(level: int, msg: str) -> None:
-    """Rank 0 only (every rank does the same); through logging once SGLang set it up."""
-    if _rank() != 0:
-        return
-    if logging.getLogger().handlers and logger.isEnabledFor(level):
-        logger.log(level, msg)
-    else:
-        print(msg, file=sys.stderr, flush=True)
+    """Every TP rank sees the same file and router: rank 0 tells, for all."""
+    if _rank() == 0:
+        PATCHES.say(level, msg)
 
 
 # -- the control file ---------------------------------------------------------------
@@ -199,7 +204,8 @@ def _apply(params, ctl: Control | None) -> str | None:
 
 
 def _wrapper(control: ControlFile):
-    @wrapt.decorator
+    """The wrapper on the router's verify entry (wrapt's signature)."""
+
     def wrapper(wrapped, params, args, kwargs):
         ctl = control.current()
         said = _apply(params, ctl)
@@ -219,49 +225,29 @@ def _wrapper(control: ControlFile):
     return wrapper
 
 
-# -- anchor, install, uninstall ------------------------------------------------------
-
-
-def resolve_anchor(version: str | None = None) -> tuple[object, str, object]:
-    """(owner class, method name, original) from the release table; ValueError says why."""
-    try:
-        release, _ = releases.resolve(version)
-    except Exception as e:  # an unknown release
-        raise ValueError(str(e)) from None
-    anchor = release.adaptive.control_anchor if release.adaptive else None
-    if anchor is None:
-        raise ValueError(f"no schedule-control anchor for SGLang {release.version}")
-    module_name, qualname = anchor.split(":")
-    owner_name, name = qualname.split(".")
-    try:
-        owner = getattr(importlib.import_module(module_name), owner_name)
-        return owner, name, vars(owner)[name]
-    except (ImportError, AttributeError, KeyError) as e:
-        raise ValueError(f"anchor {anchor}: {e!r}") from None
+# -- install, uninstall ----------------------------------------------------------------
 
 
 def install(path: str, version: str | None = None) -> bool:
-    """Wrap the router's verify entry; True when installed (now or before)."""
-    global _installed
-    if _installed is not None:
+    """Wrap the router's verify entry (the release table's anchor) through the patching
+    base; True when installed (now or before)."""
+    if PATCHES.installed:
         return True
-    try:
-        owner, name, original = resolve_anchor(version)
-    except ValueError as e:
-        _say(logging.WARNING, f"{SCHEDULE_FILE_ENV}: disabled: {e}")
+    release = PATCHES.release(version)
+    if release is None:  # an unknown release: SGLang's own controller
         return False
-    setattr(owner, name, _wrapper(ControlFile(path))(original))
-    _installed = (owner, name, original)
-    _say(logging.INFO, f"{SCHEDULE_FILE_ENV}: on ({path})")
-    return True
+    anchor = release.adaptive.control_anchor if release.adaptive else None
+    if anchor is None:
+        return PATCHES.refuse(f"no schedule-control anchor for SGLang {release.version}")
+    return PATCHES.install(
+        [patching.Wrap(anchor, _wrapper(ControlFile(path)), label="the adaptive verify entry")],
+        release=release.version,
+        on=f"on ({path})" if _rank() == 0 else None,
+    )
 
 
 def uninstall() -> None:
-    global _installed
-    if _installed is not None:
-        owner, name, original = _installed
-        setattr(owner, name, original)
-        _installed = None
+    PATCHES.uninstall()
 
 
 def install_from_env(env) -> bool:

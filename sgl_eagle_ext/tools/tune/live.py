@@ -43,13 +43,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import adaptive_config, releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.launcher.preflight import adaptive as adaptive_check
 from sgl_eagle_ext.tools.bench import arms, probe, prompts
 from sgl_eagle_ext.tools.bench import sweep as sw
-from sgl_eagle_ext.tools.tune import choose, live_report
+from sgl_eagle_ext.tools.tune import live_report
 from sgl_eagle_ext.tools.tune.live_driver import Driver, ProfileTail, Tally
 from sgl_eagle_ext.tools.tune.live_results import Key, Results, fit, schedule
 
@@ -108,16 +107,11 @@ def _ints(text: str, flag: str) -> list[int]:
 def live_preset(args, out_dir: Path, levels: list[int], steps: list[int]) -> Path:
     """The preset file of the live server: the user's (or eagle3-adaptive) plus adaptive
     on every step count at every level bucket, profiling and the schedule file."""
-    table = out_dir / "live-table.json"
-    table.write_text(
-        json.dumps(
-            {
-                "_about": "tune --live: every candidate step in every bucket (the schedule "
-                "controller pins one at a time)",
-                **{str(lv): {"candidate_steps": steps} for lv in levels},
-            },
-            indent=1,
-        )
+    table = adaptive_config.write(
+        out_dir / "live-table.json",
+        {lv: steps for lv in levels},
+        "tune --live: every candidate step in every bucket (the schedule controller pins "
+        "one at a time)",
     )
     base = str(args.preset_file.resolve()) if args.preset_file else "eagle3-adaptive"
     top = max(steps)
@@ -216,8 +210,20 @@ SGLANG_LOADER = (
 )
 
 
+_LOADED: dict[tuple, dict] = {}  # (buckets, initial, python) -> SGLang's answer
+
+
 def sglang_loads(path: Path, initial: int, python: str = sys.executable) -> dict:
-    """The buckets SGLang's own loader builds from `path`, in the server's python."""
+    """The buckets SGLang's own loader builds from `path`, in the server's python (one
+    subprocess importing SGLang per distinct table: the run writes the same table after
+    its cells and again for its report)."""
+    key = (path.read_text(encoding="utf-8").split("\n", 2)[-1], initial, python)
+    if key not in _LOADED:
+        _LOADED[key] = _sglang_loads(path, initial, python)
+    return _LOADED[key]
+
+
+def _sglang_loads(path: Path, initial: int, python: str) -> dict:
     p = subprocess.run(
         [python, "-c", SGLANG_LOADER, str(path), str(initial)],
         capture_output=True,
@@ -243,9 +249,8 @@ def write_config(cells, args, out_dir: Path, release) -> tuple[Path | None, int,
         f"{args.draft_model_path}); baseline: each level's steps-0 cell; launch with "
         f"--speculative-num-steps {initial}"
     )
-    path = out_dir / "adaptive.json"
-    path.write_text(choose.config_text(table, about), encoding="utf-8")
-    ours, found = adaptive_check.load(path, release)
+    path = adaptive_config.write(out_dir / "adaptive.json", table, about)
+    ours, found = adaptive_config.load(path, release)  # SGLang's rules, then SGLang itself
     if ours is None:
         raise UserError(f"{path}: {found[0].message}", code=1)
     theirs = sglang_loads(path, initial)
@@ -253,10 +258,11 @@ def write_config(cells, args, out_dir: Path, release) -> tuple[Path | None, int,
     return path, initial, theirs, why
 
 
-def table_digest(path: Path) -> str:
+def table_digest(path: Path, release) -> str:
     """Of the buckets (not the file: its _about line carries the time it was written)."""
-    cfg = json.loads(path.read_text(encoding="utf-8"))
-    buckets = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    buckets, found = adaptive_config.load(path, release)
+    if buckets is None:
+        raise UserError(f"{path}: {found[0].message}", code=1)
     return hashlib.sha256(json.dumps(buckets, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -352,11 +358,11 @@ async def _cells(driver, sched: Schedule, results: Results, todo: list[Key], ctx
                 ctx["progress"].retotal(ctx["progress"].n + len(keep) + ctx["reserve"])
 
 
-async def _validate(driver, sched, results, table: Path, initial: int, levels, ctx) -> None:
+async def _validate(driver, sched, results, table: Path, initial: int, levels, ctx, release):
     """Each level under SGLang's own controller on the written table, its rounds
     alternating with rounds pinned at the level's best measured cell (the reference
     beside it, measured under the same host conditions)."""
-    digest = table_digest(table)
+    digest = table_digest(table, release)
     todo = [lv for lv in levels if not results.has(Key("validation", lv, table=digest))]
     cells = live_report.grid(results.of_kind("cell"))
 
@@ -418,7 +424,11 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
         )
     sections.append(("fixed preset", rec_lines))
     if path:
-        vals = [r for r in results.of_kind("validation") if r.get("table") == table_digest(path)]
+        vals = [
+            r
+            for r in results.of_kind("validation")
+            if r.get("table") == table_digest(path, release)
+        ]
         if vals:
             sections.append(("validation", live_report.validation_lines(cells, vals)))
     arm_lines = live_report.arm_lines(cells, results.of_kind("arm"))
@@ -513,7 +523,7 @@ def run(argv: list[str]) -> int:
         need_live = bool(todo)
         if not need_live:  # every cell kept: is the validation pass of its table done?
             path, _, _, _ = write_config(results.of_kind("cell"), args, out_dir, release)
-            digest = table_digest(path) if path else None
+            digest = table_digest(path, release) if path else None
             need_live = bool(path) and any(
                 not results.has(Key("validation", lv, table=digest)) for lv in levels
             )
@@ -535,7 +545,9 @@ def run(argv: list[str]) -> int:
                 results.of_kind("cell"), args, out_dir, release
             )
             if table_path:
-                asyncio.run(_validate(driver, sched, results, table_path, initial, levels, ctx))
+                asyncio.run(
+                    _validate(driver, sched, results, table_path, initial, levels, ctx, release)
+                )
             stop["proc"].stop()
             stop["proc"] = None
         for name in dict.fromkeys(k.arm for k in arm_todo):
@@ -547,7 +559,9 @@ def run(argv: list[str]) -> int:
                 extra,
             )
             server = probe.Server(stop["proc"].url).connect()
-            driver = Driver(server, args, prompt_set, ProfileTail(out_dir / "none"))
+            # unprofiled; its server's CPU seconds recorded as the live cells' are
+            pid = stop["proc"].proc.pid
+            driver = Driver(server, args, prompt_set, ProfileTail(None), pid)
             for key in [k for k in arm_todo if k.arm == name]:
                 zero = results.records.get(Key("cell", key.level, 0))
                 rounds = zero["rounds"] if zero else 1  # the same load as the steps-0 cell

@@ -5,60 +5,72 @@ time, summed per measurement."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 
 import psutil
 
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.profiling.record import iter_records
 from sgl_eagle_ext.profiling.recorder.profiler import IDLE_FLUSH_S
-from sgl_eagle_ext.profiling.report import checked
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import probe
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.progress import Console
 from sgl_eagle_ext.tools.tune import measure
 
+# At most this long for the idle flush after a round (it comes IDLE_FLUSH_S after the
+# last batch; a few seconds later on a loaded 2-core host).
+FLUSH_WAIT_S = 15.0
 MIN_CYCLES = 8  # per cell, whatever the request-cycle count
 
 
 class ProfileTail:
     """New EAGLE3_PROFILE records of rank 0 (EAGLE3_PROFILE_FILE), from an offset."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path | None):
+        self.path = path  # None: an unprofiled server (a separate arm): nothing to read
 
     def offset(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
+        return self.path.stat().st_size if self.path and self.path.exists() else 0
 
     def records(self, start: int) -> list[dict]:
-        if not self.path.exists():
+        if not self.path or not self.path.exists():
             return []
         with open(self.path, "rb") as f:
             f.seek(start)
             data = f.read()
-        out = []
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                out.append(checked(json.loads(line)))
-            except (ValueError, TypeError, KeyError):
-                continue  # NaN or a cut line (never averaged in)
-        return out
+        # the profile record's own reader: a NaN or cut line is skipped, never averaged in
+        return list(iter_records(data.decode("utf-8", "replace").splitlines()))
 
-    async def settle(self) -> None:
-        """Until the idle server has written its last window (it flushes after
-        IDLE_FLUSH_S without a batch) and nothing more comes."""
+    async def settle(self, since: int | None = None) -> None:
+        """Until the idle server has written the last windows of the round that began
+        at offset `since` and has just ended. The recorder also writes windows while
+        busy (every few seconds), and its last flush comes once idle for IDLE_FLUSH_S,
+        seconds later on a loaded host: a fixed wait, or "the file grew", let that
+        flush land in the next cell (seen under load: cells without cycles, or with
+        another step count's). So: wait for a window written after the round ended
+        (its `ts`), then for the file to stay still; at most FLUSH_WAIT_S without one."""
+        if self.path is None:
+            return
+        ended = time.time()
         t0 = time.monotonic()
-        size = self.offset()
+        last, grown_at = self.offset(), t0
         while True:
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.1)
             now, new = time.monotonic(), self.offset()
-            if new == size and now - t0 > IDLE_FLUSH_S + 0.9:
-                return
-            if now - t0 > 20:
-                return
-            size = new
+            if new != last:
+                last, grown_at = new, now
+            if now - grown_at < 0.3:
+                continue  # being written
+            if since is None:
+                if now - t0 > IDLE_FLUSH_S + 0.9:
+                    return  # nothing ran: whatever was pending has been written
+                continue
+            if any(r.get("ts", 0) >= ended for r in self.records(since)):
+                return  # the idle flush after the round, written whole
+            if now - t0 > FLUSH_WAIT_S:
+                return  # it flushed before the round's end was seen (a slow client)
 
 
 # -- one measurement -----------------------------------------------------------------
@@ -128,9 +140,10 @@ class Driver:
     async def warm_up(self, level: int, tokens: int | None = None) -> None:
         """c short requests (not measured), then the windows they made are flushed."""
         tokens = self.args.warmup_tokens if tokens is None else tokens
+        start = self.tail.offset()
         if tokens > 0:
             await self._round(level, tokens, self.args.seed + 10_000)
-        await self.tail.settle()
+        await self.tail.settle(start if tokens > 0 else None)
 
     async def into(self, tally: Tally) -> None:
         """One round of c requests of --max-tokens; its windows go to `tally`."""
@@ -140,7 +153,7 @@ class Driver:
         cpu1 = tree_cpu_s(self.pid) if self.pid else None  # before the idle wait
         if cpu0 is not None and cpu1 is not None:
             tally.cpu_s += cpu1 - cpu0
-        await self.tail.settle()
+        await self.tail.settle(start)
         tally.add(lv.fields, self.tail.records(start), self.spec)
 
     async def measure(
