@@ -80,7 +80,10 @@ def _boundaries(inner) -> dict:
         # loop captures start_layer's input itself; else `hidden_states + residual`
         # with residual None: TypeError at index 0
         "embedding": "capture_output=aux_hidden_states.capture" in src
-        or "self.start_layer in self.layers_to_capture" in src,
+        or "self.start_layer in self.layers_to_capture" in src
+        # DeepSeek 0.5.16-0.5.21: the layer's communicator captures its residual after
+        # prepare_attn, which at layer 0 is the embedding output (residual None handled)
+        or "captured_last_layer_outputs=" in src,
         "final": "self.end_layer in self.layers_to_capture" in src
         or "i + 1 in self.layers_to_capture" in src,
     }
