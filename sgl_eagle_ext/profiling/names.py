@@ -16,7 +16,7 @@ from sgl_eagle_ext.common.contract import (  # noqa: F401 (the flush contract, r
 
 # Log lines: "EAGLE3_PROFILE v=1 rank=0 ..." (profiling/record.py), and the
 # on/disabled announcements, all through this logger.
-TAG = "EAGLE3_PROFILE"
+TAG = PROFILE_ENV  # the switch and the tag are one word
 LOGGER = "sgl_eagle_ext.profile"
 
 # Environment switches (read once per scheduler process; profiling/recorder/config.py).
