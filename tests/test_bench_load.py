@@ -397,6 +397,7 @@ def test_load_text_says_what_was_sent():
     assert "output 256 tokens/request" in plot.load_text(sweep_rec(1))  # older records
 
 
+@pytest.mark.harness  # bench report draws (matplotlib: the [plot] extra)
 def test_one_level_draws_no_curve(tmp_path, capsys):
     res = tmp_path / "r.jsonl"
     res.write_text(json.dumps(sweep_rec(4)) + "\n")

@@ -688,9 +688,10 @@ def mutations(path: Path) -> list[str]:
     "reader, source",
     [
         ("goodput", "requests"),
-        ("speculation", "requests"),
-        ("plot", "results"),
-        ("report", "results"),
+        # these three draw figures: matplotlib comes with the harness (the [plot] extra)
+        pytest.param("speculation", "requests", marks=pytest.mark.harness),
+        pytest.param("plot", "results", marks=pytest.mark.harness),
+        pytest.param("report", "results", marks=pytest.mark.harness),
     ],
 )
 def test_record_readers_skip_and_count_bad_records(bench_records, tmp_path, reader, source):
@@ -713,6 +714,7 @@ def test_record_readers_skip_and_count_bad_records(bench_records, tmp_path, read
     assert len([line for line in text.splitlines() if "error:" in line]) == 1, text
 
 
+@pytest.mark.harness  # draws the records (matplotlib: the [plot] extra)
 def test_records_hold_non_utf8_paths_and_labels(tmp_path, monkeypatch):
     """A Latin-1 working directory, prompts file, results path and label: recorded,
     read back and drawn; os.fsencode of what is read gives the original bytes."""

@@ -3,6 +3,8 @@ scheduler processes are checked in tests/test_server_cpu.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.in_sglang import nccl_report
 from sgl_eagle_ext.launcher import nccl
@@ -114,6 +116,7 @@ def test_pdl_and_nvshmem_qp_depth_are_in_the_table():
     assert _says("0.5.19", deepep, {"NVSHMEM_QP_DEPTH": "128"}, "NVSHMEM_QP_DEPTH") == []
 
 
+@pytest.mark.harness  # reads the harness venvs' SGLang sources
 def test_env_table_names_are_in_the_harness_sources():
     """Each variable the table lists for the installed harness release is in its source."""
     from sgl_eagle_ext.common import wheels

@@ -105,6 +105,7 @@ def test_dp_spec_prefill_coordination_decode_rank_is_a_decode_cycle():
     assert instrument._kind(mixed, uncoordinated) == "prefill"
 
 
+@pytest.mark.harness  # reads the harness venvs' SGLang sources
 def test_the_coordination_attribute_is_the_workers_own():
     """The attribute _kind reads is the one EAGLEWorkerV2 sets (installed release)."""
     from sgl_eagle_ext.common import wheels
@@ -240,6 +241,7 @@ def test_flush_signal_writes_the_window_even_mid_poll(caplog):
         signal.signal(FLUSH_SIGNAL, previous)
 
 
+@pytest.mark.harness  # setproctitle (SGLang's dependency, in the harness)
 def test_server_asks_only_schedulers_to_flush(tmp_path):
     """The parent signals processes titled sglang::scheduler*, never the others (the
     signal's default action would kill them)."""

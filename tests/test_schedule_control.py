@@ -15,16 +15,26 @@ from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.in_sglang import patching
 from sgl_eagle_ext.in_sglang import schedule_control as sc
 
-sglang = pytest.importorskip("sglang.srt.speculative.adaptive_spec_params")
+# SGLang's own controller: the harness (fails with one line without it, never skips)
+pytestmark = pytest.mark.harness
+
+
+@pytest.fixture(scope="module")
+def asp():
+    import importlib
+
+    return importlib.import_module("sglang.srt.speculative.adaptive_spec_params")
+
+
 R = releases.BY_VERSION["0.5.23"]
 LAUNCH = {str(b): {"candidate_steps": [0, 1, 2, 3, 5]} for b in (1, 2, 4)}
 
 
 @pytest.fixture
-def params(tmp_path):
+def params(tmp_path, asp):
     cfg = tmp_path / "live.json"
     cfg.write_text(json.dumps(LAUNCH | {"warmup_batches": 0, "update_interval": 1}))
-    yield sglang.AdaptiveSpeculativeParams(initial_steps=3, cfg_path=str(cfg))
+    yield asp.AdaptiveSpeculativeParams(initial_steps=3, cfg_path=str(cfg))
 
 
 @pytest.fixture
@@ -53,10 +63,10 @@ def steps(params) -> dict[int, int]:
     return {bs: slot.current_steps for bs, slot in params._slots.items()}
 
 
-def test_anchor_is_in_the_release_table_and_in_sglang():
+def test_anchor_is_in_the_release_table_and_in_sglang(asp):
     owner, name, original = patching.resolve(R.adaptive.control_anchor)
-    assert owner is sglang.AdaptiveSpeculativeParams and name == "on_verify_complete"
-    assert original is vars(sglang.AdaptiveSpeculativeParams)["on_verify_complete"]
+    assert owner is asp.AdaptiveSpeculativeParams and name == "on_verify_complete"
+    assert original is vars(asp.AdaptiveSpeculativeParams)["on_verify_complete"]
 
 
 def test_pin_holds_against_the_ema(params, control):
@@ -124,15 +134,15 @@ def test_bad_file_keeps_the_last_control(params, control, tmp_path, capsys, capl
     assert said(capsys, caplog).count("keeping the last") == 1  # once per change of the file
 
 
-def test_fail_closed_and_uninstall(params, tmp_path, capsys, caplog):
+def test_fail_closed_and_uninstall(params, tmp_path, capsys, caplog, asp):
     assert not sc.install(str(tmp_path / "s.json"), "0.5.10.post1")
     assert "EAGLE_EXT_SCHEDULE_FILE: disabled" in said(capsys, caplog)
-    original = vars(sglang.AdaptiveSpeculativeParams)["on_verify_complete"]
+    original = vars(asp.AdaptiveSpeculativeParams)["on_verify_complete"]
     assert sc.install(str(tmp_path / "s.json"), R.version)
     assert sc.install(str(tmp_path / "s.json"), R.version)  # idempotent
-    assert vars(sglang.AdaptiveSpeculativeParams)["on_verify_complete"] is not original
+    assert vars(asp.AdaptiveSpeculativeParams)["on_verify_complete"] is not original
     sc.uninstall()
-    assert vars(sglang.AdaptiveSpeculativeParams)["on_verify_complete"] is original
+    assert vars(asp.AdaptiveSpeculativeParams)["on_verify_complete"] is original
 
 
 @pytest.mark.parametrize(
@@ -144,8 +154,8 @@ def test_parse_refuses(data):
         sc.parse(data)
 
 
-def test_a_router_without_the_parts_it_uses_is_left_alone(control, tmp_path, capsys, caplog):
-    class Other(sglang.AdaptiveSpeculativeParams):  # a release that renamed its buckets
+def test_a_router_without_the_parts_it_uses_is_left_alone(control, tmp_path, capsys, caplog, asp):
+    class Other(asp.AdaptiveSpeculativeParams):  # a release that renamed its buckets
         def __init__(self):
             self.calls = 0
 

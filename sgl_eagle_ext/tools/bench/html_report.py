@@ -315,7 +315,6 @@ def build(
 
 
 def main(args, console) -> int:
-    plot.require_matplotlib("bench report")
     src = Path(args.results)
     recs, problems = records.read_jsonl(src)
     for p in problems:
@@ -327,6 +326,7 @@ def main(args, console) -> int:
         rows, more = request_log.read(Path(args.requests))
         for p in more:
             console.warn(p)
+    plot.require_matplotlib("bench report")  # after the input checks: they need none
     html = build(
         recs,
         str(src),

@@ -265,7 +265,6 @@ def main(args, console) -> int:
     from sgl_eagle_ext.tools.bench import request_log
     from sgl_eagle_ext.tools.bench.plot import require_matplotlib
 
-    require_matplotlib("bench speculation")
     src = Path(args.file)
     rows, problems = request_log.read(src)
     for p in problems:
@@ -281,6 +280,7 @@ def main(args, console) -> int:
             f"{src}: no request carries speculation figures (verify cycles).",
             fix="benchmark a speculative server (SGLang streams them per request)",
         )
+    require_matplotlib("bench speculation")  # after the input checks: they need none
     for line in tables(buckets, positions):
         console.out(line)
     out = Path(args.output) if args.output else src.with_name(f"{src.stem}-speculation.png")
