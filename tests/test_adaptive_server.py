@@ -86,4 +86,6 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
         assert "probe at steps" not in log
         drafting = [r for rs in by_steps.values() for r in rs]
         accepted = sum(k * v for r in drafting for k, v in r["accept_hist"].items())
-        assert accepted / sum(sum(r["accept_hist"].values()) for r in drafting) > 2.0
+        # The pair's designed acceptance on these prompts (manifest: 1.8-2.3 tokens per
+        # cycle at 3 steps, less at the 2 SGLang may switch to; the never draft: 1.07).
+        assert accepted / sum(sum(r["accept_hist"].values()) for r in drafting) > 1.5
