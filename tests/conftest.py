@@ -117,6 +117,7 @@ class Launcher:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.lines: list[str] = []
         self.descendants: set[int] = set()
+        self.commands: dict[int, str] = {}  # each descendant's command line, first seen
         self.proc = subprocess.Popen(
             self.cmd,
             stdout=subprocess.PIPE,
@@ -136,6 +137,12 @@ class Launcher:
             try:
                 kids = psutil.Process(self.proc.pid).children(recursive=True)
                 self.descendants |= {k.pid for k in kids}
+                for k in kids:
+                    if k.pid not in self.commands:
+                        try:
+                            self.commands[k.pid] = " ".join(k.cmdline())
+                        except psutil.Error:
+                            pass
             except psutil.NoSuchProcess:
                 pass
             time.sleep(0.2)

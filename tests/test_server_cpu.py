@@ -224,7 +224,9 @@ def test_preflight_stops_a_short_draft_and_fix_launches_it(
     refused = start_launcher(*args)
     assert refused.wait(timeout=120) == 2, refused.output
     assert "context.draft-shorter" in refused.output and "--fix" in refused.output
-    assert not refused.log_file.exists() and refused.descendants == set()
+    # no server was started (the preflight's only child is its SGLang probe), none is left
+    assert not refused.log_file.exists() and refused.orphans() == []
+    assert not any("in_sglang.serve" in c for c in refused.commands.values()), refused.commands
 
     fixed = start_launcher(*args, "--fix")
     assert_ready_after_warmup(fixed)
