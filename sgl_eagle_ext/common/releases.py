@@ -349,9 +349,9 @@ _GPT_OSS = frozenset({"GptOssForCausalLM"})  # 0.5.19+: the boundary-capture loo
 # Qwen2's loop captures the embedding itself when there is no residual yet (0.5.10.post1,
 # run; kept in later releases, where only 0.5.23 was run).
 _QWEN2 = frozenset({"Qwen2ForCausalLM"})
-# DeepSeek-V2/V3 and Kimi-K2.5, 0.5.16+: the layer captures its own input (capture 0 is
-# the embedding output).
-_DEEPSEEK_BOUNDARY = frozenset(
+# Target classes whose set_eagle3_layers_to_capture follows deepseek_v2.py's rule
+# (subclasses of DeepseekV2ForCausalLM, and Kimi-K2.5 which delegates to one).
+DEEPSEEK_FAMILY = frozenset(
     {
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
@@ -362,6 +362,9 @@ _DEEPSEEK_BOUNDARY = frozenset(
         "MistralLarge3ForCausalLM",
     }
 )
+# DeepSeek-V2/V3 and Kimi-K2.5, 0.5.16+: the layer captures its own input (capture 0 is
+# the embedding output).
+_DEEPSEEK_BOUNDARY = DEEPSEEK_FAMILY
 # 0.5.23: every decoder loop that hands the capture to the layer boundary
 # (capture_output= / captured_last_layer_outputs=), or captures before the layer itself
 # (Gemma-3), also delivers capture 0.

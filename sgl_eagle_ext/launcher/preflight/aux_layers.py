@@ -17,19 +17,7 @@ from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding
 from sgl_eagle_ext.launcher.preflight.model_dirs import ModelDir
 
-# Target classes whose set_eagle3_layers_to_capture follows deepseek_v2.py's rule
-# (subclasses of DeepseekV2ForCausalLM, and Kimi-K2.5 which delegates to one).
-DEEPSEEK = frozenset(
-    {
-        "DeepseekV2ForCausalLM",
-        "DeepseekV3ForCausalLM",
-        "DeepseekV32ForCausalLM",
-        "KimiK25ForConditionalGeneration",
-        "Glm4MoeLiteForCausalLM",
-        "GlmMoeDsaForCausalLM",
-        "MistralLarge3ForCausalLM",
-    }
-)
+DEEPSEEK = releases.DEEPSEEK_FAMILY  # deepseek_v2.py's capture rule (release table)
 GPT_OSS = frozenset({"GptOssForCausalLM"})
 # Targets whose capture the rules cannot mirror: MindSpore hands the ids to a model of
 # another framework. Without the release to ask, the dry run says so.
