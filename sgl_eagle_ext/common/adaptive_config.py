@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.releases import Release
 
@@ -92,8 +92,8 @@ def load(path: str | Path, release: Release) -> tuple[dict[int, list[int]] | Non
             _bad(None, f"cannot be read: {e.strerror}.", f"pass an existing file to {FLAG}")
         ]
     try:
-        obj = json.loads(text)
-    except RecursionError:
+        obj = nesting.json_loads(text)
+    except (nesting.TooDeep, RecursionError):
         return None, [_bad(None, "nested too deeply.", "write the flat table tune writes")]
     except json.JSONDecodeError as e:
         return None, [_bad(None, f"invalid JSON: {e}.", "correct the JSON at that position")]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psutil
 
 from sgl_eagle_ext.common import accept_length as _accept_length
+from sgl_eagle_ext.common import nesting
 from sgl_eagle_ext.common.errors import UserError
 
 
@@ -62,7 +63,7 @@ def request(
     except http.client.HTTPException as e:  # BadStatusLine, IncompleteRead, LineTooLong...
         return Reply(0, error=f"not an HTTP answer ({type(e).__name__}: {e})"[:300])
     try:
-        return Reply(status, json.loads(raw) if raw else None)
+        return Reply(status, nesting.json_loads(raw) if raw else None)
     except (ValueError, RecursionError):
         return Reply(status, None, text=raw.decode("utf-8", "replace"))
 

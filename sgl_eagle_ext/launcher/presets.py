@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 # The top-level launch/ folder, shipped in the wheel (symlink launcher/preset_files).
@@ -91,8 +91,8 @@ def _read_toml(file: Path) -> dict:
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"preset file {file} cannot be read: {e}.") from None
     try:
-        return tomllib.loads(text)
-    except RecursionError:
+        return nesting.toml_loads(text)
+    except (nesting.TooDeep, RecursionError):
         raise UserError(
             f"preset file {file}: nested too deeply.", fix="a preset holds flat tables only"
         ) from None

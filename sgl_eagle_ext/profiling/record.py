@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling.names import TAG
 from sgl_eagle_ext.profiling.phases import PHASES
@@ -141,7 +141,7 @@ def _from_log_line(line: str) -> dict:
 
 
 def _from_json_line(line: str) -> dict:
-    rec = json.loads(line)
+    rec = nesting.json_loads(line)
     if not isinstance(rec, dict):
         raise ValueError("a JSON line that is not an object")
     for key in ("v", "rank", "cycles", "bs", "draft_tokens"):

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, Finding
 
@@ -177,13 +177,13 @@ def load(role: str, flag: str, given: str | None) -> tuple[ModelDir, list[Findin
             )
         ]
     try:
-        config = json.loads(raw)
+        config = nesting.json_loads(raw)
     except (ValueError, RecursionError) as e:  # also: nested too deep, a 5000-digit number
         where = (
             f"{e.msg} at line {e.lineno} column {e.colno}"
             if isinstance(e, json.JSONDecodeError)
             else "nested too deeply"
-            if isinstance(e, RecursionError)
+            if isinstance(e, nesting.TooDeep | RecursionError)
             else str(e).split(";")[0]
         )
         return md, [

@@ -27,7 +27,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import prompts as prompts_mod
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
@@ -200,7 +200,7 @@ def load_sharegpt(path: str) -> list[Conversation]:
             if not line.strip():
                 continue
             try:
-                items.append((json.loads(line), i))
+                items.append((nesting.json_loads(line), i))
             except ValueError as e:
                 raise UserError(
                     f"{p}:{i}: not valid JSON ({e.msg} at column {e.colno}).",

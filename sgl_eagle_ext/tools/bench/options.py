@@ -8,10 +8,10 @@ sampling, records) and `sweep` (load levels).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 
+from sgl_eagle_ext.common import nesting
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError
@@ -204,7 +204,7 @@ def extra_body(args: argparse.Namespace) -> dict:
     if not text:
         return {}
     try:
-        obj = json.loads(text)
+        obj = nesting.json_loads(text)
     except (ValueError, RecursionError) as e:
         raise UserError(
             f"--extra-body: not valid JSON ({e}).", fix="e.g. --extra-body '{\"top_p\": 0.9}'"

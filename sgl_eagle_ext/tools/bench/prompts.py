@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 SHIPPED_DIR = resources.files("sgl_eagle_ext.tools.bench") / "prompt_sets"
@@ -57,13 +57,13 @@ class PromptSet:
 
 def _parse_line(text: str, where: str, index: int) -> Prompt:
     try:
-        obj = json.loads(text)
+        obj = nesting.json_loads(text)
     except (ValueError, RecursionError) as e:
         why = (
             f"{e.msg} at column {e.colno}"
             if isinstance(e, json.JSONDecodeError)
             else "nested too deeply"
-            if isinstance(e, RecursionError)
+            if isinstance(e, nesting.TooDeep | RecursionError)
             else str(e).split(";")[0]
         )
         raise UserError(

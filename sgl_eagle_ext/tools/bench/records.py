@@ -21,7 +21,7 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.paths import check_writable_file
 from sgl_eagle_ext.common.redaction import redact_values
@@ -228,7 +228,7 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
             if not line:
                 continue
             try:
-                obj = json.loads(line)
+                obj = nesting.json_loads(line)
             except (ValueError, RecursionError) as e:
                 why = getattr(e, "msg", None) or type(e).__name__
                 problems.append(f"{path}:{i}: skipped: not a JSON record ({why})")

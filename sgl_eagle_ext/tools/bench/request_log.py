@@ -11,11 +11,11 @@ locked write, like the results file.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from sgl_eagle_ext.common import accept_length as accept
+from sgl_eagle_ext.common import nesting
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import records
 
@@ -131,7 +131,7 @@ def read(path: Path) -> tuple[list[dict], list[str]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = nesting.json_loads(line)
             except (ValueError, RecursionError) as e:
                 why = getattr(e, "msg", None) or type(e).__name__
                 problems.append(f"{path}:{i}: skipped: not JSON ({why})")

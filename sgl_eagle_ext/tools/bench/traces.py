@@ -16,11 +16,11 @@ naming file, line and field.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common import nesting
 from sgl_eagle_ext.common.errors import UserError
 
 MOONCAKE_BLOCK = 512  # tokens per hash id in the Mooncake traces
@@ -66,7 +66,7 @@ def load_mooncake(path: Path) -> list[TraceRow]:
             continue
         where = f"{path}:{i}"
         try:
-            obj = json.loads(line)
+            obj = nesting.json_loads(line)
         except ValueError as e:
             raise UserError(f"{where}: not valid JSON ({e}).", fix=fix) from None
         if not isinstance(obj, dict):

@@ -27,7 +27,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from sgl_eagle_ext.common import safe_files
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 JOURNAL = "journal.json"
@@ -140,7 +140,7 @@ class Transaction:
             return None
         confined(self.pkg, self.journal)  # a linked journal is refused, never read
         try:
-            entry = json.loads(safe_files.read_text("", self.journal, cap=safe_files.MIB))
+            entry = nesting.json_loads(safe_files.read_text("", self.journal, cap=safe_files.MIB))
         except (UserError, ValueError, RecursionError):
             entry = None
         if entry is None:  # unreadable: no change had been journaled

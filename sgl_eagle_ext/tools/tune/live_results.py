@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common import nesting
 from sgl_eagle_ext.common.errors import UserError
 
 
@@ -65,7 +66,7 @@ class Results:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = nesting.json_loads(line)
                 key = key_of(rec)
             except (ValueError, KeyError, TypeError):
                 if n == len(text.splitlines()):
