@@ -987,10 +987,14 @@ def compare_args(res: Path, tmp_path: Path, *arms_and_levels: str) -> list[str]:
 
 
 def test_compare_n_arms_best_arm_ratios_and_crossover(fake_arms, tmp_path, capsys):
-    # "spec" wins alone and slows down with load; "baseline" barely does; "slow" never wins
-    fake_arms("baseline", delay_ms=12, delay_per_stream_ms=0.2)
-    fake_arms("spec", delay_ms=2, delay_per_stream_ms=6, accept_length=2.5)
-    fake_arms("slow", delay_ms=40)
+    # "spec" wins alone and slows down with load; "baseline" barely does; "slow" never wins.
+    # Per token: c=1 spec 21 ms vs baseline 40 ms (32 tokens a level: 0.6 s apart); c=8
+    # spec 161 ms vs baseline 42 ms (4 tokens a stream: 0.48 s apart); slow 200 ms (0.6 s
+    # behind at c=8). One scheduling stall on a busy machine cannot flip a winner (gaps of
+    # ~0.1 s could, and once did).
+    fake_arms("baseline", delay_ms=40, delay_per_stream_ms=0.2)
+    fake_arms("spec", delay_ms=1, delay_per_stream_ms=20, accept_length=2.5)
+    fake_arms("slow", delay_ms=200)
     res = tmp_path / "c.jsonl"
     args = ["compare", "--arm", "baseline", "--arm", "spec", "--arm", "slow"]
     rc = cli.main(compare_args(res, tmp_path, *args, "--concurrency", "1,8"))

@@ -331,6 +331,7 @@ def test_compare_survives_failed_arms(fake_arms, tmp_path, capsys):
     recs = [json.loads(x) for x in res.read_text().splitlines()]
     (c,) = [r for r in recs if r["kind"] == "compare"]
     assert c["arms"] == ["baseline", "spec"] and set(c["failed_arms"]) == {"broken", "garbage"}
+    assert c["failed_arm_kinds"] == {"broken": "exited", "garbage": "server"}
     assert c["sample_size_warning"]
     assert [r["arm"] for r in recs if r["kind"] == "sweep"] == ["baseline", "spec"]
 
@@ -349,6 +350,9 @@ def test_compare_arm_refused_as_bad_input_exits_2_after_the_others(fake_arms, tm
     cap = capsys.readouterr()
     assert "error: [B] typo failed: preset typo: the launcher refused its input" in cap.err
     assert "=== compare " in cap.out and "not compared: typo failed" in cap.out
+    recs = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
+    (c,) = [r for r in recs if r["kind"] == "compare"]
+    assert c["failed_arm_kinds"] == {"typo": "refused"}
 
 
 def test_compare_with_one_arm_left_says_so(fake_arms, tmp_path, capsys):

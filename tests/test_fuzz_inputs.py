@@ -542,7 +542,7 @@ ODD = [
         "adaptive config FIFO",
         launch.main,
         lambda f, o: spec_launch(f, "--adaptive-config", str(o["fifo"])),
-        "a.fifo",  # the launcher takes only a regular file (the preflight: "a FIFO")
+        "FIFO (named pipe)",  # what it is, not "does not exist"
     ),
     (
         "adaptive config binary",

@@ -16,7 +16,7 @@ def test_brackets_inside_strings_and_comments_do_not_count():
     s = '"' + "[" * 500 + '"'
     assert nesting.depth('{"a": ' + s + "}") == 1
     assert nesting.depth('{"a": "\\"[[[[" }') == 1  # an escaped quote does not end the string
-    toml = f"x = '{'[' * 500}'\ny = \"\"\"\n{'{' * 500}\n\"\"\"\n# {'[' * 500}\nz = [[1]]\n"
+    toml = f'x = \'{"[" * 500}\'\ny = """\n{"{" * 500}\n"""\n# {"[" * 500}\nz = [[1]]\n'
     assert nesting.depth(toml, toml=True) == 2
     nesting.check(toml, toml=True)
     assert tomllib.loads(toml)["z"] == [[1]]

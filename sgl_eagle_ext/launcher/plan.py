@@ -253,7 +253,7 @@ def resolve_adaptive(
     if not adaptive_config and not path.is_absolute():
         roots = [Path(f).parent for f in reversed(preset.chain)] + [Path(str(presets.PRESET_DIR))]
         path = next((r / path for r in roots if (r / path).is_file()), path)
-    if not path.is_file():
+    if not path.exists():  # a FIFO, device or folder is there: the loader names what it is
         where = "--adaptive-config" if adaptive_config else f"preset '{preset.name}'"
         raise UserError(
             f"{where}: adaptive config {given} does not exist.",

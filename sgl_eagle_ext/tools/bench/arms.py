@@ -31,11 +31,13 @@ STOP_TIMEOUT = 120.0
 
 
 class ArmFailed(Exception):
-    def __init__(self, message: str, launcher_code: int | None = None):
+    def __init__(self, message: str, launcher_code: int | None = None, kind: str | None = None):
         super().__init__(message)
         # 2: the launcher refused its input (bad preset, path, flag): the command's
         # exit is 2 as well, not a server failure
         self.code = EXIT_USAGE if launcher_code == EXIT_USAGE else None
+        # for the record: refused (its input), exited (before READY), not_ready (timeout)
+        self.kind = kind or ("refused" if self.code == EXIT_USAGE else "exited")
 
 
 def free_port() -> int:
@@ -191,7 +193,8 @@ class LauncherProcess:
             if time.monotonic() - t0 > timeout:
                 self.stop()
                 raise ArmFailed(
-                    f"preset {self.plan.preset}: not READY after {timeout:.0f} s:\n  {self.tail()}"
+                    f"preset {self.plan.preset}: not READY after {timeout:.0f} s:\n  {self.tail()}",
+                    kind="not_ready",
                 )
         return self.url
 

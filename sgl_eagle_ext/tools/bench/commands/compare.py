@@ -160,6 +160,7 @@ class Run:
     check_prompts: list
     arms: list[ArmRun]  # the arms that ran to the end, in order
     failed: dict[str, str] = field(default_factory=dict)  # preset -> why it failed
+    failed_kinds: dict[str, str] = field(default_factory=dict)  # preset -> failure_kind
     refused: bool = False  # an arm's launcher refused its input (bad input: exit 2)
 
     @property
@@ -280,6 +281,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     )
     done: list[ArmRun] = []
     failed: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     refused = False
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
@@ -332,7 +334,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
         except ARM_FAILURES as e:
             if isinstance(e, arms.ArmFailed) and e.code == EXIT_USAGE:
                 refused = True  # the launcher refused its input: the run exits 2
-            failed[plan.preset] = arm_error(e)
+            failed[plan.preset], kinds[plan.preset] = arm_error(e), failure_kind(e)
             console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
             continue
         finally:
@@ -344,6 +346,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
                 )
         if outcome.stopped:
             failed[plan.preset] = f"{outcome.stopped} (its finished levels are recorded)"
+            kinds[plan.preset] = "stopped"
             console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
             continue
         done.append(ArmRun(plan, server, prov, outcome, outputs))
@@ -354,7 +357,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
             + ("; its sweep is recorded" if done else "")
         )
         return EXIT_USAGE if refused else session.EXIT_FAILED
-    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done, failed, refused)
+    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done, failed, kinds, refused)
 
 
 # What ends one arm, not the run: the launcher's own failure, a server that answers
@@ -373,6 +376,19 @@ def arm_error(e: BaseException) -> str:
     # the launcher's tail ends with its own shutdown lines: the cause is the last error
     cause = next((x for x in reversed(lines) if ERROR_LINE.search(x)), lines[-1] if lines else "")
     return f"{first.rstrip(':')}: {cause}" if cause else first
+
+
+def failure_kind(e: BaseException) -> str:
+    """What ended an arm, as one word for the record: refused (the launcher refused its
+    input), exited (the launcher stopped before READY), not_ready (startup timeout),
+    server (after READY it answered wrongly or not at all: probing, workload and
+    sweep errors all reach here as the project's HTTP error or a UserError), os;
+    "stopped" is a sweep the server's death ended midway."""
+    if isinstance(e, arms.ArmFailed):
+        return e.kind
+    if isinstance(e, (UserError, http.HTTPFailed, HTTPException, ConnectionError, TimeoutError)):
+        return "server"
+    return "os"
 
 
 ERROR_LINE = re.compile(r"error|exception|refused|failed|not found|no such", re.IGNORECASE)
@@ -588,6 +604,7 @@ def report_compare(args, console: Console, run: Run) -> int:
                 for n, ll in verdicts.items()
             },
             "failed_arms": run.failed,
+            "failed_arm_kinds": run.failed_kinds,
             "sample_size_warning": thin,
             "max_tokens": args.max_tokens,
         },
