@@ -689,8 +689,22 @@ def test_single_flags_short_runs_and_averages_the_rest(fake, tmp_path, capsys):
     assert [x["tokens"] for x in r["runs_detail"]] == [10, 20, 10, 20]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_writes_what_was_finished(fake, tmp_path, sig):
+def _sigint_ignored():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    "sig, preexec",
+    [
+        (signal.SIGINT, None),
+        (signal.SIGTERM, None),
+        # started as a script's `bench ... &` is: SIGINT ignored, inherited; kill still works
+        (signal.SIGTERM, _sigint_ignored),
+        (signal.SIGINT, _sigint_ignored),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGTERM-sigint-ignored", "SIGINT-sigint-ignored"],
+)
+def test_ctrl_c_writes_what_was_finished(fake, tmp_path, sig, preexec):
     # Level 1 (3 requests) finishes; level 2's first request (the 4th) hangs halfway, so
     # level 2 cannot finish before the signal, however slow the machine.
     bg = fake(delay_ms=5, faults=dict(hang_every=4))
@@ -716,6 +730,7 @@ def test_ctrl_c_writes_what_was_finished(fake, tmp_path, sig):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec,
     )
     lines = []
     for line in proc.stdout:  # wait for level 1's row

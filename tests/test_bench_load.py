@@ -506,8 +506,25 @@ def test_trace_replay_mooncake(recording, tmp_path, capsys):
     assert len(first) > len(bodies[1]["messages"][0]["content"])  # 600 vs 40 tokens
     (r,), (row,) = read(res)
     assert r["arrival"] == "trace" and r["arrivals"] == 3 and row["arrival"] == "trace"
+    assert r["trace_speed"] == 1.0
     assert r["request_rate"] == pytest.approx(2 / 1.2)  # 2 gaps over 1.2 s
     assert r["offered_rate"] == pytest.approx(2 / 1.2)
+
+
+def test_trace_speed_replays_faster_and_is_recorded(recording, tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps(x) for x in MOONCAKE) + "\n")
+    res = tmp_path / "r.jsonl"
+    argv = ["--dataset", f"trace:{trace}", "--trace-speed", "0.5"]
+    assert run(recording.url, res, *argv) == 0
+    out = capsys.readouterr().out
+    assert "trace replay: 3 request(s) at the trace's times x0.5 speed over 2.4 s" in out
+    gaps = np.diff(recording.fake.times)  # half the speed: the 0.6 s gaps take 1.2 s
+    assert gaps[0] == pytest.approx(1.2, abs=0.3) and gaps[1] == pytest.approx(1.2, abs=0.3)
+    (r,), (row,) = read(res)
+    assert r["trace_speed"] == 0.5 and row["trace_speed"] == "0.5"
+    assert r["request_rate"] == pytest.approx(2 / 2.4)
+    assert run(recording.url, res, "--trace-speed", "0") == 2  # checked before anything runs
 
 
 def test_trace_burstgpt_csv_with_a_given_load(recording, tmp_path):

@@ -81,11 +81,13 @@ def supervised(child: ServerProcess, prog: str):
     finally:
         for s in old:
             signal.signal(s, signal.SIG_IGN)
-        left = child.stop()
-        if left:
-            print(f"{prog}: warning: processes still alive: {sorted(left)}", file=sys.stderr)
-        for s, h in old.items():
-            signal.signal(s, h)
+        try:
+            left = child.stop()
+            if left:
+                print(f"{prog}: warning: processes still alive: {sorted(left)}", file=sys.stderr)
+        finally:  # never leave the caller with Ctrl-C ignored
+            for s, h in old.items():
+                signal.signal(s, h)
 
 
 def run_supervised(child: ServerProcess, prog: str, what: str, body: Callable[[], int]) -> int:

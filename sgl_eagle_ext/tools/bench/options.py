@@ -384,3 +384,5 @@ def validate(args: argparse.Namespace) -> None:
         positive("--progress-every", args.progress_every, zero_ok=True)
     if hasattr(args, "prompts_per_concurrency"):
         positive("--prompts-per-concurrency", args.prompts_per_concurrency, zero_ok=True)
+    if hasattr(args, "trace_speed"):
+        positive("--trace-speed", args.trace_speed)

@@ -99,6 +99,8 @@ def load_text(r: dict) -> str:
         parts.append(f"at most {r['max_concurrency']} in flight")
     if r.get("duration_target_s"):
         parts.append(f"{r['duration_target_s']:g} s per level")
+    if r.get("trace_speed") not in (None, 1, 1.0):
+        parts.append(f"trace at x{r['trace_speed']:g} speed")
     if r.get("stream") is False:
         parts.append("not streamed")
     return ", ".join(parts)

@@ -42,6 +42,7 @@ LOAD_COLUMNS = (
     "arrival",
     "burstiness",
     "duration_target_s",
+    "trace_speed",
     "dataset",
     "input_len",
     "output_len",
@@ -212,16 +213,17 @@ def append_csv(path: Path, row: dict) -> None:
     _append_bytes(path, _csv_line(values).encode("utf-8", "surrogateescape"), header)
 
 
-def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
-    """Records and, separately, one warning per line that is not a record."""
-    fix = "give the JSONL file `bench` wrote (default bench-results/results.jsonl)"
+def read_lines(path: Path, fix: str, not_json: str, check) -> tuple[list[dict], list[str]]:
+    """The JSON objects of a JSON-lines file that `check(obj)` accepts (it returns why
+    not, or None), and one warning per line skipped: the one reader of results and
+    per-request files. A missing file, a FIFO or a device: one UserError, at once."""
     if path.is_dir():
         raise UserError(f"{path}: is a directory, not a results file.", fix=fix)
-    records, problems = [], []
     try:
         f = safe_files.open_regular("", path, text=True, errors="replace")
-    except UserError as e:  # missing, a FIFO, a device: one line, at once
+    except UserError as e:
         raise UserError(e.message, fix=fix) from None
+    objs, problems = [], []
     with f:
         for i, line in enumerate(f, start=1):
             line = line.strip()
@@ -230,18 +232,28 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
             try:
                 obj = nesting.json_loads(line)
             except (ValueError, RecursionError) as e:
-                why = getattr(e, "msg", None) or type(e).__name__
-                problems.append(f"{path}:{i}: skipped: not a JSON record ({why})")
+                why = getattr(e, "msg", None) or str(e) or type(e).__name__
+                problems.append(f"{path}:{i}: skipped: {not_json} ({why})")
                 continue
-            if not isinstance(obj, dict) or "kind" not in obj:
-                problems.append(f"{path}:{i}: skipped: not a bench record (no 'kind')")
-                continue
-            why = record_check.problem(obj, record_check.result_fields(obj))
+            why = check(obj)
             if why:
                 problems.append(f"{path}:{i}: skipped: {why}")
                 continue
-            records.append(obj)
-    return records, record_check.summarized(problems, path)
+            objs.append(obj)
+    return objs, problems
+
+
+def _result_problem(obj) -> str | None:
+    if not isinstance(obj, dict) or "kind" not in obj:
+        return "not a bench record (no 'kind')"
+    return record_check.problem(obj, record_check.result_fields(obj))
+
+
+def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
+    """Records and, separately, one warning per line that is not a record."""
+    fix = "give the JSONL file `bench` wrote (default bench-results/results.jsonl)"
+    recs, problems = read_lines(path, fix, "not a JSON record", _result_problem)
+    return recs, record_check.summarized(problems, path)
 
 
 def csv_row(record: dict) -> dict:

@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 
 from sgl_eagle_ext.common import accept_length as accept
-from sgl_eagle_ext.common import nesting
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import records
 
@@ -116,34 +115,17 @@ class RequestLog:
 
 def read(path: Path) -> tuple[list[dict], list[str]]:
     """The request lines of FILE and one warning per line that is not one."""
-    from sgl_eagle_ext.common import safe_files
     from sgl_eagle_ext.common.errors import UserError
     from sgl_eagle_ext.tools.bench import record_check
 
-    fix = "give the file --save-requests wrote"
-    try:
-        f = safe_files.open_regular("", path, text=True, errors="replace")
-    except UserError as e:
-        raise UserError(e.message, fix=fix) from None
-    rows, problems = [], []
-    with f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = nesting.json_loads(line)
-            except (ValueError, RecursionError) as e:
-                why = getattr(e, "msg", None) or type(e).__name__
-                problems.append(f"{path}:{i}: skipped: not JSON ({why})")
-                continue
-            if not isinstance(obj, dict) or obj.get("kind") != KIND:
-                problems.append(f"{path}:{i}: skipped: not a per-request record")
-                continue
-            why = record_check.problem(obj, record_check.REQUEST)
-            if why:
-                problems.append(f"{path}:{i}: skipped: {why}")
-                continue
-            rows.append(obj)
+    def problem(obj) -> str | None:
+        if not isinstance(obj, dict) or obj.get("kind") != KIND:
+            return "not a per-request record"
+        return record_check.problem(obj, record_check.REQUEST)
+
+    rows, problems = records.read_lines(
+        path, "give the file --save-requests wrote", "not JSON", problem
+    )
     skipped = f" ({len(problems)} line(s) skipped; first: {problems[0]})" if problems else ""
     problems = record_check.summarized(problems, path)
     if not rows:

@@ -58,6 +58,8 @@ def load_shape(args: argparse.Namespace, open_loop: sw.OpenLoop | None, wl=None)
         "burstiness": open_loop.shape if open_loop else None,
         "max_concurrency": open_loop.max_concurrency if open_loop else None,
         "duration_target_s": getattr(args, "duration", None),
+        # a trace replayed at its timestamps: how much faster (None: not a replay)
+        "trace_speed": open_loop.speed if open_loop and open_loop.times is not None else None,
     }
 
 
@@ -105,3 +107,44 @@ def server_provenance(server: probe.Server, ps: prompts.PromptSet, seed: int) ->
         "server": provenance.server_facts(server),
         "prompts": prompt_facts(ps, seed),
     }
+
+
+async def warm_and_sweep(
+    client: cl.Client,
+    server: probe.Server,
+    args: argparse.Namespace,
+    ps,
+    levels: list[float],
+    console,
+    write,
+    *,
+    arm: str,
+    slo,
+    open_loop,
+    hook,
+    shape: dict,
+    derive_slo: bool = False,
+) -> sw.SweepOutcome:
+    """The warm-up, then every level: the part of a run that sweep, ab and compare share.
+    `write(level, fields)` records a level."""
+    ld = load(args)
+    await sw.warm_up(client, ps, args.warmup, ld, console)
+    return await sw.run_sweep(
+        server,
+        client,
+        ps,
+        levels,
+        num_prompts=args.num_prompts,
+        per_concurrency=args.prompts_per_concurrency,
+        load=ld,
+        console=console,
+        write=write,
+        arm=arm,
+        flush=not args.no_flush_cache,
+        slo=slo,
+        derive_slo=derive_slo,
+        open_loop=open_loop,
+        on_level=hook,
+        closed_duration=args.duration if open_loop is None else None,
+        shape=shape,
+    )

@@ -70,7 +70,8 @@ class OpenLoop:
     duration: float | None = None  # seconds of arrivals per level (else a request count)
     arrival: str = "poisson"  # poisson, gamma, constant, or trace (the times below)
     max_concurrency: int | None = None  # at most this many in flight (bench_serving's)
-    times: list[float] | None = None  # a trace's own arrival times (seconds)
+    times: list[float] | None = None  # a trace's own arrival times (seconds, as replayed)
+    speed: float = 1.0  # a trace replayed this many times faster (--trace-speed)
 
     def schedule(self, rate: float, n: int, seed: int) -> np.ndarray:
         if self.times is not None:
@@ -641,8 +642,9 @@ def describe_levels(
     text = ",".join(f"{v:g}" for v in levels)
     if open_loop is not None and open_loop.times is not None:
         t = open_loop.times
+        pace = "own times" if open_loop.speed == 1 else f"times x{open_loop.speed:g} speed"
         return (
-            f"trace replay: {len(t)} request(s) at the trace's own times over "
+            f"trace replay: {len(t)} request(s) at the trace's {pace} over "
             f"{t[-1] - t[0]:.1f} s (mean {text} req/s)"
         )
     if open_loop is None:

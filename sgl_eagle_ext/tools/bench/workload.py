@@ -50,6 +50,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--long-text", help="plain-text file the random/long prompts are cut from")
     g.add_argument(
+        "--trace-speed",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="replay a trace's timestamps X times faster (default 1; 0.5: half the rate). "
+        "sglang.bench_serving's --mooncake-slowdown-factor is its inverse",
+    )
+    g.add_argument(
         "--multi-turn",
         action="store_true",
         help="replay ShareGPT conversations turn by turn with a growing context "
@@ -235,6 +243,7 @@ def trace_replay(args, wl: WorkloadSet | None, levels, open_loop):
     times = datasets.trace_times(wl.path)
     if args.num_prompts:
         times = times[: args.num_prompts]
+    times = [t / args.trace_speed for t in times]  # --duration counts replayed time
     if args.duration is not None:
         times = [t for t in times if t < args.duration]
     if not times:
@@ -244,7 +253,7 @@ def trace_replay(args, wl: WorkloadSet | None, levels, open_loop):
         )
     span = times[-1] - times[0]
     rate = (len(times) - 1) / span if span > 0 else float("inf")
-    return [rate], sw.OpenLoop(1.0, args.duration, "trace", None, times)
+    return [rate], sw.OpenLoop(1.0, args.duration, "trace", None, times, speed=args.trace_speed)
 
 
 class LevelHook:

@@ -192,26 +192,19 @@ async def _arm(
         **session.load_fields(load, args),
     }
     async with session.client(server, args) as client:
-        await sw.warm_up(client, ps, args.warmup, load, console)
-        outcome = await sw.run_sweep(
-            server,
+        outcome = await session.warm_and_sweep(
             client,
+            server,
+            args,
             ps,
             levels,
-            num_prompts=args.num_prompts,
-            per_concurrency=args.prompts_per_concurrency,
-            load=load,
-            console=console,
-            write=lambda c, f: rec.write(
-                "sweep", {**common, **sw.level_key(c, open_loop), **f}, prov
-            ),
+            console,
+            lambda c, f: rec.write("sweep", {**common, **sw.level_key(c, open_loop), **f}, prov),
             arm=f"{plan.label}: {plan.preset}",
-            flush=not args.no_flush_cache,
             slo=slo,
             derive_slo=derive_slo,
             open_loop=open_loop,
-            on_level=hook,
-            closed_duration=args.duration if open_loop is None else None,
+            hook=hook,
             shape=session.load_shape(args, open_loop, ps if hasattr(ps, "facts") else None),
         )
         outputs = []
@@ -378,6 +371,23 @@ def arm_error(e: BaseException) -> str:
     return f"{first.rstrip(':')}: {cause}" if cause else first
 
 
+def _open_loop_fields(run: Run) -> dict:
+    """An open-loop run's arrival process, for the ab/compare summary record."""
+    ol = run.open_loop
+    if ol is None:
+        return {}
+    return {
+        "arrival": ol.arrival,
+        "burstiness": ol.shape,
+        "max_concurrency": ol.max_concurrency,
+        "duration": ol.duration,
+    }
+
+
+def _slo_fields(slo: sw.SLO) -> dict:
+    return {"tpot_ms": slo.tpot_ms, "ttft_ms": slo.ttft_ms, "source": slo.source}
+
+
 def failure_kind(e: BaseException) -> str:
     """What ended an arm, as one word for the record: refused (the launcher refused its
     input), exited (the launcher stopped before READY), not_ready (startup timeout),
@@ -495,20 +505,11 @@ def report_ab(args, console: Console, run: Run) -> int:
             "preset_a": pa.preset,
             "preset_b": pb.preset,
             "level_key": axis.key,
-            **(
-                {
-                    "arrival": run.open_loop.arrival,
-                    "burstiness": run.open_loop.shape,
-                    "max_concurrency": run.open_loop.max_concurrency,
-                    "duration": run.open_loop.duration,
-                }
-                if run.open_loop
-                else {}
-            ),
+            **_open_loop_fields(run),
             "levels": per,
             "crossover_throughput": thr,
             "crossover_goodput": good,
-            "slo": {"tpot_ms": slo.tpot_ms, "ttft_ms": slo.ttft_ms, "source": slo.source},
+            "slo": _slo_fields(slo),
             "lossless": ll["verdict"] if ll else None,
             "verdict": thr["verdict"],
             "recommendation": advice,
@@ -583,21 +584,12 @@ def report_compare(args, console: Console, run: Run) -> int:
             "arms": names,
             "reference": ref,
             "level_key": axis.key,
-            **(
-                {
-                    "arrival": run.open_loop.arrival,
-                    "burstiness": run.open_loop.shape,
-                    "max_concurrency": run.open_loop.max_concurrency,
-                    "duration": run.open_loop.duration,
-                }
-                if run.open_loop
-                else {}
-            ),
+            **_open_loop_fields(run),
             "levels": rows,
             "goodput_levels": good_rows,
             "crossover_throughput": crossovers,
             "crossover_goodput": good_crossovers,
-            "slo": {"tpot_ms": slo.tpot_ms, "ttft_ms": slo.ttft_ms, "source": slo.source},
+            "slo": _slo_fields(slo),
             "lossless": {n: ll["verdict"] for n, ll in verdicts.items()},
             "lossless_detail": {
                 n: {"differences": ll["differences"], "failed": ll["failed"]}

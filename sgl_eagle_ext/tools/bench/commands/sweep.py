@@ -72,25 +72,18 @@ async def _run(args, console: Console) -> int:
         key=lambda c: sw.level_key(c, open_loop),
     )
     async with session.client(server, args) as client:
-        await sw.warm_up(client, ps, args.warmup, load, console)
-        outcome = await sw.run_sweep(
-            server,
+        outcome = await session.warm_and_sweep(
             client,
+            server,
+            args,
             ps,
             levels,
-            num_prompts=args.num_prompts,
-            per_concurrency=args.prompts_per_concurrency,
-            load=load,
-            console=console,
-            write=lambda c, f: rec.write(
-                "sweep", {**common, **sw.level_key(c, open_loop), **f}, prov
-            ),
+            console,
+            lambda c, f: rec.write("sweep", {**common, **sw.level_key(c, open_loop), **f}, prov),
             arm="",
-            flush=not args.no_flush_cache,
             slo=slo,
             open_loop=open_loop,
-            on_level=hook,
-            closed_duration=args.duration if open_loop is None else None,
+            hook=hook,
             shape=session.load_shape(args, open_loop, wl),
         )
     if rec.written:
