@@ -39,3 +39,13 @@ def test_a_deep_preset_never_reaches_the_parser(tmp_path, monkeypatch):
     f.write_text("[server]\nx = " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(presets.UserError, match="nested too deeply"):
         presets.load(path=f)
+
+
+def test_a_deep_sharegpt_line_is_one_clear_error(tmp_path):
+    from sgl_eagle_ext.common.errors import UserError
+    from sgl_eagle_ext.tools.bench import datasets
+
+    f = tmp_path / "deep.jsonl"
+    f.write_text('{"conversations": []}\n{"x": ' + "[" * 100 + "]" * 100 + "}\n")
+    with pytest.raises(UserError, match=r"deep.jsonl:2: not valid JSON \(nested too deeply"):
+        datasets.load_sharegpt(str(f))

@@ -201,9 +201,10 @@ def load_sharegpt(path: str) -> list[Conversation]:
                 continue
             try:
                 items.append((nesting.json_loads(line), i))
-            except ValueError as e:
+            except ValueError as e:  # JSONDecodeError, or nesting.TooDeep (no position)
+                why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
                 raise UserError(
-                    f"{p}:{i}: not valid JSON ({e.msg} at column {e.colno}).",
+                    f"{p}:{i}: not valid JSON ({why}).",
                     fix=f"one conversation per line: {SHAPE}",
                 ) from None
     for k, (obj, line) in enumerate(items):
