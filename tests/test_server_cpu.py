@@ -166,6 +166,33 @@ def test_watchdog_stops_a_hung_startup(tiny_models, start_launcher):
     assert launcher.orphans() == []
 
 
+def test_watchdog_names_a_stall_after_http_is_up(tiny_models, start_launcher):
+    """Issue 24: the server's log lines for the launcher's own /health_generate polls are
+    not progress, so a server whose warm-up hangs once HTTP is up (a hung rank) is
+    stopped by the watchdog with that phase named, while the polls go on."""
+    launcher = start_launcher(
+        "--preset",
+        "baseline",
+        "--cpu",
+        "--stall-timeout",
+        "30",
+        "--model-path",
+        str(tiny_models["target"]),
+        env={"EAGLE_EXT_FAULT": "hang-warmup"},
+    )
+    assert launcher.wait(timeout=600) == server_process.EXIT_WATCHDOG, launcher.output
+    out, log = launcher.output, launcher.log_text()
+    assert "while HTTP up; warm-up generation" in out, out
+    polls = re.search(r"/health_generate polled (\d+) times, (\d+) logged by the server", out)
+    assert polls, out
+    hung = log[log.index("EAGLE_EXT_FAULT: hang-warmup") :]
+    # the polls went on after the hang (each logged by uvicorn), yet the watchdog fired
+    assert hung.count("GET /health_generate") >= 5, hung[-2000:]
+    assert int(polls[2]) >= hung.count("GET /health_generate")
+    assert "stopping the server process tree" in out
+    assert launcher.orphans() == []
+
+
 def test_ctrl_c_during_startup_stops_everything(tiny_models, start_launcher):
     launcher = start_launcher(
         "--preset",

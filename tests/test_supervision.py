@@ -89,3 +89,99 @@ def test_a_child_that_exits_after_ready_is_a_failure(tmp_path, capsys):
 
     assert run_supervised(proc, "prog", "widget", body) == server_process.EXIT_SERVER_FAILED
     assert "prog: the widget exited with code 7" in capsys.readouterr().err
+
+
+# -- the watchdog after HTTP is up (issue 24) ---------------------------------------------
+ACCESS = '[2026-12-02 08:00:00] INFO:     127.0.0.1:5{i:04d} - "GET /health_generate HTTP/1.1" 503'
+# a server that gets HTTP up, then logs only what the launcher's health polls cause
+POLLED = (
+    "import sys, time\n"
+    "print('Uvicorn running on http://127.0.0.1:1 (Press CTRL+C to quit)', flush=True)\n"
+    "for i in range(600):\n"
+    f"    print({ACCESS!r}.format(i=i), flush=True)\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+def test_probe_lines_are_logged_but_not_progress(tmp_path):
+    from sgl_eagle_ext.common import startup_phase
+
+    assert startup_phase.is_probe_line(ACCESS.format(i=1))
+    assert startup_phase.is_probe_line('INFO:  127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK')
+    assert startup_phase.is_probe_line("[TP0] Health check failed. Server couldn't get a response")
+    assert not startup_phase.is_probe_line('INFO: 127.0.0.1:1 - "POST /generate HTTP/1.1" 200')
+    assert not startup_phase.is_probe_line('INFO: 127.0.0.1:1 - "GET /model_info HTTP/1.1" 200')
+
+    proc = ServerProcess([sys.executable, "-c", POLLED], None, tmp_path / "p.log", echo=False)
+    proc.start()
+    try:
+        while proc.probe_lines < 20:
+            time.sleep(0.05)
+        assert proc.phase == "HTTP up; warm-up generation"
+        assert proc.stalled_for() >= 0.5  # 20 lines in ~1 s, none of them progress
+        assert all("health_generate" not in t for t in proc.tail)  # the tail stays useful
+    finally:
+        proc.stop(grace=1)
+    assert (tmp_path / "p.log").read_text().count("GET /health_generate") >= 20  # still logged
+
+
+def test_a_stall_after_http_is_up_is_named_and_exits_3(tmp_path):
+    from sgl_eagle_ext.launcher import readiness
+
+    proc = ServerProcess([sys.executable, "-c", POLLED], None, tmp_path / "p.log", echo=False)
+    proc.start()
+    try:
+        with pytest.raises(StartupFailed) as e:  # port 9: nothing answers, polls go on
+            readiness.wait_ready(
+                proc, "http://127.0.0.1:9", 9, api_key=None, stall_timeout=1.0,
+                startup_timeout=0, poll=0.1,
+            )  # fmt: skip
+    finally:
+        proc.stop(grace=1)
+    assert e.value.code == EXIT_WATCHDOG
+    text = str(e.value)
+    assert "watchdog: no server log progress" in text
+    assert "while HTTP up; warm-up generation" in text
+    assert "logged by the server, last: no connection" in text, text
+
+
+def test_startup_timeout_default_is_sized_from_the_phases():
+    from sgl_eagle_ext.launcher import cli, readiness
+
+    one = readiness.default_startup_timeout(1)
+    assert one == readiness.WEIGHTS_S + readiness.JIT_S + readiness.CAPTURE_PER_STATE_S
+    assert readiness.default_startup_timeout(6) - one == 5 * readiness.CAPTURE_PER_STATE_S
+    assert cli.parser().parse_args([]).startup_timeout is None  # None: sized per launch
+    assert f"{one:.0f} for a fixed preset" in cli.parser().format_help().replace("\n", " ")
+
+
+def test_adaptive_state_builds_are_a_phase_of_their_own():
+    from sgl_eagle_ext.common.startup_phase import StartupPhase
+
+    # SGLang 0.5.23's lines, in startup order, for a 3-step start with 2 more states
+    lines = [
+        "[TP0] Load weight begin. avail mem=90.00 GB",
+        "[TP0] Capture cuda graph begin. This can take up to several minutes.",
+        "[TP0] Capture draft decode CUDA graph begin. backend=full, bs=[1, 2]",
+        "[TP0] Capture draft extend CUDA graph begin. backend=full, bs=[1, 2]",
+        "[TP0] Capture draft extend CUDA graph end. elapsed=1.00 s",
+    ]
+    phase = StartupPhase(adaptive_states=2)
+    for line in lines:
+        phase.feed(line)
+    assert phase.phase == "CUDA graphs captured"
+    # the next state's graphs: the same draft-extend capture again
+    phase.feed("[TP0] Capture draft extend CUDA graph begin. backend=full, bs=[1, 2]")
+    assert phase.phase == (
+        "building adaptive runtime states (0 of 2 built): capturing draft-extend CUDA graphs"
+    )
+    phase.feed("[TP0] Built adaptive runtime state steps=0: elapsed=3.10s, mem=0.80GB")
+    assert phase.phase == "building adaptive runtime states (1 of 2 built, last steps=0)"
+    phase.feed("[TP0] Capture cuda graph begin. This can take up to several minutes.")
+    assert phase.phase.startswith("building adaptive runtime states (1 of 2 built): capturing")
+    phase.feed("INFO:     Uvicorn running on http://127.0.0.1:30000")
+    assert phase.phase == "HTTP up; warm-up generation"
+    # without graphs (the CPU harness) only the Built lines say it
+    cpu = StartupPhase()
+    cpu.feed("[TP0] Built adaptive runtime state steps=5: elapsed=0.10s, mem=0.00GB")
+    assert cpu.phase == "building adaptive runtime states (1 built, last steps=5)"

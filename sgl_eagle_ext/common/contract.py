@@ -8,9 +8,10 @@ SERVE_MODULE = "sgl_eagle_ext.in_sglang.serve"
 API_KEY_ENV = "EAGLE_EXT_API_KEY"
 # Set by the CPU harness overlay (launch/overlays/cpu.toml).
 CPU_ENV = "EAGLE_EXT_CPU"
-# Fault injection for the launcher's own tests: "hang-scheduler" makes every
-# scheduler process hang before SGLang starts in it, as a stuck CUDA-graph
-# capture does, so the watchdog must find and stop the whole tree.
+# Fault injection for the launcher's own tests (in_sglang/faults.py): "hang-scheduler"
+# hangs every scheduler before SGLang starts in it (a stuck CUDA-graph capture),
+# "hang-warmup" hangs the first batch once HTTP is up (a hung rank in the warm-up):
+# the watchdog must name the phase and stop the whole tree.
 FAULT_ENV = "EAGLE_EXT_FAULT"
 # One line per TP rank with the NCCL variables it really has (in_sglang/nccl_report.py).
 NCCL_TAG = "EAGLE_EXT_NCCL"

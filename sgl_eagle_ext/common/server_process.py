@@ -21,26 +21,11 @@ from pathlib import Path
 
 import psutil
 
-from sgl_eagle_ext.common import contract, proctree
+from sgl_eagle_ext.common import contract, proctree, startup_phase
 from sgl_eagle_ext.common.redaction import redact_text
 
-# Startup phases, recognised from SGLang's own log lines (all supported
-# releases); the first pattern that matches a line sets the phase.
-PHASES: tuple[tuple[re.Pattern, str], ...] = tuple(
-    (re.compile(p, re.IGNORECASE), name)
-    for p, name in (
-        (r"fired up and ready to roll", "warm-up generation done"),
-        (r"uvicorn running|application startup complete", "HTTP up; warm-up generation"),
-        (r"capture .*draft extend .*graph.*begin", "capturing draft-extend CUDA graphs"),
-        (r"capture .*draft .*graph.*begin", "capturing draft CUDA graphs"),
-        (r"capture .*graph.*begin", "capturing target CUDA graphs"),
-        (r"capture .*graph.*end", "CUDA graphs captured"),
-        (r"kv cache is allocated|memory pool end", "KV cache allocated"),
-        (r"load weight end", "weights loaded"),
-        (r"load weight begin|loading safetensors", "loading weights"),
-        (r"init torch distributed", "initialising torch.distributed / NCCL"),
-    )
-)
+# Startup phases (common/startup_phase.py); PHASES stays importable from here.
+PHASES = startup_phase.PHASES
 LINE_END = re.compile(rb"[\r\n]")
 
 
@@ -124,6 +109,7 @@ class ServerProcess:
         redact: list[str] | None = None,
         echo: bool = True,
         listeners=(),
+        adaptive_states: int | None = None,
     ):
         self.cmd = cmd
         self.env = env
@@ -132,8 +118,10 @@ class ServerProcess:
         self.echo = echo
         self.listeners = list(listeners)  # called with every log line (reader thread)
         self.proc: subprocess.Popen | None = None
-        self.phase = "starting Python / importing SGLang"
+        # adaptive_states: the extra runtime states an adaptive launch builds (phase names)
+        self._phase = startup_phase.StartupPhase(adaptive_states)
         self.last_progress = time.monotonic()
+        self.probe_lines = 0  # lines our own health polls caused (never progress)
         self.tail: deque[str] = deque(maxlen=40)
         self._reader: threading.Thread | None = None
         self.log_error = ""
@@ -225,6 +213,10 @@ class ServerProcess:
                 file=sys.stderr,
             )
 
+    @property
+    def phase(self) -> str:
+        return self._phase.phase
+
     def stalled_for(self) -> float:
         return time.monotonic() - self.last_progress
 
@@ -291,14 +283,15 @@ class ServerProcess:
 
     def _line(self, line: str, end: str, log) -> None:
         line = redact_text(line, self.redact)
-        self.last_progress = time.monotonic()  # a tqdm '\r' update is progress too
-        if line.strip():
+        probe = startup_phase.is_probe_line(line)
+        if probe:  # logged, but the launcher's own polls are not progress (nor the tail)
+            self.probe_lines += 1
+        else:
+            self.last_progress = time.monotonic()  # a tqdm '\r' update is progress too
+        if line.strip() and not probe:
             if end == "\n" or not self.tail or self.tail[-1] != line:
                 self.tail.append(line)
-            for pattern, phase in PHASES:
-                if pattern.search(line):
-                    self.phase = phase
-                    break
+            self._phase.feed(line)
             for listen in self.listeners:
                 listen(line)
         if log is not None and (line.strip() or end == "\n"):

@@ -33,11 +33,10 @@ def in_scheduler_process(tp_rank="?", server_args=None) -> None:
     from sgl_eagle_ext.in_sglang import nccl_report
 
     nccl_report.report_rank(tp_rank)  # the NCCL settings this rank really has
-    if os.environ.get(FAULT_ENV) == "hang-scheduler":
-        import time
+    if os.environ.get(FAULT_ENV):  # the launcher's own tests (in_sglang/faults.py)
+        from sgl_eagle_ext.in_sglang import faults
 
-        while True:
-            time.sleep(3600)
+        faults.apply(os.environ[FAULT_ENV])
     if cpu_harness_enabled():
         from sgl_eagle_ext.cpu import harness
 

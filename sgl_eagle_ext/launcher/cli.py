@@ -25,11 +25,12 @@ from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
 from sgl_eagle_ext.common.server_process import ServerProcess, run_supervised, serve_until_exit
-from sgl_eagle_ext.launcher import bind_watch, nccl, plan, presets, readiness
+from sgl_eagle_ext.launcher import bind_watch, nccl, plan, presets, readiness, runtime_states
 
 PROG = "sgl_eagle_ext.launch"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 SPEC_CHECK_PROMPT = "The quick brown fox"
+STATES_NOTE = "adaptive.runtime-states"  # preflight/adaptive.py: printed by the launcher too
 LOW_ACCEPT = 1.2  # below this the draft is barely contributing
 # Releases whose CUDA graphs capture the default aux layers (patches/: cuda-graph-aux-layers).
 GRAPH_BUG_RELEASES = ", ".join(r.version for r in releases.RELEASES if r.graph_resets_aux_layers)
@@ -126,13 +127,18 @@ def parser() -> argparse.ArgumentParser:
         type=number(0),
         default=900.0,
         help="watchdog: stop the server if its log shows no progress for this many "
-        "seconds before it is ready (default 900; 0 disables)",
+        "seconds before it is ready, after HTTP is up too: the server's log lines for "
+        "the launcher's own /health_generate polls do not count (default 900; 0 "
+        "disables)",
     )
     p.add_argument(
         "--startup-timeout",
         type=number(0),
-        default=0.0,
-        help="watchdog: stop the server if not ready after this many seconds (default 0: no limit)",
+        default=None,
+        help="watchdog: stop the server if not ready after this many seconds (0: no "
+        f"limit; default {readiness.WEIGHTS_S:.0f} for weights + {readiness.JIT_S:.0f} "
+        f"for JIT + {readiness.CAPTURE_PER_STATE_S:.0f} per speculative runtime state "
+        "the launch builds: 3000 for a fixed preset)",
     )
     p.add_argument(
         "--nccl-debug",
@@ -264,7 +270,7 @@ def run_preflight(args, launch: plan.LaunchPlan, env: dict) -> plan.LaunchPlan:
     )
     print(report.render(notes=False), file=sys.stderr, flush=True)
     for f in report.findings:  # whose verdicts these are (SGLang's own, or the rules')
-        if f.id in ("sglang.asked", "sglang.dry-run"):
+        if f.id in ("sglang.asked", "sglang.dry-run", STATES_NOTE):
             print(f"{PROG}: preflight: {f.message}", file=sys.stderr, flush=True)
     if not report.ok:
         raise UserError(
@@ -307,16 +313,28 @@ class NcclReports:
         if parsed:
             self.ranks[parsed[0]] = parsed[1]
 
-    def print(self, expected: dict[str, str]) -> None:
+    def print(self, expected: dict[str, str], launch: plan.LaunchPlan | None = None) -> None:
         if not self.ranks:
             print(f"{PROG}: warning: no rank reported its NCCL settings", file=sys.stderr)
             return
         text, warnings = nccl.table(self.ranks, expected)
         print(f"{PROG}: NCCL settings seen by each rank:\n{text}", flush=True)
+        want = len(self.ranks)
+        if launch is not None:  # why the '-' rows are there, and were all ranks heard
+            for line in nccl.explain(launch.release, launch.argv, self.ranks, expected):
+                print(f"{PROG}: NCCL: {line}", flush=True)
+            want = nccl.expected_ranks(launch.argv)
+            short = nccl.rank_count_warning(self.ranks, want)
+            if short:
+                warnings.append(short)
         for w in warnings:
             print(f"{PROG}: warning: NCCL: {w}", file=sys.stderr, flush=True)
         if not warnings:
-            print(f"{PROG}: NCCL: all {len(self.ranks)} rank(s) match the preset", flush=True)
+            print(
+                f"{PROG}: NCCL: all {len(self.ranks)} rank(s) match the preset "
+                f"({len(self.ranks)} of {want} TP rank(s) reported)",
+                flush=True,
+            )
 
 
 def print_nccl_debug(folder: Path) -> None:
@@ -330,6 +348,10 @@ def print_nccl_debug(folder: Path) -> None:
     for name, taken in summary.items():
         shown = " ".join(f"{k}={v}" for k, v in sorted(taken.items())) or "(none)"
         print(f"{PROG}: {name}: NCCL took from the environment: {shown}", flush=True)
+
+
+def _limit(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds else "off"
 
 
 @cli(PROG)
@@ -382,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         env.update(nccl.debug_env(debug_dir.resolve()))
     reports = NcclReports()
     bind = bind_watch.BindWatch(port)  # the port taken while the model loads: stop at once
+    states = runtime_states.for_release(launch.argv, release)  # speculative runtime states
+    startup_timeout = args.startup_timeout
+    if startup_timeout is None:
+        startup_timeout = readiness.default_startup_timeout(len(states.states) if states else 1)
     server = ServerProcess(
         launch.command(),
         {**os.environ, **env},
@@ -389,10 +415,15 @@ def main(argv: list[str] | None = None) -> int:
         redact=list(secrets.values()),
         echo=not (args.quiet or args.demo),  # the demo prints the log's path instead
         listeners=[reports, bind],
+        adaptive_states=states.extra_states if states and states.extra_states else None,
     )
     base_url = f"http://{http.probe_host(host)}:{port}"
     print(
         f"{PROG}: preset {preset.name}, SGLang {release.version} ({how}); log {log_path}",
+        flush=True,
+    )
+    print(
+        f"{PROG}: watchdog: stall {_limit(args.stall_timeout)}, startup {_limit(startup_timeout)}",
         flush=True,
     )
 
@@ -405,9 +436,9 @@ def main(argv: list[str] | None = None) -> int:
             port,
             api_key=api_key,
             stall_timeout=args.stall_timeout,
-            startup_timeout=args.startup_timeout,
+            startup_timeout=startup_timeout,
         )
-        reports.print(expected_nccl)
+        reports.print(expected_nccl, launch)
         if args.nccl_debug:
             print_nccl_debug(debug_dir)
         print(

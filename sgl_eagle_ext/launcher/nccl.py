@@ -100,19 +100,68 @@ CONDITIONS = {  # EnvOverride.needs
 }
 
 
+def triggered(release: Release, server_args) -> list:
+    """The release table's environment writes (releases.EnvOverride) that apply to
+    this launch: their flags given (or none needed) and every condition holding."""
+    argv = ServerArgv.of(server_args)
+    return [
+        o
+        for o in release.env_overrides
+        if (not o.flags or any(argv.has(f) for f in o.flags))
+        and all(CONDITIONS[c](argv) for c in o.needs)
+    ]
+
+
 def override_warnings(release: Release, server_args, env: dict[str, str]) -> list[str]:
     """Variables of `env` (the preset's) that SGLang will overwrite for this launch."""
-    argv = ServerArgv.of(server_args)
     out = []
-    for o in release.env_overrides:
-        triggered = not o.flags or any(argv.has(f) for f in o.flags)
-        if not triggered or not all(CONDITIONS[c](argv) for c in o.needs):
-            continue
+    for o in triggered(release, server_args):
         if o.var in env and not o.setdefault:
             out.append(f"SGLang {release.version} overwrites {o.var}={env[o.var]}: {o.when}")
         elif o.var not in env and o.setdefault:
             out.append(f"note: SGLang {release.version} sets {o.var} for you: {o.when}")
     return out
+
+
+def explain(
+    release: Release, server_args, reports: dict[str, dict[str, str]], expected: dict[str, str]
+) -> list[str]:
+    """One line per variable the ranks have that the preset did not set, where the
+    release table says SGLang sets it for this launch (the rank table's '-' rows)."""
+    seen = {k for r in reports.values() for k in r}
+    why: dict[str, list[str]] = {}
+    for o in triggered(release, server_args):
+        if o.var in seen and o.var not in expected:
+            why.setdefault(o.var, []).append(o.when)
+    return [
+        f"{var}: not in the preset; SGLang {release.version} sets it ({'; '.join(whens)})"
+        for var, whens in sorted(why.items())
+    ]
+
+
+def expected_ranks(server_args) -> int:
+    """The TP ranks this launcher's server runs (all of them on one node; under
+    --nnodes, this node's share), each of which reports its NCCL line."""
+    argv = ServerArgv.of(server_args)
+    tp = _int_arg(argv, *_TP)
+    pp = _int_arg(argv, "--pp-size", "--pipeline-parallel-size")
+    nnodes = max(1, _int_arg(argv, "--nnodes"))
+    return max(1, min(tp, tp * pp // nnodes))
+
+
+def rank_count_warning(reports: dict[str, dict[str, str]], want: int) -> str | None:
+    """None when every TP rank reported; else which are missing. A rank that never
+    reported is a rank whose settings the table cannot vouch for."""
+    if len(reports) >= want:
+        return None
+    got = {int(r) for r in reports if r.isdigit()}
+    # ranks 0..want-1 on one node; another node's ranks are numbered past them
+    missing = [] if any(r >= want for r in got) else [r for r in range(want) if r not in got]
+    return (
+        f"only {len(reports)} of {want} TP rank(s) reported their NCCL settings"
+        + (f" (missing: rank {', '.join(map(str, missing[:8]))})" if missing else "")
+        + ": the table proves nothing about the others"
+    )
 
 
 def debug_env(folder: Path) -> dict[str, str]:

@@ -19,6 +19,19 @@ from sgl_eagle_ext.common.server_process import (
     StartupFailed,
 )
 
+# --startup-timeout's default, sized from the phases of a cold start of the presets on
+# the GPU host (Kimi-K2.5 INT4, ~600 GB over TP 8). [unmeasured] budgets, each well
+# above what a healthy phase should take; the stall watchdog catches a hang sooner.
+WEIGHTS_S = 1800.0  # reading ~75 GB per rank, from a slow or cold disk
+JIT_S = 900.0  # first-start kernel builds (Triton, Marlin, DeepGEMM), autotuning
+CAPTURE_PER_STATE_S = 300.0  # target-verify, draft and draft-extend CUDA graphs, per state
+
+
+def default_startup_timeout(states: int = 1) -> float:
+    """Seconds a start may take in all: weights + JIT + capture of each runtime state
+    (1 for a plain or fixed preset; launcher/runtime_states.py for adaptive)."""
+    return WEIGHTS_S + JIT_S + CAPTURE_PER_STATE_S * max(1, states)
+
 
 def wait_ready(
     server: ServerProcess,
@@ -34,8 +47,11 @@ def wait_ready(
 
     Raises StartupFailed when the server exits, when its log shows no progress
     for `stall_timeout` s (the watchdog), or after `startup_timeout` s (0: none).
+    The lines our own polls cause (uvicorn's access log of /health_generate) are not
+    progress (common/startup_phase.py), so a stall after HTTP is up is caught too.
     """
     t0 = time.monotonic()
+    polls, answer = 0, "no answer yet"
     while True:
         code = server.returncode()
         if code is not None:
@@ -46,17 +62,20 @@ def wait_ready(
         if stall_timeout and server.stalled_for() > stall_timeout:
             raise StartupFailed(
                 f"watchdog: no server log progress for {server.stalled_for():.0f} s "
-                f"(limit {stall_timeout:.0f} s) while {server.phase}",
+                f"(limit {stall_timeout:.0f} s) while {server.phase}"
+                + _polls(polls, answer, server),
                 EXIT_WATCHDOG,
             )
         elapsed = time.monotonic() - t0
         if startup_timeout and elapsed > startup_timeout:
             raise StartupFailed(
                 f"watchdog: not ready after {elapsed:.0f} s (limit {startup_timeout:.0f} s) "
-                f"while {server.phase}",
+                f"while {server.phase}" + _polls(polls, answer, server),
                 EXIT_WATCHDOG,
             )
         reply = request(f"{base_url}/health_generate", api_key=api_key, timeout=30)
+        polls += 1
+        answer = f"HTTP {reply.status}" if reply.status else "no connection"
         if reply.status == 200:
             owners = listener_pids(port)
             if owners is None or owners & server.tree_pids():
@@ -67,3 +86,9 @@ def wait_ready(
                 EXIT_SERVER_FAILED,
             )
         time.sleep(poll)
+
+
+def _polls(polls: int, answer: str, server: ServerProcess) -> str:
+    """What the readiness polls saw meanwhile (their log lines were not progress)."""
+    logged = f", {server.probe_lines} logged by the server" if server.probe_lines else ""
+    return f"; /health_generate polled {polls} times{logged}, last: {answer}"

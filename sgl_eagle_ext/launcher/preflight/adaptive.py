@@ -19,9 +19,11 @@ from pathlib import Path
 from sgl_eagle_ext.common import adaptive_config
 from sgl_eagle_ext.common.releases import Release
 from sgl_eagle_ext.common.server_argv import ServerArgv
-from sgl_eagle_ext.launcher.preflight.findings import ERROR, WARNING, Finding
+from sgl_eagle_ext.launcher import runtime_states
+from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding
 
 FLAG = "--speculative-adaptive"
+STATES_ID = "adaptive.runtime-states"  # the launcher prints this note too
 CONFIG_FLAG = adaptive_config.FLAG
 
 
@@ -113,6 +115,8 @@ def check(server_args: list[str], release: Release) -> list[Finding]:
         return found
     buckets, problems = load(path, release)
     found += problems
+    if buckets is not None:
+        found += states_note(argv, buckets, release)
     steps = argv.value("speculative-num-steps")
     if buckets is not None and steps is not None:
         union = sorted({s for c in buckets.values() for s in c})
@@ -129,3 +133,30 @@ def check(server_args: list[str], release: Release) -> list[Finding]:
                 )
             )
     return found
+
+
+def states_note(argv: ServerArgv, buckets: dict[int, list[int]], release: Release) -> list[Finding]:
+    """What the launch builds before it serves (launcher/runtime_states.py): SGLang's
+    memory estimate has no term for the extra states."""
+    plan = runtime_states.for_launch(argv, buckets)
+    if plan is None or not plan.extra_states:
+        return []
+    return [
+        Finding(
+            STATES_ID,
+            INFO,
+            f"builds {plan.line()}; predicted from SGLang {release.version}'s rules. "
+            "SGLang's --mem-fraction-static estimate has no term for the "
+            f"{plan.extra_states} extra state(s): SGLang logs each one's cost "
+            "('Built adaptive runtime state steps=N: ... mem=X GB').",
+            "if the start runs out of memory after the weights load, lower "
+            "--mem-fraction-static or drop candidate steps from the table",
+            field="candidate_steps",
+            data={
+                "states": len(plan.states),
+                "steps": [s.steps for s in plan.states],
+                "batch_sizes": len(plan.batch_sizes),
+                **{k: plan.total(k) for k in ("verify", "draft_extend", "draft_decode")},
+            },
+        )
+    ]
