@@ -126,3 +126,79 @@ def test_env_table_names_are_in_the_harness_sources():
     assert rel is not None, "run under a harness venv (.venv or .venv-0.5.10.post1)"
     text = "\n".join(p.read_text(errors="replace") for p in (pkg / "srt").rglob("*.py"))
     assert [o.var for o in rel.env_overrides if o.var not in text] == []
+
+
+# -- issue 24: SGLang's unconditional defaults, the rank count, the PCIe all-reduce ------
+def test_sglang_defaults_explain_the_ranks_unset_rows():
+    """engine.py writes NCCL_CUMEM_ENABLE and NCCL_NVLS_ENABLE whenever unset, in every
+    release: the table says so, for the rows the preset left empty."""
+    for r in releases.RELEASES:
+        notes = nccl.override_warnings(r, ["--tp-size", "8"], dict(PRESET))
+        assert any(w.startswith("note:") and "NCCL_CUMEM_ENABLE" in w for w in notes), r.version
+        assert any(w.startswith("note:") and "NCCL_NVLS_ENABLE" in w for w in notes), r.version
+    seen = {"0": {**PRESET, "NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}}
+    lines = nccl.explain(releases.BY_VERSION["0.5.23"], ["--tp-size", "1"], seen, PRESET)
+    assert [ln.split(":")[0] for ln in lines] == ["NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"]
+    assert all("not in the preset; SGLang 0.5.23 sets it (0 when unset" in ln for ln in lines)
+    # a value the preset set is the preset's, not explained away
+    mine = {**PRESET, "NCCL_CUMEM_ENABLE": "1"}
+    assert nccl.explain(releases.BY_VERSION["0.5.23"], [], {"0": mine}, mine) == []
+
+
+def test_rank_table_checks_it_heard_every_tp_rank():
+    assert nccl.expected_ranks(["--tp-size", "8"]) == 8
+    assert nccl.expected_ranks([]) == 1
+    assert nccl.expected_ranks(["--tp", "16", "--nnodes", "2"]) == 8  # this node's share
+    assert nccl.expected_ranks(["--tp-size", "8", "--pp-size", "2", "--nnodes", "2"]) == 8
+    eight = {str(r): dict(PRESET) for r in range(8)}
+    assert nccl.rank_count_warning(eight, 8) is None
+    seven = {k: v for k, v in eight.items() if k != "3"}
+    assert nccl.rank_count_warning(seven, 8) == (
+        "only 7 of 8 TP rank(s) reported their NCCL settings (missing: rank 3): the table "
+        "proves nothing about the others"
+    )
+    node1 = {str(r): dict(PRESET) for r in range(8, 15)}  # node 1 of TP 16, one missing
+    assert "only 7 of 8" in nccl.rank_count_warning(node1, 8)
+
+
+def test_pcie_allreduce_is_gated_by_release_and_tp():
+    on = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
+    assert [r.version for r in nccl.releases_with_pcie()] == ["0.5.21", "0.5.23"]
+    assert nccl.pcie_allreduce(releases.BY_VERSION["0.5.23"], ["--tp-size", "8"], on) == (None, [])
+    refused, _ = nccl.pcie_allreduce(releases.BY_VERSION["0.5.19"], ["--tp-size", "8"], on)
+    assert refused == "SGLang 0.5.19 has no PCIe-IPC all-reduce (0.5.21, 0.5.23 do)"
+    _, idle = nccl.pcie_allreduce(
+        releases.BY_VERSION["0.5.21"], ["--tp-size", "6", "--enable-deterministic-inference"], on
+    )
+    assert len(idle) == 2 and "TP 6" in idle[0] and "deterministic" in idle[1]
+    assert nccl.pcie_allreduce(releases.BY_VERSION["0.5.10.post1"], [], {}) == (None, [])
+
+
+def test_pcie_allreduce_overlay_sets_the_variable_and_a_dry_run_refuses_old_releases(capsys):
+    from sgl_eagle_ext.launcher import cli, plan
+
+    request = plan.LaunchRequest(
+        preset="baseline", model_path="/m", overlays=("pcie-allreduce",), sglang_version="0.5.23"
+    )
+    assert plan.build(request).env["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    args = ["--preset", "baseline", "--overlay", "pcie-allreduce", "--model-path", "/m"]
+    assert cli.main([*args, "--dry-run", "--sglang-version", "0.5.19"]) == 2
+    err = capsys.readouterr().err
+    assert "SGLang 0.5.19 has no PCIe-IPC all-reduce" in err and "nothing was started" in err
+
+
+@pytest.mark.harness  # reads the harness venv's SGLang sources
+def test_pcie_allreduce_and_nccl_defaults_match_the_installed_source():
+    from sgl_eagle_ext.common import wheels
+
+    pkg = wheels.installed_source()
+    rel = releases.BY_VERSION[wheels.source_version(pkg)]
+    module = pkg / "srt" / "distributed" / "device_communicators" / "pcie_ipc_ar.py"
+    assert rel.pcie_allreduce == module.is_file()
+    if module.is_file():
+        text = module.read_text()
+        assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in (pkg / "srt" / "environ.py").read_text()
+        assert f"_SUPPORTED_WORLD_SIZES = {releases.PCIE_ALLREDUCE_TP}" in text
+    engine = (pkg / "srt" / "entrypoints" / "engine.py").read_text()
+    for var in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"):  # written whenever unset
+        assert f'"{var}" not in os.environ' in engine

@@ -100,6 +100,12 @@ V2_WORKER = _v2_worker(
 )
 
 
+# The variable that turns on SGLang's PCIe-IPC all-reduce (Release.pcie_allreduce), and
+# the TP sizes its kernels build channels for (pcie_ipc_ar._SUPPORTED_WORLD_SIZES).
+PCIE_ALLREDUCE_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+PCIE_ALLREDUCE_TP = (2, 4, 8)
+
+
 @dataclass(frozen=True)
 class EnvOverride:
     """An environment variable SGLang itself writes before spawning the ranks."""
@@ -116,6 +122,19 @@ class EnvOverride:
 
 _ENV_OVERRIDES_COMMON = (
     EnvOverride("CUDA_DEVICE_MAX_CONNECTIONS", "always set to 8"),
+    # engine.py _set_envs_and_config writes both whenever unset, in every release (read
+    # in 0.5.10.post1, 0.5.13.post1, 0.5.16, 0.5.19, 0.5.21 and 0.5.23): every rank has
+    # them though no preset sets them (the launcher's rank table says so).
+    EnvOverride(
+        "NCCL_CUMEM_ENABLE",
+        "0 when unset: NCCL's cuMem-backed buffers off (1 with --enable-symm-mem)",
+        setdefault=True,
+    ),
+    EnvOverride(
+        "NCCL_NVLS_ENABLE",
+        "0 when unset: NVLink SHARP off (1 with --enable-nccl-nvls or --enable-symm-mem)",
+        setdefault=True,
+    ),
     EnvOverride(
         "NCCL_CUMEM_ENABLE", "forced to 1 by --enable-symm-mem", flags=("--enable-symm-mem",)
     ),
@@ -274,6 +293,10 @@ class Release:
     workers: tuple[WorkerAnchors, ...] = (V2_WORKER,)
     # Environment SGLang writes in the launcher process (inherited by every rank).
     env_overrides: tuple[EnvOverride, ...] = _ENV_OVERRIDES_COMMON
+    # FlashInfer's PCIe-IPC all-reduce, opt-in by PCIE_ALLREDUCE_ENV (overlay
+    # pcie-allreduce): srt/distributed/device_communicators/pcie_ipc_ar.py, the same
+    # file in 0.5.21 and 0.5.23, absent from the earlier wheels.
+    pcie_allreduce: bool = False
     # EAGLE-3 aux layers: how explicit eagle_aux_hidden_state_layer_ids become the
     # layers whose input is captured, per target family (preflight/aux_layers.py).
     aux_offset: Mapping[str, str] = field(default_factory=lambda: _AUX_OFFSET_NEW)
@@ -516,6 +539,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.21",
         spec_worker="v2",
+        pcie_allreduce=True,
         adaptive=_ADAPTIVE_0516,
         plugin_entry_point=True,
         torch="2.13.0",
@@ -538,6 +562,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.23",
         spec_worker="v2",
+        pcie_allreduce=True,
         adaptive=_ADAPTIVE_0523,
         plugin_entry_point=True,
         torch="2.14.1",

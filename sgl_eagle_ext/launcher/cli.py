@@ -376,6 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     host, port = launch.host, launch.port
     for w in nccl.override_warnings(release, launch.argv, env):
         print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
+    refused, idle = nccl.pcie_allreduce(release, launch.argv, env)
+    if refused:
+        raise UserError(
+            f"{refused}; nothing was started.",
+            fix="drop --overlay pcie-allreduce (or its variable), or use a release that has it",
+        )
+    for w in idle:
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
     if args.dry_run:
         print_dry_run(launch, env)
         return 0

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from sgl_eagle_ext.common.contract import NCCL_EXTRA, NCCL_PREFIXES, NCCL_TAG
-from sgl_eagle_ext.common.releases import Release
+from sgl_eagle_ext.common.releases import PCIE_ALLREDUCE_ENV, PCIE_ALLREDUCE_TP, Release
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.common.table import Col, L, Table
 
@@ -162,6 +162,35 @@ def rank_count_warning(reports: dict[str, dict[str, str]], want: int) -> str | N
         + (f" (missing: rank {', '.join(map(str, missing[:8]))})" if missing else "")
         + ": the table proves nothing about the others"
     )
+
+
+def pcie_allreduce(
+    release: Release, server_args, env: dict[str, str]
+) -> tuple[str | None, list[str]]:
+    """SGLang's PCIe-IPC all-reduce (overlay pcie-allreduce) for this launch: (why the
+    release cannot run it, or None; the settings under which SGLang leaves every
+    all-reduce on NCCL anyway, pcie_ipc_ar.eligible_group / PcieIpcCommunicator)."""
+    if env.get(PCIE_ALLREDUCE_ENV, "").lower() not in ("1", "true", "yes", "on"):
+        return None, []
+    if not release.pcie_allreduce:
+        newer = [r.version for r in releases_with_pcie()]
+        return f"SGLang {release.version} has no PCIe-IPC all-reduce ({', '.join(newer)} do)", []
+    argv = ServerArgv.of(server_args)
+    found = []
+    tp = _int_arg(argv, *_TP)
+    if tp not in PCIE_ALLREDUCE_TP:
+        found.append(f"TP {tp}: its kernels serve TP {', '.join(map(str, PCIE_ALLREDUCE_TP))}")
+    if argv.has("enable-deterministic-inference"):
+        found.append("--enable-deterministic-inference turns it off")
+    if argv.value("device") == "cpu":
+        found.append("no CUDA device")
+    return None, [f"{PCIE_ALLREDUCE_ENV}=1 does nothing here: {w}" for w in found]
+
+
+def releases_with_pcie() -> list[Release]:
+    from sgl_eagle_ext.common.releases import RELEASES
+
+    return [r for r in RELEASES if r.pcie_allreduce]
 
 
 def debug_env(folder: Path) -> dict[str, str]:
