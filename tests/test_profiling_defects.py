@@ -285,3 +285,47 @@ def test_server_asks_only_schedulers_to_flush(tmp_path):
     assert out.stdout.split() == ["1", "True"]  # one scheduler asked; the other lives on
     assert (tmp_path / "sglang__scheduler_TP0").read_text() == "flushed"
     assert not (tmp_path / "other").exists()
+
+
+class _KindMode:
+    def __init__(self, kind):
+        self.kind = kind
+
+    def is_idle(self):
+        return False
+
+    def is_decode(self):
+        return self.kind == "decode"
+
+    def is_extend(self):
+        return self.kind == "prefill"
+
+
+def _batch(kind):
+    return types.SimpleNamespace(forward_mode=_KindMode(kind), reqs=[1], is_extend_in_batch=False)
+
+
+@pytest.mark.parametrize("rank,armed", [(0, True), (1, False)])
+def test_device_sync_check_starts_at_the_first_decode_of_a_profiled_rank(
+    clean, monkeypatch, rank, armed
+):
+    """Issue 24: set_sync_debug_mode is set at the first decode cycle, on profiled ranks
+    only, not at scheduler start (weight loading and graph capture synchronize)."""
+    modes = []
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(set_sync_debug_mode=modes.append))
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))
+    cfg = config.from_env({"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_SYNC_CHECK": "1"})
+    prof = Profiler(cfg, HostClock(), rank_fn=lambda: rank)  # profiles rank 0 only
+    monkeypatch.setattr(instrument, "PROFILER", prof)
+    watch = syncs.FirstDecode(prof.count_sync, torch=fake_torch)
+    monkeypatch.setattr(instrument, "SYNC_WATCH", watch)
+    worker = types.SimpleNamespace(speculative_num_steps=3, speculative_num_draft_tokens=4)
+    instrument._step(lambda b: None, worker, (_batch("prefill"),), {})
+    assert modes == []  # startup and prefill: not yet
+    instrument._step(lambda b: None, worker, (_batch("decode"),), {})
+    instrument._step(lambda b: None, worker, (_batch("decode"),), {})
+    assert modes == (["warn"] if armed else []) and watch.armed is armed
+    monkeypatch.setattr(instrument, "PROFILER", None)
+    instrument.uninstrument()  # disarms: the mode is reset, showwarning restored
+    assert modes == (["warn", 0] if armed else [])

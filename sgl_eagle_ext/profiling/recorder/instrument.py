@@ -34,6 +34,7 @@ SYNC_ANCHORS = (
 UNWRAPPED_WORKERS = {"enable_multi_layer_eagle": "MultiLayerEagleWorkerV2"}
 
 PROFILER: Profiler | None = None
+SYNC_WATCH: syncs.FirstDecode | None = None  # CUDA sync check: armed at the first decode
 PATCHES = patching.Patches(TAG, logger=LOGGER, off="disabled, serving unprofiled")
 # The release's GenerationBatchResult field with the accept counts (Release.accept_counts_attr).
 _accept_attr = releases.PRIMARY.accept_counts_attr
@@ -102,6 +103,8 @@ def _step(wrapped, instance, args, kwargs):
         _batch_size(_batch_of(args, kwargs)),
         int(getattr(instance, "speculative_num_draft_tokens", 0) or 0),
     )
+    if cycle is not None and SYNC_WATCH is not None:  # a profiled rank's cycle
+        SYNC_WATCH.cycle(kind)
     try:
         result = wrapped(*args, **kwargs)
     finally:
@@ -205,7 +208,7 @@ def instrument(
 
 
 def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
-    global PROFILER, _accept_attr
+    global PROFILER, SYNC_WATCH, _accept_attr
     if PATCHES.installed:
         return True
     for flag, worker in UNWRAPPED_WORKERS.items():
@@ -239,11 +242,11 @@ def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
     _accept_attr = release.accept_counts_attr
     PROFILER = Profiler(config, make_clock(device_is_cuda), metrics=metrics)
     PROFILER.sync_counted = sync_counted
-    if sync_counted == syncs.DEVICE:
-        syncs.watch_device_syncs(PROFILER.count_sync)
     if not PATCHES.install(plan):  # refused during a CUDA-graph capture (one line said)
         PROFILER = None
         return False
+    if sync_counted == syncs.DEVICE:  # not now: loading and capture synchronize by design
+        SYNC_WATCH = syncs.FirstDecode(PROFILER.count_sync)
     atexit.register(flush)  # the partial window, when the scheduler exits normally
     _on_flush_signal()  # ... and when the server process asks before SGLang's SIGKILL
     ranks = "all" if config.ranks is None else ",".join(map(str, sorted(config.ranks)))
@@ -285,8 +288,11 @@ def flush() -> None:
 
 def uninstrument() -> None:
     """Restore every original, newest patch first; flush what was measured."""
-    global PROFILER, _decision
+    global PROFILER, SYNC_WATCH, _decision
     _decision = None
+    if SYNC_WATCH is not None:
+        SYNC_WATCH.disarm()
+        SYNC_WATCH = None
     if PROFILER is not None:
         PROFILER.poll()
         PROFILER.emit()
