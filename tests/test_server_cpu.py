@@ -274,4 +274,10 @@ def test_a_rank_whose_setting_differs_is_reported(tiny_models, start_launcher, t
     out = launcher.output
     assert "overwrites CUDA_DEVICE_MAX_CONNECTIONS=1: always set to 8" in out
     assert "warning: NCCL: rank 0 has CUDA_DEVICE_MAX_CONNECTIONS=8, the preset says 1" in out
+    # issue 24: the rows the preset left empty but SGLang filled are explained, per the
+    # release table, from what the real rank had (SGLang writes both whenever unset)
+    assert re.search(r"^NCCL_CUMEM_ENABLE\s+-\s+0$", out, re.M), out
+    for var in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"):
+        assert f"NCCL: {var}: not in the preset; SGLang 0.5.23 sets it (0 when unset" in out
+    assert "only 0 of" not in out and "TP rank(s) reported" not in out  # 1 of 1: no warning
     stop_cleanly(launcher)
