@@ -177,8 +177,12 @@ def test_adaptive_state_builds_are_a_phase_of_their_own():
     )
     phase.feed("[TP0] Built adaptive runtime state steps=0: elapsed=3.10s, mem=0.80GB")
     assert phase.phase == "building adaptive runtime states (1 of 2 built, last steps=0)"
-    phase.feed("[TP0] Capture cuda graph begin. This can take up to several minutes.")
-    assert phase.phase.startswith("building adaptive runtime states (1 of 2 built): capturing")
+    phase.feed("[TP0] Capture draft decode CUDA graph begin. backend=full, bs=[1, 2]")
+    assert phase.phase == (
+        "building adaptive runtime states (1 of 2 built): capturing draft CUDA graphs"
+    )
+    phase.feed("[TP0] Capture draft decode CUDA graph end. elapsed=1.00 s")
+    assert phase.phase == "building adaptive runtime states (1 of 2 built)"
     phase.feed("INFO:     Uvicorn running on http://127.0.0.1:30000")
     assert phase.phase == "HTTP up; warm-up generation"
     # without graphs (the CPU harness) only the Built lines say it

@@ -13,6 +13,8 @@ FIRST = "starting Python / importing SGLang"
 HTTP_UP = "HTTP up; warm-up generation"
 ADAPTIVE = "building adaptive runtime states"
 DRAFT_EXTEND = "capturing draft-extend CUDA graphs"
+DRAFT = "capturing draft CUDA graphs"
+CAPTURED = "CUDA graphs captured"
 
 # The first pattern that matches a line sets the phase.
 PHASES: tuple[tuple[re.Pattern, str], ...] = tuple(
@@ -25,9 +27,9 @@ PHASES: tuple[tuple[re.Pattern, str], ...] = tuple(
         # this line, after each state (0.5.13.post1+)
         (r"built adaptive runtime state steps=", ADAPTIVE),
         (r"capture .*draft.extend .*graph.*begin", DRAFT_EXTEND),
-        (r"capture .*draft .*graph.*begin", "capturing draft CUDA graphs"),
+        (r"capture .*draft .*graph.*begin", DRAFT),
         (r"capture .*graph.*begin", "capturing target CUDA graphs"),
-        (r"capture .*graph.*end", "CUDA graphs captured"),
+        (r"capture .*graph.*end", CAPTURED),
         (r"kv cache is allocated|memory pool end", "KV cache allocated"),
         (r"load weight end", "weights loaded"),
         (r"load weight begin|loading safetensors", "loading weights"),
@@ -60,7 +62,7 @@ class StartupPhase:
         self.expected = adaptive_states
         self.built = 0
         self._adaptive = False  # inside the adaptive state builds
-        self._draft_extend_seen = False
+        self._drafts_seen: set[str] = set()  # draft capture kinds begun so far
 
     def feed(self, line: str) -> str:
         built = _BUILT.search(line)
@@ -72,13 +74,17 @@ class StartupPhase:
         for pattern, name in PHASES:
             if not pattern.search(line):
                 continue
-            if name == DRAFT_EXTEND:
-                # the startup state captures them once; again means the next state
-                if self._draft_extend_seen and self.expected:
+            if name in (DRAFT, DRAFT_EXTEND):
+                # the startup state captures each kind once; again means the next state
+                if name in self._drafts_seen and self.expected:
                     self._adaptive = True
-                self._draft_extend_seen = True
+                self._drafts_seen.add(name)
             if self._adaptive and name in _CAPTURES:
-                name = f"{ADAPTIVE} ({self._count()} built): {name}"
+                # a state's target-verify graphs may be captured without a line: after
+                # an "end", say only which state is being built
+                name = f"{ADAPTIVE} ({self._count()} built)" + (
+                    "" if name == CAPTURED else f": {name}"
+                )
             elif name in (HTTP_UP, "warm-up generation done"):
                 self._adaptive = False
             self.phase = name
