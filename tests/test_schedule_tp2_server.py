@@ -72,6 +72,10 @@ EAGLE3_PROFILE_CYCLES = "1"
 EAGLE3_PROFILE_FILE = {json.dumps(str(tmp_path / "profile-{rank}.jsonl"))}
 EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(request))}
 SGLANG_CPU_OMP_THREADS_BIND = "0|1"
+# SGLang 0.5.23 builds a PyNcclCommunicator for every TP group > 1 unless the NCCL
+# library fails to load; this venv's CUDA-build torch brings one, and the communicator
+# then asks torch.cuda for device "cpu" (ValueError). No NCCL library: gloo only.
+SGLANG_NCCL_SO_PATH = "/nonexistent/libnccl.so.2"
 """
     )
     server = start_launcher(
