@@ -1,17 +1,18 @@
 """The schedule controller of tune --live (in_sglang/schedule_control.py) on SGLang's own
 AdaptiveSpeculativeParams (the installed 0.5.23): pin, table swap, launch table back,
-refusals, fail closed, uninstall."""
+refusals, fail closed, uninstall. One rank, requests written while the scheduler is idle
+(as the tuner does): each applies at the next verify. Ranks switching together:
+tests/test_schedule_switching.py."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 
 import pytest
 import wrapt
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import releases, schedule_file
 from sgl_eagle_ext.in_sglang import patching
 from sgl_eagle_ext.in_sglang import schedule_control as sc
 
@@ -46,9 +47,9 @@ def control(tmp_path, caplog):
     seq = iter(range(1, 1000))
 
     def write(**fields):
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seq": next(seq), **fields}))
-        os.replace(tmp, path)  # as the tuner does
+        schedule_file.write_request(path, next(seq), **fields)  # as the tuner does
+        if sc.CONTROLLER is not None:  # the scheduler idles between rounds: rank 0 grants
+            sc.CONTROLLER.on_idle()
 
     yield write
     sc.uninstall()
@@ -138,11 +139,16 @@ def test_fail_closed_and_uninstall(params, tmp_path, capsys, caplog, asp):
     assert not sc.install(str(tmp_path / "s.json"), "0.5.10.post1")
     assert "EAGLE_EXT_SCHEDULE_FILE: disabled" in said(capsys, caplog)
     original = vars(asp.AdaptiveSpeculativeParams)["on_verify_complete"]
+    _, _, idle_original = patching.resolve(R.workers[0].idle)
     assert sc.install(str(tmp_path / "s.json"), R.version)
     assert sc.install(str(tmp_path / "s.json"), R.version)  # idempotent
     assert vars(asp.AdaptiveSpeculativeParams)["on_verify_complete"] is not original
+    from sglang.srt.managers.scheduler import Scheduler
+
+    assert vars(Scheduler)["on_idle"] is not idle_original  # rank 0 grants while idle
     sc.uninstall()
     assert vars(asp.AdaptiveSpeculativeParams)["on_verify_complete"] is original
+    assert vars(Scheduler)["on_idle"] is idle_original
 
 
 @pytest.mark.parametrize(
@@ -166,7 +172,7 @@ def test_a_router_without_the_parts_it_uses_is_left_alone(control, tmp_path, cap
     sc.uninstall()  # wrap the subclass's own method, as the release table would name it
     owner_method = vars(Other)["on_verify_complete"]
     Other.on_verify_complete = wrapt.FunctionWrapper(
-        owner_method, sc._wrapper(sc.ControlFile(str(tmp_path / "schedule.json")))
+        owner_method, sc._wrapper(sc.Controller(str(tmp_path / "schedule.json")))
     )
     control(pin=2)
     other = Other()

@@ -87,11 +87,13 @@ def test_a_draft_never_accepted_never_pays_whatever_the_noise():
 def test_schedule_file_is_what_the_controller_reads(tmp_path):
     s = live.Schedule(tmp_path / "schedule.json")
     s.write(pin=3)
-    reader = schedule_control.ControlFile(str(s.path))
-    first = reader.current()
+    rank0 = schedule_control.Controller(str(s.path), rank_fn=lambda: 0)  # reads requests
+    rank0.on_idle()  # written while idle: in force from the next verify
+    first = rank0.on_verify()
     assert first.pin == 3
     s.write(table="/x/t.json", initial_steps=2)
-    second = reader.current()
+    rank0.on_idle()
+    second = rank0.on_verify()
     assert second.table == "/x/t.json" and second.seq == first.seq + 1
 
 

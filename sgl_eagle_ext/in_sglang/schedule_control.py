@@ -3,8 +3,8 @@
 SGLang's adaptive speculation (0.5.16+) prebuilds a runtime state (and CUDA graphs)
 for every candidate step count and picks one per batch-size bucket at run time.
 This wrapper on the bucket router's per-verify entry (the release table's
-`adaptive.control_anchor`) reads a small JSON file, named by EAGLE_EXT_SCHEDULE_FILE,
-that the tuner rewrites between measurements:
+`adaptive.control_anchor`) holds what the tuner asks for in a small JSON file named by
+EAGLE_EXT_SCHEDULE_FILE (format and writer: common/schedule_file.py):
 
     {"seq": 7, "pin": 3}                  every bucket holds 3 steps; no EMA, no decision
     {"seq": 8, "table": "/x/tuned.json", "initial_steps": 2}
@@ -15,11 +15,12 @@ that the tuner rewrites between measurements:
                                           (after a pin) resumes that controller's state
     {"seq": 9}                            the table the server was launched with
 
-Every TP rank reads the file at its own verify steps, so the ranks must see a change at
-the same batch: the tuner writes it only while the server is idle (no request in
-flight; os.replace, so a read never sees half a file), and each rank stats it at every
-verify (a few microseconds on the host, against milliseconds of GPU work; the parsed
-content is cached by mtime, size and inode). Nothing here touches the GPU.
+TP ranks must switch at the same batch, or their collectives stop matching (a hang).
+That holds by construction, not by the tuner's timing: only TP rank 0 reads the file,
+and it writes a grant naming the verify (counted alike on every rank) at which the
+control applies; every rank reads the grants and switches at that verify (Controller
+says why that verify is still ahead of every rank). Per verify a rank stats one file
+(a few microseconds on the host); no collective, nothing on the GPU.
 
 Installed by injection.py in every scheduler process when EAGLE_EXT_SCHEDULE_FILE is
 set, through the patching base (patching.py): idempotent, reversible, fail closed (an
@@ -30,14 +31,15 @@ runtime state: steps a -> b"); the profile windows carry the steps they ran.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import weakref
 from dataclasses import dataclass, field
 
+from sgl_eagle_ext.common import schedule_file
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
+from sgl_eagle_ext.common.schedule_file import Control, parse  # noqa: F401 (the format)
 from sgl_eagle_ext.in_sglang import patching
 
 
@@ -70,56 +72,122 @@ def _say(level: int, msg: str) -> None:
         PATCHES.say(level, msg)
 
 
-# -- the control file ---------------------------------------------------------------
+# -- the control in force: rank 0 grants, every rank applies at the same verify ------
 
 
-@dataclass(frozen=True)
-class Control:
-    seq: int
-    pin: int | None = None
-    table: str | None = None
-    initial_steps: int | None = None
+def _group() -> str:
+    """This TP group's key: the server process (all ranks of one server share their
+    parent; a stale grants file of an earlier server is never read) and the DP replica
+    (each replica is its own TP group with its own rank 0), read once from SGLang's
+    run_scheduler_process frame, which is below every verify on the stack."""
+    dp = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "run_scheduler_process" and "dp_rank" in frame.f_locals:
+            dp = frame.f_locals["dp_rank"]
+            break
+        frame = frame.f_back
+    return f"{os.getppid()}" + (f"-dp{dp}" if dp is not None else "")
 
 
-def parse(data) -> Control:
-    """The file's content; ValueError names what is wrong."""
-    if not isinstance(data, dict) or not isinstance(data.get("seq"), int):
-        raise ValueError('not a JSON object with an integer "seq"')
-    pin, table, initial = data.get("pin"), data.get("table"), data.get("initial_steps")
-    if pin is not None and (not isinstance(pin, int) or isinstance(pin, bool) or pin < 0):
-        raise ValueError(f'"pin" must be a whole number of steps >= 0, got {pin!r}')
-    if table is not None and not isinstance(table, str):
-        raise ValueError(f'"table" must be a path, got {table!r}')
-    if pin is not None and table is not None:
-        raise ValueError('"pin" and "table" together')
-    if initial is not None and not isinstance(initial, int):
-        raise ValueError(f'"initial_steps" must be an integer, got {initial!r}')
-    return Control(data["seq"], pin, table, initial)
+class Controller:
+    """The control in force on this rank, changed only at a verify rank 0 named.
 
+    Every rank counts the calls of the router's per-verify entry (`n`); TP ranks run the
+    same batches, so the n-th call is the same batch everywhere. Rank 0 alone reads the
+    tuner's request; on a new one it writes a grant: the control and the verify at
+    which it applies, `apply_at`, then every rank (rank 0 too) switches at that verify:
 
-class ControlFile:
-    """The latest good content of the file, re-read only when it changed on disk."""
+    - at a verify k (under load): apply_at = k + MARGIN. The other ranks are within
+      SKEW verifies of rank 0 and read the grants at each verify, so each reads it by
+      its verify k+SKEW+1 <= apply_at (schedule_file.py: why SKEW holds);
+    - while the scheduler is idle (the tuner writes between rounds): apply_at = n + 1.
+      Rank 0 idle means every batch has finished on every rank (a batch needs all
+      ranks): no rank is past n, and every rank reads the grant before its next verify.
 
-    def __init__(self, path: str):
+    One grant pending at a time; the file keeps the last few, so a rank that missed a
+    rewrite still applies each in order. A grant read after its verify (impossible by
+    the above; a file system that shows it late would do it) is applied at once with
+    an ERROR line naming the rank and the verifies: never silent.
+    """
+
+    def __init__(self, path: str, margin: int = schedule_file.MARGIN, rank_fn=None):
         self.path = path
-        self._key: tuple | None = None
-        self.control: Control | None = None
+        self.margin = margin
+        self.rank_fn = rank_fn or _rank
+        self.request = schedule_file.Cached(path, schedule_file.parse, self._bad_file)
+        self.grants: schedule_file.Cached | None = None
+        self.rank: int | None = None
+        self.n = 0  # verifies seen
+        self.issued: list[schedule_file.Grant] = []  # rank 0: what it granted
+        self.pending: list[schedule_file.Grant] = []  # granted, not yet in force
+        self.last_seq: int | None = None  # rank 0: the newest request granted
+        self.last_at = 0  # the newest grant's apply_at seen (grants rise in it)
+        self.in_force: Control | None = None
 
-    def current(self) -> Control | None:
+    def _bad_file(self, msg: str) -> None:
+        _say(logging.WARNING, f"{SCHEDULE_FILE_ENV}: {msg}")
+
+    def _setup(self) -> None:
+        if self.rank is None:
+            self.rank = self.rank_fn()
+            path = schedule_file.grant_path(self.path, _group())
+            if self.rank == 0:
+                try:
+                    os.unlink(path)  # a stale file of a reused parent pid
+                except OSError:
+                    pass
+            self.grants = schedule_file.Cached(path, schedule_file.parse_grants, self._bad_file)
+
+    def on_verify(self) -> Control | None:
+        """One verify on this rank: the control in force for it."""
+        self._setup()
+        self.n += 1
+        if self.rank == 0:
+            self._grant(self.n + self.margin)
+        else:
+            self._read_grants()
+        while self.pending and self.pending[0].apply_at <= self.n:
+            self.in_force = self.pending.pop(0).control
+        return self.in_force
+
+    def on_idle(self) -> None:
+        """The scheduler has no batch: rank 0 grants a new request for the next verify."""
+        self._setup()
+        if self.rank == 0:
+            self._grant(self.n + 1)
+
+    def _grant(self, apply_at: int) -> None:
+        if self.pending:  # one at a time: the next waits until this one is in force
+            return
+        ctl = self.request.current()
+        if ctl is None or ctl.seq == self.last_seq:
+            return
+        grant = schedule_file.Grant(apply_at, ctl)
+        self.issued = [*self.issued, grant][-schedule_file.HISTORY :]
         try:
-            st = os.stat(self.path)
-        except OSError:
-            return self.control  # not written yet, or being replaced: keep the last
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if key == self._key:
-            return self.control
-        self._key = key
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                self.control = parse(json.load(f))
-        except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
-            _say(logging.WARNING, f"{SCHEDULE_FILE_ENV}: {self.path}: {e}; keeping the last")
-        return self.control
+            schedule_file.write_grants(self.grants.path, self.issued)
+        except OSError as e:  # no grant written: nobody switches, rank 0 neither
+            self.issued.pop()
+            _say(logging.WARNING, f"{SCHEDULE_FILE_ENV}: cannot write {self.grants.path}: {e}")
+            return
+        self.last_seq = ctl.seq
+        self.last_at = apply_at
+        self.pending.append(grant)
+
+    def _read_grants(self) -> None:
+        for g in self.grants.current() or ():
+            if g.apply_at <= self.last_at:
+                continue
+            if g.apply_at < self.n:
+                PATCHES.say(
+                    logging.ERROR,
+                    f"{SCHEDULE_FILE_ENV}: rank {self.rank} read the grant for seq "
+                    f"{g.control.seq} at verify {self.n}, after its verify {g.apply_at}: "
+                    "this rank switches late, ranks may disagree on the step count",
+                )
+            self.last_at = g.apply_at
+            self.pending.append(g)
 
 
 # -- what the wrapper does -----------------------------------------------------------
@@ -190,8 +258,7 @@ def _apply(params, ctl: Control | None) -> str | None:
     if ctl is None or (ctl.pin is None and ctl.table is None):
         return f"{SCHEDULE_FILE_ENV}: seq {seq}: the launch table, SGLang's controller"
     if ctl.pin is not None:
-        if ctl.pin not in params.candidate_steps:
-            state.seq = None  # try again (and say so) when the file changes
+        if ctl.pin not in params.candidate_steps:  # said once: SGLang's controller decides
             return (
                 f"{SCHEDULE_FILE_ENV}: seq {seq}: steps {ctl.pin} not pinned: not a "
                 f"candidate of this server ({params.candidate_steps})"
@@ -203,11 +270,11 @@ def _apply(params, ctl: Control | None) -> str | None:
     return f"{SCHEDULE_FILE_ENV}: seq {seq}: SGLang's controller on {ctl.table}"
 
 
-def _wrapper(control: ControlFile):
+def _wrapper(control: Controller):
     """The wrapper on the router's verify entry (wrapt's signature)."""
 
     def wrapper(wrapped, params, args, kwargs):
-        ctl = control.current()
+        ctl = control.on_verify()
         said = _apply(params, ctl)
         if said:
             _say(logging.INFO, said)
@@ -225,12 +292,27 @@ def _wrapper(control: ControlFile):
     return wrapper
 
 
+def _idle_wrapper(control: Controller):
+    """The wrapper on the scheduler's no-batch housekeeping: rank 0 grants there."""
+
+    def wrapper(wrapped, scheduler, args, kwargs):
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            control.on_idle()
+
+    return wrapper
+
+
 # -- install, uninstall ----------------------------------------------------------------
+
+CONTROLLER: Controller | None = None  # this process's, while installed
 
 
 def install(path: str, version: str | None = None) -> bool:
-    """Wrap the router's verify entry (the release table's anchor) through the patching
-    base; True when installed (now or before)."""
+    """Wrap the router's verify entry (the release table's anchor) and the scheduler's
+    idle housekeeping through the patching base; True when installed (now or before)."""
+    global CONTROLLER
     if PATCHES.installed:
         return True
     release = PATCHES.release(version)
@@ -239,15 +321,24 @@ def install(path: str, version: str | None = None) -> bool:
     anchor = release.adaptive.control_anchor if release.adaptive else None
     if anchor is None:
         return PATCHES.refuse(f"no schedule-control anchor for SGLang {release.version}")
-    return PATCHES.install(
-        [patching.Wrap(anchor, _wrapper(ControlFile(path)), label="the adaptive verify entry")],
-        release=release.version,
-        on=f"on ({path})" if _rank() == 0 else None,
+    control = Controller(path)
+    wraps = [patching.Wrap(anchor, _wrapper(control), label="the adaptive verify entry")]
+    # Without the idle anchor, a request written while idle applies MARGIN verifies
+    # into the next round instead of at its first verify: still the same on every rank.
+    idle = next((w.idle for w in release.workers if w.idle), None)
+    if idle:
+        wraps.append(patching.Wrap(idle, _idle_wrapper(control), label="the idle housekeeping"))
+    ok = PATCHES.install(
+        wraps, release=release.version, on=f"on ({path})" if _rank() == 0 else None
     )
+    CONTROLLER = control if ok else None
+    return ok
 
 
 def uninstall() -> None:
+    global CONTROLLER
     PATCHES.uninstall()
+    CONTROLLER = None
 
 
 def install_from_env(env) -> bool:

@@ -46,6 +46,7 @@ from tqdm import tqdm
 from sgl_eagle_ext.common import adaptive_config, releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.schedule_file import write_request
 from sgl_eagle_ext.tools.bench import arms, probe, prompts
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.tune import live_report
@@ -168,10 +169,8 @@ class Schedule:
         self.seq = int(time.time() * 1000)  # rises across runs sharing the file
 
     def write(self, **fields) -> None:
-        self.seq += 1
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seq": self.seq, **fields}))
-        tmp.replace(self.path)  # atomic: a rank never reads half a file
+        self.seq += 1  # TP rank 0 grants it to every rank at one verify (schedule_file.py)
+        write_request(self.path, self.seq, **fields)
 
 
 def start_server(preset: str, args, log_file: Path, extra: list[str]) -> arms.LauncherProcess:

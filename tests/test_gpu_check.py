@@ -1,0 +1,281 @@
+"""benchmarks/gpu_check.py on a machine without a GPU: its CPU run claims nothing, its
+verdicts (plain Python) judge right, and its whole CUDA path runs end to end against a
+stand-in `torch.cuda` (host-clock events that complete one query late, a capture flag,
+a sync-debug mode that raises) with real CPU tensors, through the project's real
+patching base and recorder clock. What only a GPU can show (real events, real graphs,
+torch's own sync detector) is left to the GPU run; the README says it has not run yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gc():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # its anchors name it, as SGLang's modules are named
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("gpu_check", None)
+
+
+def test_cpu_run_says_it_needs_cuda_and_claims_nothing():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("gpu_check: needs CUDA (")
+    assert "nothing checked, nothing claimed" in p.stdout
+    assert "PASS" not in p.stdout and "FAIL" not in p.stdout and not p.stderr.strip()
+
+
+def test_phase_verdict(gc):
+    ref = {"draft": 2.0, "verify_fwd": 3.0, "accept": 1.0, "draft_extend": 1.0, "cycle": 7.2}
+    close = {k: v * 1.04 for k, v in ref.items()}
+    far = close | {"accept": 1.2}
+    assert gc.phase_check({"eager": (close, ref)}).ok
+    bad = gc.phase_check({"eager": (close, ref), "graph": (far, ref)})
+    assert not bad.ok and "graph: worst accept 20.00%" in bad.figure
+    assert not gc.phase_check({}).ok  # nothing measured is no pass
+    assert not gc.phase_check({"eager": ({"cycle": 1.0}, ref)}).ok  # a phase missing
+
+
+def test_overlap_verdict(gc):
+    assert gc.overlap_check(10, 10, [1] * 9 + [0], early=0, busy=5).ok
+    assert not gc.overlap_check(10, 9, [1] * 9, early=0, busy=5).ok  # one never resolved
+    assert not gc.overlap_check(10, 10, [0] * 10, early=1, busy=5).ok  # one read early
+    assert not gc.overlap_check(10, 10, [0] * 10, early=0, busy=0).ok  # never ahead: blind
+
+
+def test_summary_and_lines(gc):
+    ok, bad = gc.Check("a", True, "1 ms"), gc.Check("b", False, "2 ms")
+    assert ok.line() == "PASS a: 1 ms" and bad.line() == "FAIL b: 2 ms"
+    assert gc.summary([ok], 1.0) == ("gpu_check: 1/1 checks passed in 1.0 s", 0)
+    assert gc.summary([ok, bad], 1.0)[1] == 1
+    assert gc.summary([], 1.0)[1] == 1  # no check run is no pass
+
+
+# -- the CUDA path against a stand-in torch.cuda -------------------------------------
+
+
+class FakeEvent:
+    """Host-clock event. The device completes work in record order: an event is done once
+    a query() found it in flight before, or a later one is done, or after a synchronize;
+    elapsed_time() before both are done raises, as CUDA does."""
+
+    def __init__(self, cuda, enable_timing=False):
+        self.cuda, self.t, self.seq, self.queries = cuda, None, None, 0
+
+    def record(self, stream=None):
+        assert not self.cuda.capturing, "an event recorded inside a capture"
+        self.cuda.recorded += 1
+        self.t, self.seq, self.queries = time.perf_counter(), self.cuda.recorded, 0
+
+    def done(self):
+        return self.seq is not None and self.seq <= self.cuda.done_upto
+
+    def query(self):
+        if not self.done():
+            self.queries += 1
+            if self.queries < 2:
+                return False  # still in flight at the first look
+            self.cuda.done_upto = max(self.cuda.done_upto, self.seq)
+        return True
+
+    def synchronize(self):
+        self.cuda.sync("Event.synchronize")
+        self.cuda.done_upto = max(self.cuda.done_upto, self.seq)
+
+    def elapsed_time(self, other):
+        if not (self.done() and other.done()):
+            raise RuntimeError("cudaErrorNotReady: an event read before it completed")
+        return (other.t - self.t) * 1000
+
+
+class FakeStream:
+    def wait_stream(self, other):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class FakeGraph:
+    def replay(self):
+        pass
+
+
+class FakeCuda:
+    def __init__(self):
+        self.capturing = False
+        self.mode = 0
+        self.syncs_in_error_mode = 0
+        self.streams = [FakeStream()]
+        self.recorded = self.done_upto = 0
+
+    def sync(self, what):
+        if self.mode in ("error", 2):
+            self.syncs_in_error_mode += 1
+            raise RuntimeError(f"called a synchronizing CUDA operation ({what})")
+
+    def is_available(self):
+        return True
+
+    def is_bf16_supported(self):
+        return True
+
+    def current_device(self):
+        return 0
+
+    def get_device_properties(self, i):
+        return type("P", (), {"name": "stand-in", "major": 0, "minor": 0})
+
+    def Event(self, enable_timing=False):
+        return FakeEvent(self, enable_timing)
+
+    def Stream(self):
+        return FakeStream()
+
+    def CUDAGraph(self):
+        return FakeGraph()
+
+    def graph_pool_handle(self):
+        return object()
+
+    def current_stream(self):
+        return self.streams[-1]
+
+    @contextlib.contextmanager
+    def stream(self, s):
+        self.streams.append(s)
+        try:
+            yield
+        finally:
+            self.streams.pop()
+
+    @contextlib.contextmanager
+    def graph(self, g, pool=None, stream=None):
+        self.synchronize()  # as torch.cuda.graph does on entry
+        self.capturing = True
+        try:
+            yield
+        finally:
+            self.capturing = False
+
+    def is_current_stream_capturing(self):
+        return self.capturing
+
+    def synchronize(self):
+        self.sync("torch.cuda.synchronize")
+        self.done_upto = self.recorded
+
+    def set_sync_debug_mode(self, mode):
+        self.mode = mode
+
+
+class FakeTorch:
+    """Real CPU tensors, a stand-in `cuda`; `device="cuda"` is dropped."""
+
+    def __init__(self, torch):
+        self._t = torch
+        self.cuda = FakeCuda()
+        self.bfloat16 = self.float16 = torch.float32
+        self.int32 = torch.int32
+        self.__version__ = torch.__version__
+        self.version = type("V", (), {"cuda": "stand-in"})
+
+    def Generator(self, device=None):
+        return self._t.Generator()
+
+    def randn(self, *shape, device=None, dtype=None, generator=None):
+        return self._t.randn(*shape, dtype=dtype, generator=generator)
+
+    def randint(self, low, high, size, device=None, generator=None):
+        return self._t.randint(low, high, size, generator=generator)
+
+    def tanh(self, x):
+        return self._t.tanh(x)
+
+    def ones(self, *shape, device=None):
+        cuda = self.cuda
+
+        class Scalar:
+            def item(self):
+                cuda.sync(".item()")
+                return 1.0
+
+        return Scalar()
+
+
+@pytest.mark.harness  # torch (CPU) for the tensors
+def test_the_cuda_path_runs_end_to_end_on_a_stand_in(gc, monkeypatch, capsys):
+    import torch
+
+    from sgl_eagle_ext.in_sglang import patching
+    from sgl_eagle_ext.profiling import phases
+    from sgl_eagle_ext.profiling.recorder.clock import CudaEventClock
+
+    fake = FakeTorch(torch)
+    # the base asks the imported torch whether a capture runs: here, the stand-in
+    monkeypatch.setattr(patching, "_capture_check", lambda: fake.cuda.is_current_stream_capturing)
+    monkeypatch.setattr(gc, "TARGET_MS", {k: v / 4 for k, v in gc.TARGET_MS.items()})
+    monkeypatch.setattr(gc, "EAGER_CYCLES", 6)
+    monkeypatch.setattr(gc, "GRAPH_CYCLES", 8)
+    checks = gc.run(fake, patching, phases, CudaEventClock, tokens=64, hidden=128)
+    for c in checks:
+        print(c.line())
+    by = {c.name: c for c in checks}
+    assert list(by) == ["no-sync", "capture", "phase-times", "overlap", "stream"]
+    assert by["no-sync"].ok, by["no-sync"].figure  # the detector fired, the hot path did not
+    assert fake.cuda.syncs_in_error_mode == 1  # the deliberate .item() only
+    assert by["capture"].ok, by["capture"].figure
+    assert "called 1x inside" in by["capture"].figure and "ran 0x there" in by["capture"].figure
+    assert by["overlap"].ok, by["overlap"].figure  # events complete one query late
+    assert "17/17 cycles" in by["overlap"].figure  # 3 warm-up + 6 eager + 8 graph
+    # host timing on a shared CPU: the figures are printed, not judged here
+    assert "eager, default stream" in by["phase-times"].figure
+    assert "graph replay, side stream" in by["phase-times"].figure
+    assert "ms by events on that stream" in by["stream"].figure
+    assert not patching.resolve("gpu_check:SynthWorker.draft")[2].__class__.__name__.endswith(
+        "Wrapper"
+    )  # uninstalled
+
+
+@pytest.mark.harness
+def test_a_sync_in_the_hot_path_fails_the_check(gc, monkeypatch):
+    import torch
+
+    from sgl_eagle_ext.in_sglang import patching
+    from sgl_eagle_ext.profiling import phases
+    from sgl_eagle_ext.profiling.recorder.clock import CudaEventClock
+
+    fake = FakeTorch(torch)
+    monkeypatch.setattr(patching, "_capture_check", lambda: fake.cuda.is_current_stream_capturing)
+    monkeypatch.setattr(gc, "TARGET_MS", {k: v / 4 for k, v in gc.TARGET_MS.items()})
+    monkeypatch.setattr(gc, "EAGER_CYCLES", 3)
+    original = gc.SynthWorker.draft_extend
+
+    def syncing(self, batch, accepted):
+        self.torch.cuda.synchronize()  # what the check must catch
+        return original(self, batch, accepted)
+
+    monkeypatch.setattr(gc.SynthWorker, "draft_extend", syncing)
+    checks = {c.name: c for c in gc.run(fake, patching, phases, CudaEventClock, 64, 128)}
+    assert not checks["no-sync"].ok
+    assert "torch.cuda.synchronize" in checks["no-sync"].figure
+    assert "(test_gpu_check.py:" in checks["no-sync"].figure  # where it was called
+    assert fake.cuda.mode == 0  # the mode is reset after the failure
