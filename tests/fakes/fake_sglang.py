@@ -53,6 +53,7 @@ class FakeSGLang:
         prompt_tokens: int = 16,
         token_text: str = " x",
         tokens_per_chunk: int = 1,
+        chunk_pattern: tuple[int, ...] = (),
     ):
         self.model = model
         self.tokenizer_path = tokenizer_path or model
@@ -69,11 +70,14 @@ class FakeSGLang:
         self.requests = 0
         self.generation_tokens = 0
         self.verify_calls = 0
+        self.finished = 0  # requests counted in generation_tokens
         self.active = 0
         self.peak_active = 0  # the most streams in flight at once
         # tokens per streamed chat chunk after the first (speculation: accepted drafts
         # arrive together); the first chunk carries the prefill's one token
         self.per_chunk = max(1, tokens_per_chunk)
+        # or a cycle of counts, e.g. (2, 3): 2 tokens, then 3, then 2, ...
+        self.pattern = tuple(max(1, k) for k in chunk_pattern) or (self.per_chunk,)
         self.last_body: dict | None = None  # the last generation request, as sent
         self.last_headers = {}
 
@@ -123,7 +127,9 @@ class FakeSGLang:
             if self.accept_length
             else {"speculative_algorithm": None}
         )
-        avg = self.generation_tokens / self.verify_calls if self.verify_calls else None
+        # SGLang's server-wide figure is decode-only: each request's prefill token left out
+        decoded = self.generation_tokens - self.finished
+        avg = decoded / self.verify_calls if self.verify_calls else None
         return web.json_response(
             {
                 "version": VERSION,
@@ -160,13 +166,19 @@ class FakeSGLang:
         k = self.requests if k is None else k
         return n > 0 and k % n == 0
 
+    def verify_for(self, tokens: int) -> int:
+        """Verify cycles of a request of `tokens`: its first token comes from the prefill,
+        the rest at `accept_length` per cycle (SGLang's decode-only convention)."""
+        return math.ceil(max(0, tokens - 1) / self.accept_length) if self.accept_length else 0
+
     def _finish(self, tokens: int) -> int | None:
         self.generation_tokens += tokens
+        self.finished += 1
         if not self.accept_length:
             return None
-        verify = max(1, math.ceil(tokens / self.accept_length))
+        verify = self.verify_for(tokens)
         self.verify_calls += verify
-        return verify
+        return verify or None
 
     async def _body(self, req: web.Request) -> dict | None:
         try:
@@ -211,7 +223,7 @@ class FakeSGLang:
                 "finish_reason": {"type": "length", "length": sent} if last else None,
             }
             if self.accept_length:
-                meta["spec_verify_ct"] = max(1, math.ceil(sent / self.accept_length))
+                meta["spec_verify_ct"] = self.verify_for(sent)
             return {"text": self.token_text * sent, "meta_info": meta, "index": 0}
 
         return await self._stream_simple(req, body, n, chunk, usage=False)
@@ -299,7 +311,8 @@ class FakeSGLang:
         self.peak_active = max(self.peak_active, self.active)
         try:
             await resp.write(first)
-            sent, batch = 0, []
+            sent, batch, chunks = 0, [], 0
+            continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
             while sent < n:
                 if sent == cut:
                     if batch:
@@ -315,13 +328,25 @@ class FakeSGLang:
                             b'data: {"error": {"message": "injected error", "code": 500}}\n\n'
                         )
                         break
-                k = 1 if sent == 0 or self.per_chunk == 1 else min(self.per_chunk, n - sent)
-                if k == 1:
+                k = 1 if sent == 0 else min(self.pattern[chunks % len(self.pattern)], n - sent)
+                if sent:
+                    chunks += 1
+                if k == 1 and not continuous:
                     batch.append(token)
                 else:
                     content = json.dumps({"content": self.token_text * k})
+                    usage = ""
+                    if continuous:  # stream_options.continuous_usage_stats: usage per chunk
+                        usage = (
+                            f',"usage":{{"prompt_tokens":{self.prompt_tokens},'
+                            f'"completion_tokens":{sent + k},'
+                            f'"total_tokens":{self.prompt_tokens + sent + k}}}'
+                        )
                     batch.append(
-                        (head + content + ',"logprobs":null,"finish_reason":null}]}\n\n').encode()
+                        (
+                            head + content + ',"logprobs":null,"finish_reason":null}]'
+                            f"{usage}}}\n\n"
+                        ).encode()
                     )
                 sent += k
                 if f.malformed_every and sent % f.malformed_every == 0:
@@ -329,7 +354,7 @@ class FakeSGLang:
                 if len(batch) >= self.per_write or sent == n:
                     await resp.write(b"".join(batch))
                     batch = []
-                    if self.delay or self.per_stream:
+                    if (self.delay or self.per_stream) and sent < n:  # the tail follows at once
                         await asyncio.sleep(self.delay + self.per_stream * self.active)
             verify = self._finish(sent)
             tail = [head + '{},"logprobs":null,"finish_reason":"' + finish + '"}]}\n\n']
