@@ -54,6 +54,7 @@ class FakeSGLang:
         token_text: str = " x",
         tokens_per_chunk: int = 1,
         chunk_pattern: tuple[int, ...] = (),
+        tokenizer_words: bool = False,
     ):
         self.model = model
         self.tokenizer_path = tokenizer_path or model
@@ -78,6 +79,7 @@ class FakeSGLang:
         self.per_chunk = max(1, tokens_per_chunk)
         # or a cycle of counts, e.g. (2, 3): 2 tokens, then 3, then 2, ...
         self.pattern = tuple(max(1, k) for k in chunk_pattern) or (self.per_chunk,)
+        self.tokenizer_words = tokenizer_words  # /v1/tokenize counts words
         self.last_body: dict | None = None  # the last generation request, as sent
         self.last_headers = {}
 
@@ -97,6 +99,7 @@ class FakeSGLang:
                 web.get("/health_generate", self.health),
                 web.get("/metrics", self.metrics),
                 web.route("*", "/flush_cache", self.flush),
+                web.post("/v1/tokenize", self.tokenize),
             ]
         )
         return app
@@ -139,6 +142,15 @@ class FakeSGLang:
                 "internal_states": [{"avg_spec_accept_length": avg}],
             }
         )
+
+    async def tokenize(self, req: web.Request):
+        """SGLang's /v1/tokenize with a word tokenizer (one token per word), when the
+        fake is told to count (`tokenizer_words`); else 404 like a server without it."""
+        if not self.tokenizer_words:
+            return web.json_response({"error": {"message": "not found"}}, status=404)
+        body = await req.json()
+        words = str(body.get("prompt", "")).split()
+        return web.json_response({"tokens": list(range(len(words))), "count": len(words)})
 
     async def health(self, _req):
         return web.Response(text="")
