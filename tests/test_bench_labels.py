@@ -377,3 +377,42 @@ def test_readme_rows_in_both_spellings(fake, tmp_path, tiny_models):
     # tokenizer's special tokens), ours the lengths asked for
     print(f"bench_serving total input {bs['total_input_tokens']}, ours {r['input_tokens']}")
     assert r["input_tokens"] == 32 and 2 * 14 <= bs["total_input_tokens"] <= 32
+
+
+# ------------------------------------------------------------------ the real server
+@pytest.mark.server
+def test_decode_only_accept_length_equals_server_info(spec_server, tmp_path):
+    """On the CPU harness server (the shared speculative one): after one level (the
+    sweep flushes the cache first, which resets SGLang's spec counters), the bench's
+    accept_length equals /server_info's avg_spec_accept_length, the figure
+    sglang.bench_serving prints, for the same prompts and outputs; the
+    prefill-inclusive figure is larger."""
+    from sgl_eagle_ext.cpu.tiny_corpus import CORPUS
+
+    # the launcher's own spec check (one generation after READY) must be over: the
+    # flush only resets SGLang's counters on an idle server
+    spec_server.wait_for("spec check")
+    res = tmp_path / "r.jsonl"
+    ps = prompts_file(tmp_path, [CORPUS[i] for i in (1, 2, 3)])
+    rc = run(
+        spec_server.base_url, res, "--prompts", str(ps), "--concurrency", "2",
+        "--num-prompts", "3", "--max-tokens", "24", "--quiet",
+    )  # fmt: skip
+    assert rc == 0
+    with urllib.request.urlopen(spec_server.base_url + "/server_info", timeout=30) as reply:
+        server = json.load(reply)["internal_states"][0]["avg_spec_accept_length"]
+    (r,), _ = read(res)
+    print(
+        f"server {server:.4f}; bench decode-only {r['accept_length']:.4f} "
+        f"({r['accept_length_source']}), per-request {r['accept_length_requests']:.4f}, "
+        f"with prefill {r['accept_length_with_prefill']:.4f}"
+    )
+    assert r["completed"] == 3 and r["output_tokens"] == 72
+    assert r["accept_length_source"] == "metrics delta"
+    assert r["accept_length"] == pytest.approx(server, rel=1e-9)
+    assert r["accept_length_requests"] == pytest.approx(server, rel=1e-9)
+    assert r["accept_length_with_prefill"] > r["accept_length"]
+    # input tokens counted by the server's own tokenizer (the model dir is on this host)
+    assert r["input_tokens"] < r["prompt_tokens"]  # no chat template
+    assert r["itl_source"] == sw.ITL_EXACT  # SGLang sent usage on every chunk
+    assert r["itl_ms"]["mean"] == pytest.approx(r["tpot_ms"]["mean"], rel=0.05)
