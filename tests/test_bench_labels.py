@@ -110,6 +110,25 @@ def test_accept_length_decode_only_and_with_prefill(fake, tmp_path):
     assert float(row["accept_length_with_prefill"]) == pytest.approx(7 / 3)
 
 
+def test_drafts_accepted_past_the_end_count_as_sglang_counts_them():
+    """SGLang's server-wide figure counts every accepted draft, also those a request's
+    last cycle accepted past its max_tokens (not in its completion tokens): where the
+    stream reports correct drafts the bench counts them the same way."""
+    from sgl_eagle_ext.tools.bench import client as cl
+
+    def req(i, drafts):
+        r = cl.RequestResult(i, "p", ok=True, completion_tokens=8, spec_verify_ct=3)
+        r.chunk_times, r.ttft, r.e2e = [0.1, 0.2, 0.3, 0.4], 0.1, 0.4
+        r.spec_details = {"spec_verify_ct": 3, "spec_num_correct_drafts": drafts}
+        return r
+
+    # 7 tokens after the prefill's kept; 4 + 3 bonus = 7 accepted, or 5 + 3 = 8 (one past)
+    f = sw.level_metrics([req(0, 4), req(1, 5)], 1.0, sw.Load(max_tokens=8))
+    assert f["accepted_past_end"] == 1
+    assert f["accept_length_requests"] == pytest.approx((7 + 8) / 6)
+    assert f["accept_length_requests_with_prefill"] == pytest.approx(16 / 6)
+
+
 # ------------------------------------------------------------------ input tok/s
 def test_input_tok_s_counts_the_prompts_as_sent_not_the_template(fake, tmp_path):
     """bench_serving's input tok/s sums its dataset's prompt lengths (the text, no chat

@@ -115,6 +115,18 @@ class RequestResult:
         return out
 
     @property
+    def decoded_tokens(self) -> int | None:
+        """Tokens this request gained in verify cycles as SGLang counts them for its
+        server-wide accept length: its correct drafts plus one bonus token per cycle
+        (drafts accepted past max_tokens included), where the stream reported them;
+        else its completion tokens after the prefill's one."""
+        drafts = (self.spec_details or {}).get("spec_num_correct_drafts")
+        verify = self.spec_verify_ct
+        if isinstance(drafts, int) and isinstance(verify, int) and verify > 0:
+            return drafts + verify
+        return self.completion_tokens - 1 if self.completion_tokens else None
+
+    @property
     def tpot(self) -> float | None:
         """Time per output token after the first."""
         n = self.completion_tokens

@@ -45,9 +45,10 @@ def run_fields(i: int, r: cl.RequestResult, load: Load, respect_eos: bool) -> di
         "prompt_tokens": r.prompt_tokens,
         "ttft_ms": r.ttft * 1e3 if r.ttft is not None else None,
         # decode-only (SGLang's /server_info convention), and with the prefill's token
-        "accept_length": accept.decode_only(tokens, verify, 1),
+        "accept_length": accept.from_counts(r.decoded_tokens if r.ok else None, verify),
         "accept_length_with_prefill": accept.from_counts(tokens, verify),
         "verify_calls": r.spec_verify_ct if r.ok else None,
+        "decoded_tokens": r.decoded_tokens if r.ok and verify else None,
         "finish_reason": r.finish_reason,
         "short": bool(short),
         "counted": bool(r.ok and (not short or respect_eos)),
@@ -91,8 +92,8 @@ def summarize(runs: list[dict], max_cv: float) -> dict:
         "failed": sum(1 for f in runs if not f["ok"]),
         "steady": not warnings if tok["n"] >= 2 else None,
         "warnings": warnings,
-        "accept_length_requests": accept.decode_only(
-            spec_tokens, verify, sum(1 for f in counted if f["verify_calls"])
+        "accept_length_requests": accept.from_counts(
+            sum(f["decoded_tokens"] or 0 for f in counted if f["verify_calls"]), verify
         ),
         "accept_length_requests_with_prefill": accept.from_counts(spec_tokens, verify),
     }
@@ -192,9 +193,12 @@ async def run(
         acc = probe.accept_from_counters(before, after)
         # decode-only under the shared name: each run's prefill token left out
         finished = acc["requests"] if acc["requests"] is not None else len(done)
+        # drafts SGLang accepted past a run's end count in its figure (sweep.py)
+        past = sum(f["decoded_tokens"] - (f["tokens"] - 1) for f in done if f.get("decoded_tokens"))
         acc["accept_length_with_prefill"] = acc["accept_length"]
+        gen = acc["generation_tokens"]
         acc["accept_length"] = accept.decode_only(
-            acc["generation_tokens"], acc["verify_calls"], finished
+            None if gen is None else gen + past, acc["verify_calls"], finished
         )
     return warm, done, interrupted, acc
 

@@ -191,6 +191,7 @@ def level_metrics(
     spec = [r for r in ok if r.spec_verify_ct]
     verify = sum(r.spec_verify_ct for r in spec)
     spec_tokens = sum(r.completion_tokens or 0 for r in spec)
+    decoded = sum(r.decoded_tokens or 0 for r in spec)
     rate = lambda x: x / duration if duration > 0 and x is not None else None  # noqa: E731
     out = {
         "requests": len(results),
@@ -230,9 +231,12 @@ def level_metrics(
         "e2e_ms": _ms(r.e2e for r in ok if r.e2e is not None),
         "tokens_per_chunk": tokens / chunks if chunks else None,
         # decode-only, as SGLang's /server_info (common/accept_length.decode_only)
-        "accept_length_requests": accept.decode_only(spec_tokens, verify, len(spec)),
+        "accept_length_requests": accept.from_counts(decoded, verify),
         "accept_length_requests_with_prefill": accept.from_counts(spec_tokens, verify),
         "verify_calls_requests": verify or None,
+        # drafts SGLang accepted past the tokens kept (the last cycle at max_tokens): in
+        # its server-wide figure, not in the completion counts (0 unless reported)
+        "accepted_past_end": decoded - (spec_tokens - len(spec)) if spec else 0,
     }
     out.update(goodput_fields(results, duration, slo))
     return out
@@ -541,17 +545,18 @@ async def run_level(
         fields["not_sent"] = n - len(results)
     acc = probe.accept_from_counters(before, after)
     # the counters count each finished request's prefill token too: one per request
-    # (the server's request counter, else the requests this level completed)
+    # (the server's request counter, else the requests this level completed); SGLang's
+    # own figure also counts drafts accepted past a request's end (accepted_past_end)
     finished = acc["requests"]
     if finished is None:
         finished = sum(1 for r in results if r.ok and r.completion_tokens)
+    gen = acc["generation_tokens"]
     fields["accept_length_metrics"] = accept.decode_only(
-        acc["generation_tokens"], acc["verify_calls"], finished
+        None if gen is None else gen + fields["accepted_past_end"], acc["verify_calls"], finished
     )
     fields["verify_calls_metrics"] = acc["verify_calls"]
     fields["generation_tokens_metrics"] = acc["generation_tokens"]
     fields.update(choose_accept_length(fields, acc["accept_length"]))
-    gen = acc["generation_tokens"]
     if (
         gen is not None
         and not level.server_gone
