@@ -148,7 +148,9 @@ class SLO:
 
     def record(self) -> dict:
         out = {"tpot_ms": self.tpot_ms, "ttft_ms": self.ttft_ms, "source": self.source}
-        out.update({k: v for k, v in (("e2e_ms", self.e2e_ms), ("itl_ms", self.itl_ms)) if v})
+        out.update(
+            {k: v for k, v in (("e2e_ms", self.e2e_ms), ("itl_ms", self.itl_ms)) if v is not None}
+        )
         return out
 
 
@@ -192,7 +194,10 @@ def level_metrics(
     verify = sum(r.spec_verify_ct for r in spec)
     spec_tokens = sum(r.completion_tokens or 0 for r in spec)
     decoded = sum(r.decoded_tokens or 0 for r in spec)
-    rate = lambda x: x / duration if duration > 0 and x is not None else None  # noqa: E731
+
+    def rate(x):
+        return x / duration if duration > 0 and x is not None else None
+
     out = {
         "requests": len(results),
         "completed": len(ok),
@@ -230,7 +235,8 @@ def level_metrics(
         "chunk_gap_ms": _ms(gaps),
         "e2e_ms": _ms(r.e2e for r in ok if r.e2e is not None),
         "tokens_per_chunk": tokens / chunks if chunks else None,
-        # decode-only, as SGLang's /server_info (common/accept_length.decode_only)
+        # decode-only, as SGLang's /server_info: tokens gained in verify cycles per cycle
+        # (RequestResult.decoded_tokens)
         "accept_length_requests": accept.from_counts(decoded, verify),
         "accept_length_requests_with_prefill": accept.from_counts(spec_tokens, verify),
         "verify_calls_requests": verify or None,
