@@ -313,10 +313,13 @@ def test_readme_rows_in_both_spellings(fake, tmp_path, tiny_models):
         ["--extra-request-body", '{"top_p": 0.5}'],
         ["--warmup-requests", "3"],
         ["--mooncake-slowdown-factor", "2"],
+        ["--dataset-name", "sharegpt", "--dataset-path", "sg.json"],
+        ["--dataset-name", "generated-shared-prefix", "--gsp-system-prompt-len", "64"],
+        ["--dataset-name", "mooncake", "--use-trace-timestamps", "--dataset-path", "t.jsonl"],
     ]
     theirs = bench_serving({"parse": rows}, tmp_path)["parse"]
     assert not any(p.get("refused") for p in theirs), theirs
-    (rate, cap, num, fixed, ranged, hdr, slo, flags, body, warm, slow) = theirs
+    (rate, cap, num, fixed, ranged, hdr, slo, flags, body, warm, slow, sg, gsp, trace) = theirs
 
     assert rate["args"]["request_rate"] == "inf"
     assert options.load_levels(ours("--request-rate", "inf"))[0] == [math.inf]
@@ -351,6 +354,14 @@ def test_readme_rows_in_both_spellings(fake, tmp_path, tiny_models):
     assert warm["args"]["warmup_requests"] == 3 and ours("--warmup", "3").warmup == 3
     assert slow["args"]["mooncake_slowdown_factor"] == 2.0
     assert ours("--trace-speed", "0.5").trace_speed == 0.5  # 1/K: twice as slow
+    from sgl_eagle_ext.tools.bench import datasets
+
+    assert (sg["args"]["dataset_name"], sg["args"]["dataset_path"]) == ("sharegpt", "sg.json")
+    assert datasets.parse_spec("sharegpt:sg.json") == ("sharegpt", "sg.json")
+    assert gsp["args"]["gsp_system_prompt_len"] == 64
+    assert datasets.parse_spec("shared-prefix:64") == ("shared-prefix", "64")
+    assert trace["args"]["use_trace_timestamps"] and trace["args"]["dataset_name"] == "mooncake"
+    assert datasets.parse_spec("trace:t.jsonl") == ("trace", "t.jsonl")
 
     # both tools against fake endpoints: the requests they send
     shared = ["--header", "X-A=1", "X-B=2", "--extra-request-body", '{"top_p": 0.5}']
