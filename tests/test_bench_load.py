@@ -151,11 +151,14 @@ def test_itl_per_token_and_chunk_gaps(fake, tmp_path):
     gap, itl = r["chunk_gap_ms"]["p50"], r["itl_ms"]["p50"]
     assert gap >= 18 and itl == pytest.approx(gap / 4, rel=0.05)
     assert r["tokens_per_chunk"] == pytest.approx(13 / 4)
-    assert r["itl_source"] == "chunk gap / the request's mean tokens per chunk"
+    assert r["itl_source"] == "per-chunk token counts"  # usage on every chunk
     assert float(row["chunk_gap_p50_ms"]) == pytest.approx(gap)
     assert float(row["itl_p50_ms"]) == pytest.approx(itl)
-    # throughput: input, output and total tokens per second of the level
-    assert r["input_tok_s"] == pytest.approx(r["prompt_tokens"] / r["duration_s"])
+    # throughput: input (the prompts as sent, no chat template: sglang.bench_serving's
+    # input lengths), output and total tokens per second of the level; the server's
+    # templated prompt count beside it under its own name
+    assert r["input_tok_s"] == pytest.approx(r["input_tokens"] / r["duration_s"])
+    assert r["prompt_tok_s"] == pytest.approx(r["prompt_tokens"] / r["duration_s"])
     assert r["total_tok_s"] == pytest.approx(r["input_tok_s"] + r["output_tok_s"])
     assert float(row["total_tok_s"]) == pytest.approx(r["total_tok_s"])
 
@@ -696,9 +699,11 @@ def test_itls_per_token_from_chunks():
     r.chunk_tokens = [1, 3, 2]
     assert r.itl_exact and r.chunk_gaps == pytest.approx([0.3, 0.4])
     assert r.itls == pytest.approx([0.1] * 3 + [0.2] * 2)
-    # no per-chunk counts (OpenAI streams): the request's mean, (6 - 1) / 2 = 2.5 -> 2 each
+    # no per-chunk counts: the 5 tokens after the first spread as evenly as whole tokens
+    # allow (2 and 3), so they still add up: the ITL mean stays the TPOT
     r.chunk_tokens = None
-    assert not r.itl_exact and r.itls == pytest.approx([0.15, 0.15, 0.2, 0.2])
+    assert not r.itl_exact and r.tokens_per_gap() == [2, 3]
+    assert r.itls == pytest.approx([0.15, 0.15] + [0.4 / 3] * 3)
     # one token per chunk: ITL is the chunk gap
     r = cl.RequestResult(0, "p", ok=True, completion_tokens=3, chunk_times=[0.1, 0.2, 0.4])
     assert r.itls == pytest.approx([0.1, 0.2]) and r.itls == pytest.approx(r.chunk_gaps)

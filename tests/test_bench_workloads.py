@@ -342,7 +342,9 @@ def test_request_records_and_goodput_recomputed(tmp_path, capsys):
     assert f1["duration_s"] == pytest.approx(2.9) and f1["slo_met"] == 1
     assert f1["goodput_tok_s"] == pytest.approx(11 / 2.9)
     assert f1["ttft_ms"]["p50"] == pytest.approx(450.0) and set(f1["ttft_ms"]) == {"p50", "p99"}
-    assert f1["accept_length"] == pytest.approx(22 / 8)
+    # decode-only (each request's prefill token left out), and with it
+    assert f1["accept_length"] == pytest.approx(20 / 8)
+    assert f1["accept_length_with_prefill"] == pytest.approx(22 / 8)
     f2 = res[("r1", "B", 2)]
     assert (
         f2["slo_met"] == 1 and f2["requests"] == 2 and f2["goodput_tok_s"] == pytest.approx(6 / 0.7)
@@ -363,8 +365,8 @@ def test_request_records_and_goodput_recomputed(tmp_path, capsys):
     "args, words",
     [
         (["--slo", "ttft"], "is not KEY=MS"),
-        (["--slo", "latency=5"], "is not KEY=MS"),
-        (["--slo", "ttft=-1"], "must be > 0"),
+        (["--slo", "latency=5"], "unknown goal 'latency'"),
+        (["--slo", "ttft=-1"], "must be a number > 0"),
         (["--percentiles", "50,101"], "--percentiles 50,101"),
     ],
 )

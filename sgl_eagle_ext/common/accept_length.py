@@ -7,6 +7,7 @@ draft still counts 1 (tokenizer_manager: completion_tokens / spec_verify_ct).
     accept_length.of_request(reported, tokens, verify_cycles)
     accept_length.of_meta(meta_info)                  # a /generate reply's meta_info
     accept_length.from_histogram({correct drafts: cycles})
+    accept_length.decode_only(tokens, verify_cycles, requests)  # the server-wide figure
 
 Used by the recorder (inside SGLang), the launcher's checks, the bench records and
 views. None wherever the figure does not exist (no verify cycle: a server without
@@ -59,3 +60,13 @@ def from_histogram(correct_drafts: Mapping[int, int]) -> float | None:
     if not cycles:
         return None
     return sum(per_cycle(k) * n for k, n in correct_drafts.items()) / cycles
+
+
+def decode_only(tokens, verify_cycles, requests) -> float | None:
+    """SGLang's server-wide figure (/server_info `avg_spec_accept_length`, the one
+    sglang.bench_serving prints): tokens gained in verify cycles / cycles. Each
+    request's first token comes from its prefill, not a cycle, so `requests` of the
+    `tokens` are left out (the per-request meta_info figure above keeps them)."""
+    if not (_number(tokens) and _number(requests)):
+        return None
+    return from_counts(tokens - requests, verify_cycles)

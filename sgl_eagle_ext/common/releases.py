@@ -322,6 +322,8 @@ class Release:
     # the chat request field that streams per-request spec details in
     # `sglext.spec_tokens_details` (None: the release does not stream them).
     metric_generation_tokens: str = "sglang:generation_tokens_total"
+    # finished requests: each counted one prefill token in generation_tokens
+    metric_requests: str = "sglang:num_requests_total"
     metric_spec_verify_calls: str | None = "sglang:spec_verify_calls_total"
     chat_spec_details_field: str | None = "return_spec_tokens_details"
     # --speculative-adaptive (EAGLE/EAGLE3 chains): None where the release has none.

@@ -53,6 +53,8 @@ class FakeSGLang:
         prompt_tokens: int = 16,
         token_text: str = " x",
         tokens_per_chunk: int = 1,
+        chunk_pattern: tuple[int, ...] = (),
+        tokenizer_words: bool = False,
     ):
         self.model = model
         self.tokenizer_path = tokenizer_path or model
@@ -69,11 +71,15 @@ class FakeSGLang:
         self.requests = 0
         self.generation_tokens = 0
         self.verify_calls = 0
+        self.finished = 0  # requests counted in generation_tokens
         self.active = 0
         self.peak_active = 0  # the most streams in flight at once
         # tokens per streamed chat chunk after the first (speculation: accepted drafts
         # arrive together); the first chunk carries the prefill's one token
         self.per_chunk = max(1, tokens_per_chunk)
+        # or a cycle of counts, e.g. (2, 3): 2 tokens, then 3, then 2, ...
+        self.pattern = tuple(max(1, k) for k in chunk_pattern) or (self.per_chunk,)
+        self.tokenizer_words = tokenizer_words  # /v1/tokenize counts words
         self.last_body: dict | None = None  # the last generation request, as sent
         self.last_headers = {}
 
@@ -93,6 +99,7 @@ class FakeSGLang:
                 web.get("/health_generate", self.health),
                 web.get("/metrics", self.metrics),
                 web.route("*", "/flush_cache", self.flush),
+                web.post("/v1/tokenize", self.tokenize),
             ]
         )
         return app
@@ -123,7 +130,9 @@ class FakeSGLang:
             if self.accept_length
             else {"speculative_algorithm": None}
         )
-        avg = self.generation_tokens / self.verify_calls if self.verify_calls else None
+        # SGLang's server-wide figure is decode-only: each request's prefill token left out
+        decoded = self.generation_tokens - self.finished
+        avg = decoded / self.verify_calls if self.verify_calls else None
         return web.json_response(
             {
                 "version": VERSION,
@@ -133,6 +142,15 @@ class FakeSGLang:
                 "internal_states": [{"avg_spec_accept_length": avg}],
             }
         )
+
+    async def tokenize(self, req: web.Request):
+        """SGLang's /v1/tokenize with a word tokenizer (one token per word), when the
+        fake is told to count (`tokenizer_words`); else 404 like a server without it."""
+        if not self.tokenizer_words:
+            return web.json_response({"error": {"message": "not found"}}, status=404)
+        body = await req.json()
+        words = str(body.get("prompt", "")).split()
+        return web.json_response({"tokens": list(range(len(words))), "count": len(words)})
 
     async def health(self, _req):
         return web.Response(text="")
@@ -160,13 +178,19 @@ class FakeSGLang:
         k = self.requests if k is None else k
         return n > 0 and k % n == 0
 
+    def verify_for(self, tokens: int) -> int:
+        """Verify cycles of a request of `tokens`: its first token comes from the prefill,
+        the rest at `accept_length` per cycle (SGLang's decode-only convention)."""
+        return math.ceil(max(0, tokens - 1) / self.accept_length) if self.accept_length else 0
+
     def _finish(self, tokens: int) -> int | None:
         self.generation_tokens += tokens
+        self.finished += 1
         if not self.accept_length:
             return None
-        verify = max(1, math.ceil(tokens / self.accept_length))
+        verify = self.verify_for(tokens)
         self.verify_calls += verify
-        return verify
+        return verify or None
 
     async def _body(self, req: web.Request) -> dict | None:
         try:
@@ -211,7 +235,7 @@ class FakeSGLang:
                 "finish_reason": {"type": "length", "length": sent} if last else None,
             }
             if self.accept_length:
-                meta["spec_verify_ct"] = max(1, math.ceil(sent / self.accept_length))
+                meta["spec_verify_ct"] = self.verify_for(sent)
             return {"text": self.token_text * sent, "meta_info": meta, "index": 0}
 
         return await self._stream_simple(req, body, n, chunk, usage=False)
@@ -299,7 +323,8 @@ class FakeSGLang:
         self.peak_active = max(self.peak_active, self.active)
         try:
             await resp.write(first)
-            sent, batch = 0, []
+            sent, batch, chunks = 0, [], 0
+            continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
             while sent < n:
                 if sent == cut:
                     if batch:
@@ -315,13 +340,25 @@ class FakeSGLang:
                             b'data: {"error": {"message": "injected error", "code": 500}}\n\n'
                         )
                         break
-                k = 1 if sent == 0 or self.per_chunk == 1 else min(self.per_chunk, n - sent)
-                if k == 1:
+                k = 1 if sent == 0 else min(self.pattern[chunks % len(self.pattern)], n - sent)
+                if sent:
+                    chunks += 1
+                if k == 1 and not continuous:
                     batch.append(token)
                 else:
                     content = json.dumps({"content": self.token_text * k})
+                    usage = ""
+                    if continuous:  # stream_options.continuous_usage_stats: usage per chunk
+                        usage = (
+                            f',"usage":{{"prompt_tokens":{self.prompt_tokens},'
+                            f'"completion_tokens":{sent + k},'
+                            f'"total_tokens":{self.prompt_tokens + sent + k}}}'
+                        )
                     batch.append(
-                        (head + content + ',"logprobs":null,"finish_reason":null}]}\n\n').encode()
+                        (
+                            head + content + ',"logprobs":null,"finish_reason":null}]'
+                            f"{usage}}}\n\n"
+                        ).encode()
                     )
                 sent += k
                 if f.malformed_every and sent % f.malformed_every == 0:
@@ -329,7 +366,7 @@ class FakeSGLang:
                 if len(batch) >= self.per_write or sent == n:
                     await resp.write(b"".join(batch))
                     batch = []
-                    if self.delay or self.per_stream:
+                    if (self.delay or self.per_stream) and sent < n:  # the tail follows at once
                         await asyncio.sleep(self.delay + self.per_stream * self.active)
             verify = self._finish(sent)
             tail = [head + '{},"logprobs":null,"finish_reason":"' + finish + '"}]}\n\n']

@@ -64,6 +64,10 @@ class RequestResult:
     spec_details: dict | None = None  # the whole sglext.spec_tokens_details (histograms)
     max_tokens: int | None = None  # the tokens this request asked for
     malformed: int = 0  # stream lines that were not valid SSE/JSON chunks
+    # the prompt as the load generator counts it, without the chat template (as
+    # sglang.bench_serving's input lengths); set after the level (sweep.count_inputs)
+    input_tokens: int | None = None
+    prompt: object = field(default=None, repr=False)  # what was sent (a Prompt), for that count
 
     @property
     def chunk_gaps(self) -> list[float]:
@@ -76,28 +80,51 @@ class RequestResult:
         """Whether itls() divides by each chunk's own token count (else: an estimate)."""
         return self.chunk_tokens is not None and len(self.chunk_tokens) == len(self.chunk_times)
 
+    def tokens_per_gap(self) -> list[int]:
+        """Tokens each chunk after the first carries: the stream's own counts where it
+        gave them for every chunk (SGLang's /generate meta_info, or the OpenAI usage
+        per chunk that `stream_options.continuous_usage_stats` asks for), else the
+        request's completion tokens after the first chunk spread as evenly as whole
+        tokens allow (they still add up to n - 1: the ITL mean stays the TPOT)."""
+        gaps = len(self.chunk_times) - 1
+        if gaps <= 0:
+            return []
+        if self.itl_exact:
+            return [max(0, k) for k in self.chunk_tokens[1:]]
+        n = self.completion_tokens or len(self.chunk_times)
+        rest = max(gaps, n - 1)  # at least one token per chunk
+        base, extra = divmod(rest, gaps)
+        # the extra tokens spread evenly over the gaps (not all at the front)
+        return [base + ((i + 1) * extra // gaps - i * extra // gaps) for i in range(gaps)]
+
     @property
     def itls(self) -> list[float]:
         """Inter-token latencies, one per token after the first chunk, as
         sglang.bench_serving counts them with speculation: a chunk gap divided by the
-        tokens that chunk carries, repeated for each of them. Tokens per chunk come from
-        the stream where it says (/generate), else from the request's own average
-        ((completion tokens - 1) / (chunks - 1): the first chunk holds the prefill's
-        one token)."""
-        gaps = self.chunk_gaps
-        if not gaps:
-            return []
-        if self.itl_exact:
-            counts = self.chunk_tokens[1:]
-        else:
-            n = self.completion_tokens or len(self.chunk_times)
-            per = max(1.0, (n - 1) / len(gaps))
-            counts = [per] * len(gaps)
+        tokens that chunk carries, repeated for each of them (tokens_per_gap). A
+        chunk that carries no token (text the detokenizer held back) adds its gap to
+        the next one that does."""
         out: list[float] = []
-        for gap, k in zip(gaps, counts):
-            k = max(1, round(k))
-            out.extend([gap / k] * k)
+        held = 0.0
+        for gap, k in zip(self.chunk_gaps, self.tokens_per_gap()):
+            if k <= 0:
+                held += gap
+                continue
+            out.extend([(gap + held) / k] * k)
+            held = 0.0
         return out
+
+    @property
+    def decoded_tokens(self) -> int | None:
+        """Tokens this request gained in verify cycles as SGLang counts them for its
+        server-wide accept length: its correct drafts plus one bonus token per cycle
+        (drafts accepted past max_tokens included), where the stream reported them;
+        else its completion tokens after the prefill's one."""
+        drafts = (self.spec_details or {}).get("spec_num_correct_drafts")
+        verify = self.spec_verify_ct
+        if isinstance(drafts, int) and isinstance(verify, int) and verify > 0:
+            return drafts + verify
+        return self.completion_tokens - 1 if self.completion_tokens else None
 
     @property
     def tpot(self) -> float | None:
@@ -193,11 +220,26 @@ class StreamParser:
         self.chunks += 1
 
     def chunk_openai(self, obj: dict, now: float) -> None:
-        """A chat (`choices[0].delta.content`) or completions (`choices[0].text`) chunk."""
+        """A chat (`choices[0].delta.content`) or completions (`choices[0].text`) chunk.
+        Its usage (every chunk's, with `continuous_usage_stats`) is read first: the
+        running completion count says how many tokens this chunk's text holds."""
         r = self.r
         known = False
         if self.in_stream_error(obj):
             return
+        before = r.completion_tokens if r.tokens_from_usage else None
+        counted = False  # this chunk's usage gave the running completion count
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            known = True
+            try:
+                if usage.get("completion_tokens") is not None:
+                    r.completion_tokens = int(usage["completion_tokens"])
+                    r.tokens_from_usage = counted = True
+                if usage.get("prompt_tokens") is not None:
+                    r.prompt_tokens = int(usage["prompt_tokens"])
+            except (TypeError, ValueError):
+                r.malformed += 1
         choices = obj.get("choices")
         if isinstance(choices, list):
             known = True
@@ -215,20 +257,10 @@ class StreamParser:
                     if not isinstance(content, str):
                         r.malformed += 1
                         return
-                    self.content(content, now)
+                    tokens = max(0, r.completion_tokens - (before or 0)) if counted else None
+                    self.content(content, now, tokens)
                 if c0.get("finish_reason"):
                     r.finish_reason = c0["finish_reason"]
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            known = True
-            try:
-                if usage.get("completion_tokens") is not None:
-                    r.completion_tokens = int(usage["completion_tokens"])
-                    r.tokens_from_usage = True
-                if usage.get("prompt_tokens") is not None:
-                    r.prompt_tokens = int(usage["prompt_tokens"])
-            except (TypeError, ValueError):
-                r.malformed += 1
         ext = obj.get("sglext")
         if isinstance(ext, dict):
             known = True
@@ -377,7 +409,9 @@ class Client:
                 ignore_eos=ignore_eos,
             )
             if self.stream:
-                body["stream_options"] = {"include_usage": True}
+                # usage on every chunk too: each chunk's own token count, for ITL per
+                # token (SGLang and vLLM honour it; the final usage chunk comes anyway)
+                body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
             if seed is not None:
                 body["seed"] = seed
             if self.spec_details_field:

@@ -13,31 +13,51 @@ from pathlib import Path
 
 import numpy as np
 
+from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.bench import request_log
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
-SLO_FIX = "e.g. --slo ttft=500,tpot=50 (milliseconds; keys ttft, tpot, itl, e2e; ttft:500 also)"
+ALIASES = {"e2el": "e2e"}  # sglang.bench_serving's and vLLM's name for E2E latency
+SLO_FIX = (
+    "e.g. --slo ttft=500,tpot=50 or --slo ttft:500 tpot:50 (sglang.bench_serving's "
+    "--goodput); milliseconds; keys ttft, tpot, itl, e2e (or e2el)"
+)
 DEFAULT_PERCENTILES = (50, 90, 99)
 
 
-def parse_slo(text: str | None) -> dict[str, float]:
+def parse_slo(text: str | list[str] | None) -> dict[str, float]:
+    """Latency goals in ms: `ttft=500,tpot=50` (this tool's) or `ttft:500 tpot:50`
+    (sglang.bench_serving's and vLLM's --goodput: KEY:VALUE words), or a mix."""
     if not text:
         return {}
+    parts = [text] if isinstance(text, str) else list(text)
+    shown = " ".join(parts)
+    words = [w for part in parts for w in part.replace(",", " ").split()]
     out = {}
-    for part in text.split(","):
-        # KEY=MS, or KEY:MS as sglang.bench_serving's and vLLM's --goodput write it
-        key, sep, value = part.strip().replace(":", "=", 1).partition("=")
-        key = key.strip().lower().removesuffix("_ms")
-        if not sep or key not in METRICS:
-            raise UserError(f"--slo {text}: {part.strip()!r} is not KEY=MS.", fix=SLO_FIX)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        cut = min((k for k in (word.find("="), word.find(":")) if k >= 0), default=-1)
+        if cut == len(word) - 1 and i + 1 < len(words):  # "ttft: 500"
+            word, i = word + words[i + 1], i + 1
+        i += 1
+        if cut <= 0:
+            raise UserError(f"--slo {shown}: {word!r} is not KEY=MS or KEY:MS.", fix=SLO_FIX)
+        key, value = word[:cut].strip().lower().removesuffix("_ms"), word[cut + 1 :]
+        key = ALIASES.get(key, key)
+        if key not in METRICS:
+            raise UserError(
+                f"--slo {shown}: unknown goal {word[:cut]!r} (keys: ttft, tpot, itl, e2e or e2el).",
+                fix=SLO_FIX,
+            )
         try:
             out[key] = float(value)
         except ValueError:
-            raise UserError(f"--slo {text}: {value!r} is not a number.", fix=SLO_FIX) from None
-        if out[key] <= 0:
-            raise UserError(f"--slo {text}: {key} must be > 0.", fix=SLO_FIX)
+            raise UserError(f"--slo {shown}: {value!r} is not a number.", fix=SLO_FIX) from None
+        if not 0 < out[key] < float("inf"):
+            raise UserError(f"--slo {shown}: {key} must be a number > 0 (ms).", fix=SLO_FIX)
     return out
 
 
@@ -109,9 +129,10 @@ def level_figures(rows: list[dict], slo: dict, percentiles) -> dict:
             _pname(p): (float(np.percentile(vals, p)) if vals else None) for p in percentiles
         }
     acc = [r for r in ok if r.get("verify_ct") and r.get("completion_tokens") is not None]
-    out["accept_length"] = (
-        sum(r["completion_tokens"] for r in acc) / sum(r["verify_ct"] for r in acc) if acc else None
-    )
+    tokens, cycles = sum(r["completion_tokens"] for r in acc), sum(r["verify_ct"] for r in acc)
+    # decode-only, as the sweep's accept_length (SGLang's /server_info figure)
+    out["accept_length"] = accept.decode_only(tokens, cycles, len(acc))
+    out["accept_length_with_prefill"] = accept.from_counts(tokens, cycles)
     if slo:
         good = [r for r in rows if meets(r, slo)]
         out["slo_met"] = len(good)

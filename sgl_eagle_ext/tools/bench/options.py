@@ -71,6 +71,14 @@ def _closed_only(args: argparse.Namespace) -> None:
 def arrival_kind(args: argparse.Namespace) -> tuple[str, float]:
     """(arrival process, gamma shape) from --arrival and --burstiness."""
     kind, burst = getattr(args, "arrival", None), args.burstiness
+    if burst == INF:  # vLLM's spelling of even gaps: a gamma of infinite shape
+        if kind not in (None, "constant"):
+            raise UserError(
+                f"--arrival {kind} with --burstiness inf: infinite burstiness is constant "
+                "arrivals (every gap 1/rate).",
+                fix="use --arrival constant (or --burstiness inf alone)",
+            )
+        return "constant", 1.0
     if burst is not None:
         positive("--burstiness", burst)
     if kind is None:
@@ -162,11 +170,13 @@ def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
     )
     p.add_argument(
         "--header",
-        action="append",
+        nargs="+",
+        action="extend",
         default=[],
         metavar="NAME=VALUE",
-        help="extra HTTP header on every request (repeatable; NAME=VALUE or 'NAME: VALUE'); "
-        "values are never recorded",
+        help="extra HTTP headers on every request: one or more after one --header (as "
+        "sglang.bench_serving takes them, --header X-A=1 X-B=2), or --header repeated; "
+        "NAME=VALUE or 'NAME: VALUE'; values are never recorded",
     )
     p.add_argument(
         "--no-stream",
@@ -300,7 +310,8 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
         "--burstiness",
         type=float,
         help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson, "
-        "sglang.bench_serving's only process; <1 burstier, >1 more regular), mean gap 1/R, "
+        "sglang.bench_serving's only process; <1 burstier, >1 more regular; inf: even gaps, "
+        "as --arrival constant), mean gap 1/R, "
         "as vLLM's --burstiness",
     )
     p.add_argument(
@@ -330,30 +341,26 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slo",
-        metavar="ttft=MS,tpot=MS",
-        help="goodput: latency goals per request in ms, e.g. ttft=500,tpot=50 (the syntax "
-        "of `bench goodput` and `bench report`)",
+        "--goodput",
+        dest="slo",
+        nargs="+",
+        action="extend",
+        metavar="KEY=MS",
+        help="goodput: latency goals per request in ms, e.g. ttft=500,tpot=50 or "
+        "ttft:500 tpot:50 (sglang.bench_serving's --goodput); keys ttft, tpot, e2e "
+        "(or e2el), itl (every token's ITL)",
     )
     p.add_argument("--slo-tpot-ms", type=number(0, strict=True), help="alias of --slo tpot=MS")
     p.add_argument("--slo-ttft-ms", type=number(0, strict=True), help="alias of --slo ttft=MS")
 
 
-SLO_KEYS = ("ttft", "tpot")
-
-
 def slo(args: argparse.Namespace) -> sw.SLO:
-    """The sweep's SLO: --slo ttft=MS,tpot=MS, or its aliases --slo-ttft-ms/--slo-tpot-ms."""
+    """The sweep's SLO: --slo (--goodput) KEY=MS..., or the aliases --slo-ttft-ms and
+    --slo-tpot-ms."""
     from sgl_eagle_ext.tools.bench import goodput
 
     goals = goodput.parse_slo(getattr(args, "slo", None))
-    other = sorted(set(goals) - set(SLO_KEYS))
-    if other:
-        raise UserError(
-            f"--slo {args.slo}: a sweep's goodput takes ttft and tpot, not {other[0]}.",
-            fix=f"e.g. --slo ttft=500,tpot=50; `bench goodput` takes {other[0]} from "
-            "--save-requests records",
-        )
-    for key in SLO_KEYS:
+    for key in ("ttft", "tpot"):
         alias = getattr(args, f"slo_{key}_ms", None)
         if alias is not None and key in goals and goals[key] != alias:
             raise UserError(
@@ -362,7 +369,7 @@ def slo(args: argparse.Namespace) -> sw.SLO:
             )
         if alias is not None:
             goals[key] = alias
-    return sw.SLO(goals.get("tpot"), goals.get("ttft"), "given")
+    return sw.SLO(goals.get("tpot"), goals.get("ttft"), "given", goals.get("e2e"), goals.get("itl"))
 
 
 def validate(args: argparse.Namespace) -> None:

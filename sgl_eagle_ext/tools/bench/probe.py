@@ -23,6 +23,7 @@ PROBE_TIMEOUT = 10.0
 class Counters:
     generation_tokens: float
     spec_verify_calls: float | None  # None: the release or the server has no such counter
+    requests: float | None = None  # finished requests (None: no such counter)
 
 
 def parse_prometheus(text: str, names: set[str]) -> dict[str, float]:
@@ -119,6 +120,20 @@ class Server:
                 return reply.body
         return None
 
+    def token_counter(self):
+        """Who counts prompt tokens for this server (tokens.pick_counter: its own
+        tokenizer on this host, its /v1/tokenize, else an estimate), asked once."""
+        if getattr(self, "_counter", None) is None:
+            from sgl_eagle_ext.tools.bench import tokens
+
+            self._counter = tokens.pick_counter(
+                self.info.get("tokenizer_path") or self.info.get("model_path"),
+                self.base_url,
+                self.model_id,
+                self.api_key,
+            )
+        return self._counter
+
     @property
     def version(self) -> str | None:
         return self.info.get("version")
@@ -132,7 +147,7 @@ class Server:
     def counters(self) -> Counters | None:
         """The release's token and verify counters from /metrics (None: no metrics)."""
         rel = self.release
-        names = {rel.metric_generation_tokens}
+        names = {rel.metric_generation_tokens, rel.metric_requests}
         if rel.metric_spec_verify_calls:
             names.add(rel.metric_spec_verify_calls)
         text = self.get_text("/metrics")
@@ -142,7 +157,9 @@ class Server:
         if rel.metric_generation_tokens not in values:
             return None
         verify = values.get(rel.metric_spec_verify_calls) if rel.metric_spec_verify_calls else None
-        return Counters(values[rel.metric_generation_tokens], verify)
+        return Counters(
+            values[rel.metric_generation_tokens], verify, values.get(rel.metric_requests)
+        )
 
     def counters_after(
         self, before: Counters | None, expected_tokens: int, settle: float = 3.0
@@ -167,14 +184,26 @@ class Server:
 
 def accept_from_counters(before: Counters | None, after: Counters | None) -> dict:
     """Accept length over the window between two counter snapshots."""
+    """Accept length over the window between two counter snapshots: `accept_length`
+    prefill-inclusive (tokens / verify calls), `requests` the finished requests (their
+    prefill tokens, for the decode-only figure; None without that counter)."""
     if before is None or after is None:
-        return {"generation_tokens": None, "verify_calls": None, "accept_length": None}
+        return {
+            "generation_tokens": None,
+            "verify_calls": None,
+            "accept_length": None,
+            "requests": None,
+        }
     tokens = after.generation_tokens - before.generation_tokens
     verify = None
     if before.spec_verify_calls is not None and after.spec_verify_calls is not None:
         verify = after.spec_verify_calls - before.spec_verify_calls
+    requests = None
+    if before.requests is not None and after.requests is not None:
+        requests = after.requests - before.requests
     return {
         "generation_tokens": tokens,
         "verify_calls": verify,
         "accept_length": tokens / verify if verify else None,
+        "requests": requests,
     }

@@ -104,7 +104,8 @@ COLUMNS = (
     *((k, _field(k)) for k in ("max_tokens", "temperature", "concurrency")),
     ("request_rate", _request_rate),
     *((k, _field(k)) for k in LOAD_COLUMNS[1:]),
-    *((k, _field(k)) for k in ("requests", "completed")),
+    # concurrency_mean: sglang.bench_serving's "Concurrency" (request time / duration)
+    *((k, _field(k)) for k in ("requests", "completed", "concurrency_mean")),
     ("errors", _errors),
     *(
         (k, _field(k))
@@ -113,15 +114,26 @@ COLUMNS = (
             "malformed_chunks",
             "duration_s",
             "output_tokens",
+            "input_tokens",  # the prompts as sent (sglang.bench_serving's input lengths)
+            "prompt_tokens",  # the server's count: the chat template included
             "input_tok_s",
+            "prompt_tok_s",
             "output_tok_s",
             "total_tok_s",
             "request_s",
             "goodput_tok_s",
         )
     ),
-    *((f"{m}_{p}_ms", _at(f"{m}_ms", p)) for m in LATENCIES for p in ("p50", "p90", "p99")),
-    *((k, _field(k)) for k in ("tokens_per_chunk", "accept_length", "accept_length_source")),
+    *((f"{m}_{p}_ms", _at(f"{m}_ms", p)) for m in LATENCIES for p in ("mean", "p50", "p90", "p99")),
+    *(
+        (k, _field(k))
+        for k in (
+            "tokens_per_chunk",
+            "accept_length",  # decode-only: SGLang's /server_info avg_spec_accept_length
+            "accept_length_with_prefill",
+            "accept_length_source",
+        )
+    ),
     *(
         (f"tok_s_{k}", _tok_s(k))
         for k in ("mean", "median", "min", "max", "stdev", "ci95_low", "ci95_high")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import probe, stats
 from sgl_eagle_ext.tools.bench.progress import Console
@@ -20,7 +21,7 @@ from sgl_eagle_ext.tools.bench.sweep import Interrupted, Load
 
 def run_fields(i: int, r: cl.RequestResult, load: Load, respect_eos: bool) -> dict:
     short = r.ok and (r.completion_tokens or 0) < load.max_tokens
-    spec = (r.completion_tokens / r.spec_verify_ct) if r.ok and r.spec_verify_ct else None
+    tokens, verify = (r.completion_tokens, r.spec_verify_ct) if r.ok else (None, None)
     decode = None
     if (
         r.ok
@@ -43,8 +44,11 @@ def run_fields(i: int, r: cl.RequestResult, load: Load, respect_eos: bool) -> di
         "decode_tok_s": decode,
         "prompt_tokens": r.prompt_tokens,
         "ttft_ms": r.ttft * 1e3 if r.ttft is not None else None,
-        "accept_length": spec,
+        # decode-only (SGLang's /server_info convention), and with the prefill's token
+        "accept_length": accept.from_counts(r.decoded_tokens if r.ok else None, verify),
+        "accept_length_with_prefill": accept.from_counts(tokens, verify),
         "verify_calls": r.spec_verify_ct if r.ok else None,
+        "decoded_tokens": r.decoded_tokens if r.ok and verify else None,
         "finish_reason": r.finish_reason,
         "short": bool(short),
         "counted": bool(r.ok and (not short or respect_eos)),
@@ -88,7 +92,10 @@ def summarize(runs: list[dict], max_cv: float) -> dict:
         "failed": sum(1 for f in runs if not f["ok"]),
         "steady": not warnings if tok["n"] >= 2 else None,
         "warnings": warnings,
-        "accept_length_requests": spec_tokens / verify if verify else None,
+        "accept_length_requests": accept.from_counts(
+            sum(f["decoded_tokens"] or 0 for f in counted if f["verify_calls"]), verify
+        ),
+        "accept_length_requests_with_prefill": accept.from_counts(spec_tokens, verify),
     }
 
 
@@ -184,6 +191,15 @@ async def run(
         tokens = sum(f["tokens"] or 0 for f in done)
         after = await asyncio.to_thread(server.counters_after, before, tokens)
         acc = probe.accept_from_counters(before, after)
+        # decode-only under the shared name: each run's prefill token left out
+        finished = acc["requests"] if acc["requests"] is not None else len(done)
+        # drafts SGLang accepted past a run's end count in its figure (sweep.py)
+        past = sum(f["decoded_tokens"] - (f["tokens"] - 1) for f in done if f.get("decoded_tokens"))
+        acc["accept_length_with_prefill"] = acc["accept_length"]
+        gen = acc["generation_tokens"]
+        acc["accept_length"] = accept.decode_only(
+            None if gen is None else gen + past, acc["verify_calls"], finished
+        )
     return warm, done, interrupted, acc
 
 

@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sgl_eagle_ext.common import accept_length as accept
+from sgl_eagle_ext.common import http
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.bench import arrivals as arr
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import probe, stats
+from sgl_eagle_ext.tools.bench import probe, stats, tokens
 from sgl_eagle_ext.tools.bench.progress import Console
 from sgl_eagle_ext.tools.bench.prompts import Prompt, PromptSet
 
@@ -39,6 +41,9 @@ ERROR_EXAMPLES = 3
 CLIENT_BUSY = 0.9  # warn when the client itself used more than this share of a core
 BURST_LEVEL = 10  # a burst without --num-prompts or --max-concurrency: 5 x 10 requests
 LATE_SEND_MS = 50.0  # open loop: warn when sends lag their schedule by more (p99)
+CLIENT_LATE_BUSY = 0.5  # ... and blame the client only when it was this busy
+ITL_EXACT = "per-chunk token counts"
+ITL_ESTIMATE = "estimate: each request's tokens after its first chunk spread evenly over its chunks"
 
 
 class Interrupted(Exception):
@@ -103,22 +108,31 @@ class Load:
 
 @dataclass
 class SLO:
-    """Latency goals a request must meet to count toward goodput."""
+    """Latency goals (ms) a request must meet to count toward goodput: ttft, tpot and
+    e2e (sglang.bench_serving's --goodput keys, e2el there), itl (every token's)."""
 
     tpot_ms: float | None = None
     ttft_ms: float | None = None
     source: str = ""
+    e2e_ms: float | None = None
+    itl_ms: float | None = None
 
     @property
     def set(self) -> bool:
-        return self.tpot_ms is not None or self.ttft_ms is not None
+        return any(v is not None for v in (self.tpot_ms, self.ttft_ms, self.e2e_ms, self.itl_ms))
 
     def met(self, r: cl.RequestResult) -> bool:
         if not r.ok:
             return False
-        if self.tpot_ms is not None and (r.tpot is None or r.tpot * 1e3 > self.tpot_ms):
-            return False
-        return not (self.ttft_ms is not None and (r.ttft is None or r.ttft * 1e3 > self.ttft_ms))
+        for goal, value in (
+            (self.tpot_ms, r.tpot),
+            (self.ttft_ms, r.ttft),
+            (self.e2e_ms, r.e2e),
+            (self.itl_ms, max(r.itls, default=None) if self.itl_ms is not None else None),
+        ):
+            if goal is not None and (value is None or value * 1e3 > goal):
+                return False
+        return True
 
     def describe(self) -> str:
         parts = []
@@ -126,7 +140,18 @@ class SLO:
             parts.append(f"TPOT <= {self.tpot_ms:.1f} ms")
         if self.ttft_ms is not None:
             parts.append(f"TTFT <= {self.ttft_ms:.0f} ms")
+        if self.e2e_ms is not None:
+            parts.append(f"E2E <= {self.e2e_ms:.0f} ms")
+        if self.itl_ms is not None:
+            parts.append(f"every ITL <= {self.itl_ms:.1f} ms")
         return " and ".join(parts) + (f" ({self.source})" if self.source else "")
+
+    def record(self) -> dict:
+        out = {"tpot_ms": self.tpot_ms, "ttft_ms": self.ttft_ms, "source": self.source}
+        out.update(
+            {k: v for k, v in (("e2e_ms", self.e2e_ms), ("itl_ms", self.itl_ms)) if v is not None}
+        )
+        return out
 
 
 @dataclass
@@ -163,8 +188,16 @@ def level_metrics(
     gaps = [g for r in ok for g in r.chunk_gaps]
     exact = [r.itl_exact for r in ok if r.chunk_gaps]
     prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
+    counted = [r.input_tokens for r in ok if r.input_tokens is not None]
+    input_tokens = sum(counted) if ok and len(counted) == len(ok) else None
     spec = [r for r in ok if r.spec_verify_ct]
     verify = sum(r.spec_verify_ct for r in spec)
+    spec_tokens = sum(r.completion_tokens or 0 for r in spec)
+    decoded = sum(r.decoded_tokens or 0 for r in spec)
+
+    def rate(x):
+        return x / duration if duration > 0 and x is not None else None
+
     out = {
         "requests": len(results),
         "completed": len(ok),
@@ -180,31 +213,36 @@ def level_metrics(
         "tokens_estimated": sum(1 for r in ok if not r.tokens_from_usage),
         "duration_s": duration,
         "output_tokens": tokens,
+        # as sglang.bench_serving: input (the prompts as sent, no chat template: its
+        # input lengths), output and total (input + output) token throughput
+        "input_tokens": input_tokens,
+        "input_tok_s": rate(input_tokens),
+        "output_tok_s": rate(tokens),
+        "total_tok_s": rate(None if input_tokens is None else input_tokens + tokens),
+        # the server's own prompt count (usage.prompt_tokens): the chat template included
         "prompt_tokens": prompt_tokens,
-        # as sglang.bench_serving: input, output and total (input + output) token throughput
-        "input_tok_s": prompt_tokens / duration if duration > 0 else None,
-        "output_tok_s": tokens / duration if duration > 0 else None,
-        "total_tok_s": (prompt_tokens + tokens) / duration if duration > 0 else None,
-        "request_s": len(ok) / duration if duration > 0 else None,
+        "prompt_tok_s": rate(prompt_tokens) if ok else None,
+        "request_s": rate(len(ok)),
+        # sglang.bench_serving's "Concurrency": request time in flight / the level's time
+        # (the `concurrency` field stays the cap of a closed-loop level)
+        "concurrency_mean": rate(sum(r.e2e for r in ok if r.e2e is not None)),
         "ttft_ms": _ms(r.ttft for r in ok if r.ttft is not None),
         "tpot_ms": _ms(r.tpot for r in ok if r.tpot is not None),
         # per token, as sglang.bench_serving counts it (client.RequestResult.itls)
         "itl_ms": _ms(itls),
-        "itl_source": (
-            None
-            if not exact
-            else "per-chunk token counts"
-            if all(exact)
-            else "chunk gap / the request's mean tokens per chunk"
-        ),
+        "itl_source": None if not exact else ITL_EXACT if all(exact) else ITL_ESTIMATE,
         # the gaps between streamed chunks themselves (a chunk may carry several tokens)
         "chunk_gap_ms": _ms(gaps),
         "e2e_ms": _ms(r.e2e for r in ok if r.e2e is not None),
         "tokens_per_chunk": tokens / chunks if chunks else None,
-        "accept_length_requests": (
-            sum(r.completion_tokens for r in spec) / verify if verify else None
-        ),
+        # decode-only, as SGLang's /server_info: tokens gained in verify cycles per cycle
+        # (RequestResult.decoded_tokens)
+        "accept_length_requests": accept.from_counts(decoded, verify),
+        "accept_length_requests_with_prefill": accept.from_counts(spec_tokens, verify),
         "verify_calls_requests": verify or None,
+        # drafts SGLang accepted past the tokens kept (the last cycle at max_tokens): in
+        # its server-wide figure, not in the completion counts (0 unless reported)
+        "accepted_past_end": decoded - (spec_tokens - len(spec)) if spec else 0,
     }
     out.update(goodput_fields(results, duration, slo))
     return out
@@ -216,7 +254,7 @@ def goodput_fields(results: list[cl.RequestResult], duration: float, slo: SLO | 
         return {}
     good = [r for r in results if slo.met(r)]
     return {
-        "slo": {"tpot_ms": slo.tpot_ms, "ttft_ms": slo.ttft_ms, "source": slo.source},
+        "slo": slo.record(),
         "goodput_tok_s": (
             sum(r.completion_tokens or 0 for r in good) / duration if duration > 0 else None
         ),
@@ -298,7 +336,7 @@ async def run_requests(
             await state.check(r)
 
     async def _one(i: int, p: Prompt) -> cl.RequestResult:
-        return await client.chat(
+        r = await client.chat(
             p.as_messages(),
             getattr(p, "output_len", None) or load.max_tokens,  # a workload's own length
             index=i,
@@ -307,6 +345,8 @@ async def run_requests(
             ignore_eos=load.ignore_eos,
             seed=load.request_seed(i),
         )
+        r.prompt = p  # counted after the level (count_inputs), off the measured time
+        return r
 
     order = iter(enumerate(prompts))
     counter = iter(range(1 << 62))
@@ -356,6 +396,33 @@ async def run_requests(
     finally:
         bar.close()
     return sorted(results, key=lambda r: r.index), time.perf_counter() - t0, interrupted
+
+
+def count_inputs(results: list[cl.RequestResult], prompt_set, server) -> str | None:
+    """Each request's input tokens as sglang.bench_serving counts them (its dataset's
+    prompt lengths: the text sent, no chat template): the length a workload fitted
+    the prompt to, else the prompt's text counted by the workload's counter or the
+    server's (tokens.pick_counter). Returns who counted (None: nothing to count)."""
+    counter = getattr(prompt_set, "counter", None)
+    if counter is None:
+        get = getattr(server, "token_counter", None)
+        counter = get() if get is not None else tokens.Counter()
+    used = set()
+    for r in results:
+        if r.prompt is None:
+            continue  # a multi-turn replay's requests: sent by the workload itself
+        fitted = getattr(r.prompt, "input_len", None)
+        if fitted is not None:
+            r.input_tokens = fitted
+            used.add("the lengths the prompts were fitted to")
+            continue
+        try:
+            r.input_tokens = tokens.content_tokens(r.prompt, counter)
+        except http.HTTPFailed:  # the server's tokenizer stopped answering: estimate
+            counter = tokens.Counter()
+            r.input_tokens = tokens.content_tokens(r.prompt, counter)
+        used.add(counter.name)
+    return "; ".join(sorted(used)) or None
 
 
 def tokens_asked(prompts, load: Load) -> str:
@@ -452,7 +519,9 @@ async def run_level(
             feed=Feed(prompt_set, load.seed, prompts) if closed_duration else None,
         )
     cpu = time.process_time() - cpu0
+    counter = await asyncio.to_thread(count_inputs, results, prompt_set, server)
     fields = level_metrics(results, duration, load, slo)
+    fields["input_tokens_counted_by"] = counter
     # The load generator's own CPU use: near 100% of its core means it may be the limit.
     fields["client_cpu_s"] = cpu
     fields["client_busy"] = cpu / duration if duration > 0 else None
@@ -481,18 +550,19 @@ async def run_level(
         fields["cut_short"] = True
         fields["not_sent"] = n - len(results)
     acc = probe.accept_from_counters(before, after)
-    fields["accept_length_metrics"] = acc["accept_length"]
+    # the counters count each finished request's prefill token too: one per request
+    # (the server's request counter, else the requests this level completed); SGLang's
+    # own figure also counts drafts accepted past a request's end (accepted_past_end)
+    finished = acc["requests"]
+    if finished is None:
+        finished = sum(1 for r in results if r.ok and r.completion_tokens)
+    gen = acc["generation_tokens"]
+    fields["accept_length_metrics"] = accept.decode_only(
+        None if gen is None else gen + fields["accepted_past_end"], acc["verify_calls"], finished
+    )
     fields["verify_calls_metrics"] = acc["verify_calls"]
     fields["generation_tokens_metrics"] = acc["generation_tokens"]
-    if acc["accept_length"] is not None:
-        fields["accept_length"] = acc["accept_length"]
-        fields["accept_length_source"] = "metrics delta"
-    elif fields["accept_length_requests"] is not None:
-        fields["accept_length"] = fields["accept_length_requests"]
-        fields["accept_length_source"] = "per-request sum"
-    else:
-        fields["accept_length"], fields["accept_length_source"] = None, None
-    gen = acc["generation_tokens"]
+    fields.update(choose_accept_length(fields, acc["accept_length"]))
     if (
         gen is not None
         and not level.server_gone
@@ -515,6 +585,26 @@ async def run_level(
     )
     level.fields = fields
     return level
+
+
+def choose_accept_length(fields: dict, metrics_with_prefill: float | None) -> dict:
+    """The level's accept length: decode-only under the shared name (SGLang's
+    /server_info convention, what sglang.bench_serving prints), the prefill-inclusive
+    figure of the same source beside it; SGLang's counters first, else the streamed
+    per-request counts."""
+    if fields.get("accept_length_metrics") is not None:
+        return {
+            "accept_length": fields["accept_length_metrics"],
+            "accept_length_with_prefill": metrics_with_prefill,
+            "accept_length_source": "metrics delta",
+        }
+    if fields.get("accept_length_requests") is not None:
+        return {
+            "accept_length": fields["accept_length_requests"],
+            "accept_length_with_prefill": fields.get("accept_length_requests_with_prefill"),
+            "accept_length_source": "per-request sum",
+        }
+    return {"accept_length": None, "accept_length_with_prefill": None, "accept_length_source": None}
 
 
 def _trio(block: dict, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
@@ -609,15 +699,29 @@ def level_notes(f: dict, concurrency: float, axis: Axis = CONCURRENCY) -> list[s
             f"core: it may be what limits the figures (a busier host, or more streams "
             f"than one core can drive)"
         )
-    lag = (f.get("send_lag_ms") or {}).get("p99")
-    if lag is not None and lag > LATE_SEND_MS:
-        notes.append(
-            f"{at}: sends went out up to {lag:.0f} ms (p99) after their scheduled "
-            f"arrival: the client could not keep this rate"
-        )
+    notes += late_send_notes(f, at)
+    if f.get("duration_target_s") and f.get("steady_state_note") and "request_rate" not in f:
+        notes.append(f"{at}: {f['steady_state_note']}")
     if f.get("other_traffic"):
         notes.append(f"{at}: {f['other_traffic']}")
     return notes
+
+
+def late_send_notes(f: dict, at: str) -> list[str]:
+    """Open loop: sends that went out late, blamed on the client only when it was the
+    cause (busy CLIENT_LATE_BUSY of a core or more). A lag with the client idle is the
+    host's (other processes) and stays in the record (send_lag_ms) without a warning.
+    Over few sends the p99 is their maximum: the note says how many."""
+    lag = (f.get("send_lag_ms") or {}).get("p99")
+    busy = f.get("client_busy")
+    if lag is None or lag <= LATE_SEND_MS or busy is None or busy < CLIENT_LATE_BUSY:
+        return []
+    sends = f.get("arrivals") or f.get("requests") or 0
+    of = f"p99 of {sends} sends" if sends >= 100 else f"the latest of {sends} sends"
+    return [
+        f"{at}: sends went out up to {lag:.0f} ms ({of}) after their scheduled arrival, "
+        f"with this client {busy * 100:.0f}% busy: the client could not keep this rate"
+    ]
 
 
 def level_key(value: float, open_loop: OpenLoop | None, n: int | None = None) -> dict:
@@ -740,8 +844,16 @@ async def run_sweep(
             level.fields.update(goodput_fields(level.results, level.duration, slo))
         done.append(level)
         f = level.fields
-        f["prompts_per_level"] = f.get("arrivals", n)
-        if open_loop is None and not closed_duration and n < PER_CONCURRENCY * c:
+        # what the level sent: its arrivals, its request count, or (closed loop for a
+        # duration) the requests that fitted in it
+        f["prompts_per_level"] = f.get("arrivals", f["requests"] if closed_duration else n)
+        if open_loop is None and closed_duration and f["completed"] < PER_CONCURRENCY * c:
+            f["steady_state_note"] = (
+                f"only {f['completed']} request(s) completed in {closed_duration:g} s at "
+                f"concurrency {c:g}: fewer than {PER_CONCURRENCY} x concurrency, so ramp-up "
+                f"and drain weigh on the figures (a longer --duration evens them out)"
+            )
+        elif open_loop is None and not closed_duration and n < PER_CONCURRENCY * c:
             f["steady_state_note"] = (
                 f"{n} prompts at concurrency {c}: fewer than "
                 f"{PER_CONCURRENCY} x concurrency, so ramp-up and drain "

@@ -180,6 +180,18 @@ class PromptBuilder:
         return Fitted(text, self.counter.count(text), target)
 
 
+def content_tokens(prompt, counter: Counter) -> int:
+    """A prompt's tokens without the chat template (its messages' text, as the
+    completions endpoints send it), counted once per counter and text."""
+    from sgl_eagle_ext.tools.bench.client import messages_text
+
+    cache = counter.__dict__.setdefault("_content_cache", {})
+    key = getattr(prompt, "messages", None) or id(prompt)
+    if key not in cache:
+        cache[key] = counter.count(messages_text(prompt.as_messages()))
+    return cache[key]
+
+
 def check_against_usage(rows: list[tuple[int, int]]) -> dict:
     """(target, server prompt_tokens) pairs -> how far the server's count was.
 

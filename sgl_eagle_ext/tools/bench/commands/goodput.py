@@ -13,7 +13,13 @@ def register(sub) -> None:
     g.add_argument("file", help="JSONL written by --save-requests")
     g.add_argument(
         "--slo",
-        help="goals in ms a request must meet, e.g. ttft=500,tpot=50 (keys ttft, tpot, itl, e2e)",
+        "--goodput",
+        dest="slo",
+        nargs="+",
+        action="extend",
+        metavar="KEY=MS",
+        help="goals in ms a request must meet, e.g. ttft=500,tpot=50 or ttft:500 tpot:50 "
+        "(keys ttft, tpot, itl, e2e or e2el)",
     )
     g.add_argument(
         "--percentiles", default="50,90,99", help="latency percentiles (default 50,90,99)"
