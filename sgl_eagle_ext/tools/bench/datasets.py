@@ -35,6 +35,7 @@ from sgl_eagle_ext.tools.bench.tokens import Counter, PromptBuilder
 
 SHIPPED, SHAREGPT, RANDOM, LONG = "shipped", "sharegpt", "random", "long"
 SHARED_PREFIX, TRACE, HF = "shared-prefix", "trace", "hf"
+MAX_PREFIX = 10_000_000  # shared-prefix:N tokens: above any context length
 KINDS = (SHIPPED, SHAREGPT, RANDOM, LONG, SHARED_PREFIX, TRACE, HF)
 WITH_ARG = (SHAREGPT, SHARED_PREFIX, TRACE, HF)  # KIND:ARG
 CONVERSATIONS = (SHAREGPT, HF)  # datasets of conversations (--multi-turn)
@@ -92,9 +93,12 @@ def parse_spec(text: str) -> tuple[str, str | None]:
             "trace:FILE (Mooncake .jsonl or BurstGPT .csv) or hf:PATH (save_to_disk folder "
             "or .parquet)",
         )
-    if kind == SHARED_PREFIX and not (path.isdigit() and int(path) >= 1):
+    if kind == SHARED_PREFIX and not (
+        path.isascii() and path.isdigit() and len(path) <= 9 and 1 <= int(path) <= MAX_PREFIX
+    ):
         raise UserError(
-            f"--dataset {text}: N must be a token count >= 1.",
+            f"--dataset {text[:40]}: N must be a token count from 1 to {MAX_PREFIX} "
+            f"(beyond any model's context; the prompt is built in memory).",
             fix="e.g. --dataset shared-prefix:2048",
         )
     return kind, path or None

@@ -12,9 +12,12 @@ locked write, like the results file.
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 from sgl_eagle_ext.common import accept_length as accept
+from sgl_eagle_ext.common.redaction import known, redact_values
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import records
 
@@ -89,6 +92,7 @@ class RequestLog:
     def __init__(self, path: str | Path | None, results: str | Path | None = None):
         self.path = Path(path) if path else None
         self.written = 0
+        self.rescued: Path | None = None
         if self.path is not None:
             check_writable(self.path, results)
 
@@ -108,9 +112,32 @@ class RequestLog:
             extra = {**common, "level_duration_s": round(duration, 6)}
             if per_request:
                 extra.update(per_request[k])
-            lines.append(records.encode_line(record(r, level_start, **extra)))
-        records._append_bytes(self.path, b"".join(lines))
+            rec = redact_values(record(r, level_start, **extra), known())
+            lines.append(records.encode_line(rec))
+        data = b"".join(lines)
+        try:
+            records._append_bytes(self.path, data)
+        except OSError as e:  # full disk, file-size limit: the run goes on, its lines kept
+            self._rescue(data, e, common.get("run_id") or records.new_run_id())
         self.written += len(lines)
+
+    def _rescue(self, data: bytes, error: OSError, run_id: str) -> None:
+        """A level's lines that FILE did not take (cut back to its last whole line)
+        go to a rescue file, named on stderr; the run and its results go on."""
+        if self.rescued is None:
+            self.rescued = Path(tempfile.gettempdir()) / f"bench-rescued-{run_id}-requests.jsonl"
+        try:
+            records._append_bytes(self.rescued, data)
+            where = f"written to {self.rescued} instead"
+        except OSError:
+            where = "lost (the rescue file could not be written either)"
+        n = data.count(b"\n")
+        print(
+            f"warning: cannot write {self.path} ({error.strerror or error}); this level's "
+            f"{n} per-request line(s) are {where}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def read(path: Path) -> tuple[list[dict], list[str]]:

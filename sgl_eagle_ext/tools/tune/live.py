@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sgl_eagle_ext.common import adaptive_config, releases
+from sgl_eagle_ext.common import adaptive_config, interrupts, proctree, releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import arms, probe, prompts
@@ -224,12 +224,10 @@ def sglang_loads(path: Path, initial: int, python: str = sys.executable) -> dict
 
 
 def _sglang_loads(path: Path, initial: int, python: str) -> dict:
-    p = subprocess.run(
-        [python, "-c", SGLANG_LOADER, str(path), str(initial)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    try:  # its own process group: a kill of this run takes the loader with it
+        p = proctree.run_in_group([python, "-c", SGLANG_LOADER, str(path), str(initial)], 300)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{path}: SGLang's loader did not answer within 300 s.", code=1) from None
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"{path}: SGLang's loader refused the written table: {last}", code=1)
@@ -515,10 +513,10 @@ def run(argv: list[str]) -> int:
     ctx["progress"] = progress
     stop = {"proc": None}
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, on_term)
+    # SIGTERM/SIGHUP as Ctrl-C (asyncio.run cancels its task: no shutdown traceback),
+    # and Ctrl-C given back when started with it ignored (`tune --live ... &`)
+    signals = contextlib.ExitStack()
+    signals.enter_context(interrupts.sigterm_as_sigint())
     try:
         need_live = bool(todo)
         if not need_live:  # every cell kept: is the validation pass of its table done?
@@ -581,7 +579,7 @@ def run(argv: list[str]) -> int:
         )
         return EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, old)
+        signals.close()
         if stop["proc"] is not None:
             stop["proc"].stop()
     progress.close()
