@@ -9,12 +9,22 @@ from pathlib import Path
 from sgl_eagle_ext.common.errors import UserError
 
 
-def check_writable_file(flag: str, path: str | Path) -> Path:
-    """`path` can be created or appended to (missing parent folders included); else
-    a UserError naming the flag, the path and why. Creates nothing."""
+def check_writable_file(flag: str, path: str | Path, inside: str | Path | None = None) -> Path:
+    """The one check of a path a tool writes: a regular file or absent (not a
+    directory, FIFO, device or broken link), its nearest existing parent a folder it
+    may write in, and, for a tool that owns a tree (`inside`), resolving inside it
+    (no link or `..` leads out). Else a UserError naming the flag, the path and why.
+    Creates nothing."""
     p = Path(path).expanduser()
     fix = f"give {flag} a file path in a folder you may write to"
+    if "\x00" in str(path):
+        raise UserError(f"{flag}: the path holds a NUL character.", fix=fix)
     try:
+        if inside is not None and not p.resolve().is_relative_to(Path(inside).resolve()):
+            raise UserError(
+                f"{flag} {path}: resolves outside {inside} (through a link or ..).",
+                fix=f"give a path inside {inside}",
+            )
         if str(path).endswith(os.sep) or p.is_dir():
             raise UserError(f"{flag} {path}: is a directory, not a file.", fix=fix)
         if p.is_symlink() and not p.exists():  # written through, it would go nowhere known
@@ -53,3 +63,19 @@ def read_secret_file(flag: str, path: str | None) -> str | None:
     if not key or "\n" in key:
         raise UserError(f"{flag} {path}: must hold the key on one line.", fix="write the key alone")
     return key
+
+
+def write_text(flag: str, path: str | Path, text: str) -> Path:
+    """`text` written to `path` (checked first) in one rename: a reader never sees
+    half a file, and a link at `path` is replaced, never written through."""
+    p = check_writable_file(flag, path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return p

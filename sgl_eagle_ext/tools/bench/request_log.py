@@ -11,7 +11,6 @@ locked write, like the results file.
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -66,24 +65,14 @@ def check_writable(path: Path, results: str | Path | None = None) -> None:
     """Refuse, before the first request, a --save-requests path that cannot take lines
     (nothing is created here), or that is the results file itself."""
     from sgl_eagle_ext.common.errors import UserError
+    from sgl_eagle_ext.common.paths import check_writable_file
 
-    fix = "pass --save-requests a writable file path, e.g. bench-results/requests.jsonl"
     if results is not None and path.resolve() == Path(results).resolve():
         raise UserError(
             f"--save-requests {path}: the same file as --results.",
             fix="give the per-request records their own file",
         )
-    if path.is_dir():
-        raise UserError(f"--save-requests {path}: is a directory.", fix=fix)
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise UserError(f"--save-requests {path}: not writable.", fix=fix)
-        return
-    parent = path.parent.resolve()
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"--save-requests {path}: cannot be created under {parent}.", fix=fix)
+    check_writable_file("--save-requests", path)
 
 
 class RequestLog:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sgl_eagle_ext.common import adaptive_config, interrupts, proctree, releases
+from sgl_eagle_ext.common import adaptive_config, interrupts, paths, proctree, releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import arms, probe, prompts
@@ -96,8 +96,11 @@ def _ints(text: str, flag: str) -> list[int]:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
         values = []
-    if not values or values[0] < 0:
-        raise UserError(f"{flag} {text!r}: not a list of whole numbers.", fix=f"e.g. {flag} 1,2,4")
+    if not values or values[0] < 0 or values[-1] > 100_000:
+        raise UserError(
+            f"{flag} {text[:60]!r}: not a list of whole numbers (at most 100000).",
+            fix=f"e.g. {flag} 1,2,4",
+        )
     return values
 
 
@@ -459,6 +462,8 @@ def run(argv: list[str]) -> int:
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
     args = parser().parse_args(own)
+    # the results file (and the folder of the run's files) refused before any work
+    paths.check_writable_file("--results", args.results)
     levels = _ints(args.levels, "--levels")
     if levels[0] < 1:
         raise UserError("--levels: concurrencies start at 1.", fix="e.g. --levels 1,2,4")
