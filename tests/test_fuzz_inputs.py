@@ -496,7 +496,37 @@ def odd(tmp_path_factory, files) -> dict[str, Path]:
     broken = tmp / "broken.log"
     broken.symlink_to(tmp / "nowhere" / "x.log")
     o["broken"] = broken
+    # a link to a file not there yet, at the filesystem root: written through, it
+    # would create /eagle-ext-fuzz-<pid>.json
+    o["dangling_root"] = tmp / "root-link.json"
+    o["dangling_root"].symlink_to(f"/eagle-ext-fuzz-{os.getpid()}.json")
+    o["dir"] = tmp / "a-dir"
+    o["dir"].mkdir()
+    o["log"] = tmp / "spec.log"
+    from tests.test_report import profile_line
+
+    o["log"].write_text(profile_line(1, 5.0, 2.0, [2, 3]) + "\n")
+    typed = tmp / "typed.jsonl"  # a resume file edited by hand: a level as a string
+    typed.write_text(
+        '{"kind":"cell","level":"2","steps":1,"setup":{}}\n'
+        '{"kind":"cell","level":1,"steps":0,"setup":{}}\n'
+    )
+    o["typed_results"] = typed
     return o
+
+
+def live_args(results, *more: str) -> list[str]:
+    """tune --live up to where it would start a server (refused before that)."""
+    return [
+        "--live",
+        "--model-path",
+        "m",
+        "--draft-model-path",
+        "d",
+        "--results",
+        str(results),
+        *more,
+    ]
 
 
 def spec_launch(f, *more: str) -> list[str]:
@@ -611,6 +641,120 @@ ODD = [
         launch.main,
         lambda f, o: launch_args(f, "--dry-run", extra=("--admin-api-key", "CANARY-FUZZ\r")),
         "control character",
+    ),
+    # -- round three (issue 26): abbreviated secret flags, keys SGLang cannot compare
+    *(
+        (
+            f"abbreviated {flag}",
+            launch.main,
+            lambda f, o, flag=flag: launch_args(f, "--dry-run", extra=(flag, "CANARY-FUZZ")),
+            "an abbreviation of the secret flag",
+        )
+        for flag in ("--api-k", "--admin-api", "--ssl-keyfile-pass", "--admin-api-k=CANARY-FUZZ")
+    ),
+    (
+        "non-ASCII api key",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", extra=("--api-key", "CANARY-FUZZ-clé")),
+        "non-ASCII",
+    ),
+    (
+        "bench key with CR",
+        bench.main,
+        lambda f, o: ["single", "--url", NOWHERE, "--api-key", "CANARY-FUZZ\r"],
+        "control character",
+    ),
+    (
+        "bench non-ASCII key",
+        bench.main,
+        lambda f, o: ["single", "--url", NOWHERE, "--api-key", "CANARY-FUZZ-ключ"],
+        "non-ASCII",
+    ),
+    (
+        "bench header with LF",
+        bench.main,
+        lambda f, o: ["single", "--url", NOWHERE, "--header", "X-A=1\nX-B: CANARY-FUZZ"],
+        "control character",
+    ),
+    # -- outputs: every written path through the one check
+    (
+        "tune --out dangling link to the root",
+        tune.main,
+        lambda f, o: [str(o["log"]), "--baseline-tps", "50", "--out", str(o["dangling_root"])],
+        "broken link",
+    ),
+    (
+        "tune --out FIFO",
+        tune.main,
+        lambda f, o: [str(o["log"]), "--baseline-tps", "50", "--out", str(o["fifo"])],
+        "not a regular file",
+    ),
+    (
+        "tune --out directory",
+        tune.main,
+        lambda f, o: [str(o["log"]), "--baseline-tps", "50", "--out", str(o["dir"])],
+        "is a directory",
+    ),
+    ("tune --live --results FIFO", tune.main, lambda f, o: live_args(o["fifo"]), "regular file"),
+    (
+        "tune --live --results /dev/zero",
+        tune.main,
+        lambda f, o: live_args(o["zero"]),
+        "regular file",
+    ),
+    (
+        "tune --live --results dangling",
+        tune.main,
+        lambda f, o: live_args(o["dangling_root"]),
+        "broken link",
+    ),
+    (
+        "tune --live resume file wrongly typed",
+        tune.main,
+        lambda f, o: live_args(o["typed_results"], "--cpu"),
+        "line 1 is not a tune --live record (field 'level'",
+    ),
+    (
+        "tune --live levels 5000 digits",
+        tune.main,
+        lambda f, o: live_args(o["dir"] / "r.jsonl", "--levels", "9" * 5000),
+        "not a list of whole numbers",
+    ),
+    (
+        "save-requests FIFO",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--save-requests", str(o["fifo"])],
+        "not a regular file",
+    ),
+    (
+        "save-requests dangling",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--save-requests", str(o["dangling_root"])],
+        "broken link",
+    ),
+    (
+        "shared-prefix 99999999999",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--dataset", "shared-prefix:99999999999"],
+        "token count from 1 to",
+    ),
+    (
+        "shared-prefix 5000 digits",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--dataset", "shared-prefix:" + "9" * 5000],
+        "token count from 1 to",
+    ),
+    (
+        "sglang-version 5000 digits",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", "--sglang-version", "0.5." + "9" * 5000),
+        "not a version number",
+    ),
+    (
+        "tune sglang-version 5000 digits",
+        tune.main,
+        lambda f, o: [str(o["log"]), "--sglang-version", "9" * 5000],
+        "not a version number",
     ),
 ]
 

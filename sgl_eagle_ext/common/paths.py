@@ -79,3 +79,22 @@ def write_text(flag: str, path: str | Path, text: str) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return p
+
+
+def make_folder(flag: str, path: str | Path) -> Path:
+    """`path` as a folder, created with its parents if missing; one UserError when it
+    cannot be (a file in the way, no permission) or its name is not UTF-8 (libraries
+    that write model files encode their paths as UTF-8 and would fail half-way)."""
+    p = Path(path).expanduser()
+    fix = f"give {flag} a folder you may write to"
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{flag} {path}: the name is not UTF-8.", fix=fix) from None
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot be created ({e.strerror or e}).", fix=fix) from None
+    return p

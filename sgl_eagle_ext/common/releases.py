@@ -620,6 +620,7 @@ def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
             return PRIMARY, "not installed; assuming the primary release"
     if version in BY_VERSION:
         return BY_VERSION[version], how
+    version_key(version)  # not a version number at all: said so, whatever --force
     supported = ", ".join(BY_VERSION)
     if not force:
         raise UserError(

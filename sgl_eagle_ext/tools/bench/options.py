@@ -380,6 +380,10 @@ def validate(args: argparse.Namespace) -> None:
         if redaction.is_secret_name(name) or name.lower() in ("authorization", "cookie"):
             redaction.remember(value)
     extra_body(args)
+    if getattr(args, "dataset", None):  # its form and bounds, before the server is asked
+        from sgl_eagle_ext.tools.bench import datasets
+
+        datasets.parse_spec(args.dataset)
     if hasattr(args, "max_tokens"):
         positive("--max-tokens", args.max_tokens)
         positive("--request-timeout", args.request_timeout)
