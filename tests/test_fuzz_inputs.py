@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from sgl_eagle_ext.common import wheels
 from sgl_eagle_ext.launcher import cli as launch
 from sgl_eagle_ext.launcher.preflight import cli as preflight
 from sgl_eagle_ext.profiling import report
-from sgl_eagle_ext.tools import healthcheck, router
+from sgl_eagle_ext.tools import healthcheck, imagebuild, router
 from sgl_eagle_ext.tools.bench import cli as bench
 from sgl_eagle_ext.tools.patches import cli as patches
 from sgl_eagle_ext.tools.tune import cli as tune
@@ -512,6 +513,15 @@ def odd(tmp_path_factory, files) -> dict[str, Path]:
         '{"kind":"cell","level":1,"steps":0,"setup":{}}\n'
     )
     o["typed_results"] = typed
+    for name, write in (
+        ("fifo-version", lambda f: os.mkfifo(f)),
+        ("latin1-version", lambda f: f.write_bytes(b"__version__ = '0.5.23\xe9'\n")),
+    ):
+        pkg = tmp / name / "sglang"
+        (pkg / "srt").mkdir(parents=True)
+        write(pkg / "_version.py")
+        o[name] = pkg
+    o["not_utf8_dir"] = Path(os.fsdecode(bytes(tmp) + b"/models-\xff"))
     return o
 
 
@@ -749,6 +759,45 @@ ODD = [
         launch.main,
         lambda f, o: launch_args(f, "--dry-run", "--sglang-version", "0.5." + "9" * 5000),
         "not a version number",
+    ),
+    (
+        "bench ab abbreviated key",
+        bench.main,
+        lambda f, o: ["ab", "--preset-b", "eagle3-2step", "--", "--api-k", "CANARY-FUZZ"],
+        "an abbreviation of the secret flag --api-key",
+    ),
+    (
+        "imagebuild --record a directory",
+        imagebuild.main,
+        lambda f, o: ["--sglang-version", "0.5.23", "--record", str(o["dir"])],
+        "is a directory",
+    ),
+    (
+        "wheels version as a path",
+        wheels.main,
+        lambda f, o: ["../../eagle-ext-fuzz"],
+        "not a release number",
+    ),
+    (
+        "demo models dir under a file",
+        launch.main,
+        lambda f, o: ["--demo", "--models-dir", str(f["file"] / "m"), "--dry-run"],
+        "--models-dir",
+    ),
+    (
+        "demo models dir not UTF-8",
+        launch.main,
+        lambda f, o: ["--demo", "--models-dir", str(o["not_utf8_dir"]), "--dry-run"],
+        "not UTF-8",
+    ),
+    *(
+        (
+            f"patches check, {name}",
+            patches.main,
+            lambda f, o, name=name: ["check", "--sglang-dir", str(o[name])],
+            "cannot tell which SGLang release",
+        )
+        for name in ("fifo-version", "latin1-version")
     ),
     (
         "tune sglang-version 5000 digits",

@@ -719,3 +719,34 @@ def test_a_closed_stdout_is_not_a_traceback(tmp_path):
         )
         assert p.returncode == 0 and "Traceback" not in p.stderr, (closed, p.stderr)
         assert codes.read_text() == "[1, 0, 2]", (closed, codes.read_text())
+
+
+def test_a_crafted_journal_leaves_nothing_beside_the_package(tmp_path):
+    """A journal naming the package folder itself, or a FIFO where a saved copy should
+    be: refused (never a temp file in site-packages, never a hang)."""
+    from sgl_eagle_ext.tools.patches import transaction
+
+    site = tmp_path / "site-packages"
+    pkg = site / "sglang"
+    (pkg / "srt").mkdir(parents=True)
+    (pkg / "srt" / "x.py").write_text("x = 1\n")
+    backup = pkg / ".backup"
+    saved = backup / transaction.SAVED
+    for rel, make in (
+        ("sglang", lambda p: p.write_text("not a folder")),
+        ("sglang/srt/x.py", os.mkfifo),
+    ):
+        saved.mkdir(parents=True, exist_ok=True)
+        (saved / rel).parent.mkdir(parents=True, exist_ok=True)
+        make(saved / rel)
+        entry = {"op": "apply", "stage": "changing", "files": [rel], "patches": []}
+        (backup / transaction.JOURNAL).write_text(json.dumps(entry))
+        signal.alarm(20)  # a FIFO read would block forever
+        try:
+            with pytest.raises(UserError):
+                transaction.Transaction(pkg, backup).roll_back()
+        finally:
+            signal.alarm(0)
+        assert sorted(p.name for p in site.iterdir()) == ["sglang"]
+        assert (pkg / "srt" / "x.py").read_text() == "x = 1\n"
+        (saved / rel).unlink()
