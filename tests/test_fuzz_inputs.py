@@ -746,13 +746,13 @@ ODD = [
         "shared-prefix 99999999999",
         bench.main,
         lambda f, o: ["sweep", "--url", NOWHERE, "--dataset", "shared-prefix:99999999999"],
-        "token count from 1 to",
+        "at most 10000000",
     ),
     (
         "shared-prefix 5000 digits",
         bench.main,
         lambda f, o: ["sweep", "--url", NOWHERE, "--dataset", "shared-prefix:" + "9" * 5000],
-        "token count from 1 to",
+        "at most 10000000",
     ),
     (
         "sglang-version 5000 digits",

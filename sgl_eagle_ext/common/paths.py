@@ -46,7 +46,7 @@ def check_writable_file(flag: str, path: str | Path, inside: str | Path | None =
             raise UserError(f"{flag} {path}: {folder} is a file, not a folder.", fix=fix)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise UserError(
-                f"{flag} {path}: cannot create it in {folder} (permission denied).", fix=fix
+                f"{flag} {path}: cannot be created under {folder} (permission denied).", fix=fix
             )
     except OSError as e:  # a name too long, a link loop, ...
         raise UserError(f"{flag} {path}: unusable: {e.strerror or e}.", fix=fix) from None

@@ -97,7 +97,7 @@ def parse_spec(text: str) -> tuple[str, str | None]:
         path.isascii() and path.isdigit() and len(path) <= 9 and 1 <= int(path) <= MAX_PREFIX
     ):
         raise UserError(
-            f"--dataset {text[:40]}: N must be a token count from 1 to {MAX_PREFIX} "
+            f"--dataset {text[:40]}: N must be a token count >= 1 and at most {MAX_PREFIX} "
             f"(beyond any model's context; the prompt is built in memory).",
             fix="e.g. --dataset shared-prefix:2048",
         )
