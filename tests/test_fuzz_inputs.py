@@ -1003,3 +1003,16 @@ def test_report_keeps_switches_in_bounded_memory():
     log = adaptive_log.read(lines, keep=1000)
     assert log.total == 50_000 and len(log.switches) == 2000
     assert log.switches[-1].line == 50_000 and sum(log.by_reason.values()) == 50_000
+
+
+def test_a_deep_sharegpt_json_is_one_clear_error(tmp_path):
+    """A .json list nested 100000 deep: json's decoder recurses per bracket (a
+    RecursionError, then unraisable noise); refused before it is decoded."""
+    from sgl_eagle_ext.common.errors import UserError
+    from sgl_eagle_ext.tools.bench import datasets
+
+    for name, text in (("list.json", DEEP_JSON), ("obj.json", '[{"c": ' + DEEP_JSON + "}]")):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(UserError, match="nested too deeply"):
+            datasets.load_sharegpt(str(path))

@@ -197,6 +197,10 @@ def load_sharegpt(path: str) -> list[Conversation]:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start}).", fix="save as UTF-8") from None
     convs = []
     if text.lstrip().startswith("["):
+        try:  # the decoder recurses per bracket: a deep file is refused before it
+            nesting.check(text)
+        except nesting.TooDeep as e:
+            raise UserError(f"{p}: {e}.", fix=f"a JSON list of conversations: {SHAPE}") from None
         items = _json_items(text, str(p))
     else:
         items = []
