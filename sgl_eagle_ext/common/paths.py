@@ -65,14 +65,21 @@ def read_secret_file(flag: str, path: str | None) -> str | None:
     return key
 
 
-def write_text(flag: str, path: str | Path, text: str) -> Path:
-    """`text` written to `path` (checked first) in one rename: a reader never sees
-    half a file, and a link at `path` is replaced, never written through."""
-    p = check_writable_file(flag, path)
+def write_text(
+    flag: str,
+    path: str | Path,
+    text: str,
+    inside: str | Path | None = None,
+    errors: str = "strict",
+) -> Path:
+    """`text` written to `path` (checked first; `inside`: the tree the tool owns) in one
+    rename: a reader never sees half a file, and a link at `path` is replaced, never
+    written through."""
+    p = check_writable_file(flag, path, inside)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
+        with open(tmp, "x", encoding="utf-8", errors=errors) as f:
             f.write(text)
         os.replace(tmp, p)
     except BaseException:

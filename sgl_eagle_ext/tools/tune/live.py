@@ -135,8 +135,7 @@ EAGLE3_PROFILE_FILE = {json.dumps(str((out_dir / "profile-{rank}.jsonl").resolve
 EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(schedule_file(out_dir).resolve()))}
 """
     path = out_dir / "live-preset.toml"
-    path.write_text(text)
-    return path
+    return paths.write_text("--results (its folder)", path, text, inside=out_dir)
 
 
 def arm_preset(args, out_dir: Path, name: str) -> str:
@@ -152,11 +151,9 @@ def arm_preset(args, out_dir: Path, name: str) -> str:
         "speculative-adaptive",
         "speculative-adaptive-config",
     ]
-    path.write_text(
-        f"extends = {json.dumps(str(args.preset_file.resolve()))}\n[server]\n"
-        + "".join(f"{k} = false\n" for k in off)
-    )
-    return str(path)
+    text = f"extends = {json.dumps(str(args.preset_file.resolve()))}\n[server]\n"
+    text += "".join(f"{k} = false\n" for k in off)
+    return str(paths.write_text("--results (its folder)", path, text, inside=out_dir))
 
 
 def schedule_file(out_dir: Path) -> Path:
@@ -172,9 +169,8 @@ class Schedule:
 
     def write(self, **fields) -> None:
         self.seq += 1
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seq": self.seq, **fields}))
-        tmp.replace(self.path)  # atomic: a rank never reads half a file
+        # atomic (a rank never reads half a file), never through a planted link
+        paths.write_text("schedule", self.path, json.dumps({"seq": self.seq, **fields}))
 
 
 def start_server(preset: str, args, log_file: Path, extra: list[str]) -> arms.LauncherProcess:
@@ -419,7 +415,7 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
     rec_lines = [sentence]
     if fixed:
         fixed_path = out_dir / "recommended-fixed.toml"
-        fixed_path.write_text(fixed)
+        paths.write_text("--results (its folder)", fixed_path, fixed, inside=out_dir)
         rec_lines.append(
             f"wrote {fixed_path}: python -m sgl_eagle_ext.launch --preset-file {fixed_path} ..."
         )
@@ -449,7 +445,8 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
             )
         )
     html = out_dir / "report.html"
-    html.write_text(live_report.html(f"tune --live: {args.model_path}", sections))
+    page = live_report.html(f"tune --live: {args.model_path}", sections)
+    paths.write_text("--results (its folder)", html, page, inside=out_dir)
     for head, lines in sections:
         _say(f"\n== {head}")
         _say("\n".join(lines))
