@@ -761,6 +761,18 @@ ODD = [
         "not a version number",
     ),
     (
+        "router abbreviated key",
+        router.main,
+        lambda f, o: ["--worker-url", NOWHERE, "--", "--api-k", "CANARY-FUZZ"],
+        "an abbreviation of the secret flag --api-key",
+    ),
+    (
+        "router non-ASCII key",
+        router.main,
+        lambda f, o: ["--worker-url", NOWHERE, "--", "--api-key", "CANARY-FUZZ-ключ"],
+        "non-ASCII",
+    ),
+    (
         "bench ab abbreviated key",
         bench.main,
         lambda f, o: ["ab", "--preset-b", "eagle3-2step", "--", "--api-k", "CANARY-FUZZ"],

@@ -750,3 +750,15 @@ def test_a_crafted_journal_leaves_nothing_beside_the_package(tmp_path):
         assert sorted(p.name for p in site.iterdir()) == ["sglang"]
         assert (pkg / "srt" / "x.py").read_text() == "x = 1\n"
         (saved / rel).unlink()
+
+
+def test_a_key_with_a_line_break_is_never_sent_or_echoed(monkeypatch):
+    from sgl_eagle_ext.common import http
+    from sgl_eagle_ext.tools import healthcheck
+
+    reply = http.request("http://127.0.0.1:9/x", api_key="CANARY-CR\r\nX-Evil: 1")
+    assert reply.status == 0 and "control character" in reply.error
+    assert "CANARY" not in reply.error
+    monkeypatch.setenv(healthcheck.API_KEY_ENV, "CANARY-CR\r")
+    code, text = _in_process(healthcheck.main, ["--url", "http://127.0.0.1:9"])
+    assert code == 2 and "control character" in text and "CANARY" not in text, text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import http.client
 import json
+import re
 import socket
 import threading
 import urllib.error
@@ -32,6 +33,7 @@ class Reply:
     text: str = ""  # an answer that is not JSON (e.g. /metrics)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # An answer read whole (JSON, /metrics): far above any real one, a bound on a peer
 # that streams without end.
 BODY_CAP = 64 << 20
@@ -119,6 +121,9 @@ def request(
     headers = {"Content-Type": "application/json", **(headers or {})}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    for name, value in headers.items():  # never sent, never echoed in an error
+        if _CONTROL.search(f"{name}{value}"):
+            return Reply(0, error=f"header {name[:40]!r}: holds a control character (CR, LF, NUL)")
     try:
         req = urllib.request.Request(
             url, data=data, headers=headers, method="GET" if data is None else "POST"

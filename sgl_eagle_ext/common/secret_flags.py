@@ -23,23 +23,25 @@ def env_name(flag: str) -> str:
     return "EAGLE_EXT_" + flag.upper().replace("-", "_")
 
 
-def check_value(flag: str, value: str) -> str:
+def check_value(flag: str, value: str, shown: str | None = None) -> str:
     """A secret no HTTP client could send (CR, LF, NUL in a header) is refused now:
     the server would start and every request, readiness included, would fail. A
     non-ASCII API key likewise: SGLang compares keys with secrets.compare_digest,
     which raises TypeError for non-ASCII text, so the server dies at its warm-up request,
-    after the whole model load. Accepted values are remembered for masking."""
+    after the whole model load. Accepted values are remembered for masking.
+    `shown`: how the message names where the value came from (default `--flag`)."""
+    where = shown or f"--{flag}"
     if not value:
-        raise UserError(f"--{flag}: empty value.", fix=f"give --{flag} a value or drop it")
+        raise UserError(f"{where}: empty value.", fix=f"give --{flag} a value or drop it")
     if CONTROL.search(value):
         raise UserError(
-            f"--{flag}: the value holds a control character (CR, LF, NUL, ...), which no "
+            f"{where}: the value holds a control character (CR, LF, NUL, ...), which no "
             f"HTTP header can carry.",
             fix="write the secret without line breaks or control characters",
         )
     if flag in COMPARED and not value.isascii():
         raise UserError(
-            f"--{flag}: the value holds non-ASCII characters; SGLang compares keys as "
+            f"{where}: the value holds non-ASCII characters; SGLang compares keys as "
             f"ASCII text and its server would fail at its first request, after the "
             f"whole model load.",
             fix="use a key of ASCII letters, digits and punctuation",
