@@ -30,12 +30,12 @@ from pathlib import Path
 from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import prompts as prompts_mod
-from sgl_eagle_ext.tools.bench.lengths import LengthSpec
+from sgl_eagle_ext.tools.bench.lengths import MAX_LEN, LengthSpec
 from sgl_eagle_ext.tools.bench.tokens import Counter, PromptBuilder
 
 SHIPPED, SHAREGPT, RANDOM, LONG = "shipped", "sharegpt", "random", "long"
 SHARED_PREFIX, TRACE, HF = "shared-prefix", "trace", "hf"
-MAX_PREFIX = 10_000_000  # shared-prefix:N tokens: above any context length
+MAX_PREFIX = MAX_LEN  # shared-prefix:N tokens: the bound of --input-len
 KINDS = (SHIPPED, SHAREGPT, RANDOM, LONG, SHARED_PREFIX, TRACE, HF)
 WITH_ARG = (SHAREGPT, SHARED_PREFIX, TRACE, HF)  # KIND:ARG
 CONVERSATIONS = (SHAREGPT, HF)  # datasets of conversations (--multi-turn)
@@ -94,7 +94,7 @@ def parse_spec(text: str) -> tuple[str, str | None]:
             "or .parquet)",
         )
     if kind == SHARED_PREFIX and not (
-        path.isascii() and path.isdigit() and len(path) <= 9 and 1 <= int(path) <= MAX_PREFIX
+        path.isascii() and path.isdigit() and len(path) <= 8 and 1 <= int(path) <= MAX_PREFIX
     ):
         raise UserError(
             f"--dataset {text[:40]}: N must be a token count >= 1 and at most {MAX_PREFIX} "
