@@ -762,3 +762,28 @@ def test_a_key_with_a_line_break_is_never_sent_or_echoed(monkeypatch):
     monkeypatch.setenv(healthcheck.API_KEY_ENV, "CANARY-CR\r")
     code, text = _in_process(healthcheck.main, ["--url", "http://127.0.0.1:9"])
     assert code == 2 and "control character" in text and "CANARY" not in text, text
+
+
+def test_the_preflight_probe_leaves_no_orphan_behind_a_wrapper(tmp_path):
+    """--sglang-python naming a wrapper that does not `exec` its python: on the
+    probe's timeout the wrapper's whole group goes, not the wrapper alone."""
+    import psutil
+
+    from sgl_eagle_ext.launcher.preflight import ask_sglang
+    from tests.conftest import wait_until
+
+    pidfile = tmp_path / "child.pid"
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nwait\n")
+    wrapper.chmod(0o755)
+    answer, why = ask_sglang._probe(str(wrapper), {"context": [], "aux": []}, None, 2)
+    assert answer is None and "timed out after 2 s" in why
+    child = int(pidfile.read_text())
+
+    def gone():
+        try:
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_until(gone, 10, f"the wrapper's child {child}")
