@@ -65,10 +65,7 @@ def run_in_group(cmd: list[str], timeout: float | None, **kwargs) -> subprocess.
     proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_own_group_child, **kwargs)
     try:
         out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        raise
-    except BaseException:
+    except BaseException:  # TimeoutExpired, KeyboardInterrupt, ...: re-raised
         _kill_group(proc)
         raise
     finally:
