@@ -5,6 +5,7 @@ One rule for the launcher, bench, router and every record."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -97,7 +98,8 @@ SUBSTRING_MIN = 8
 _WORD = r"[A-Za-z0-9_]"
 
 
-def written_forms(secret: str) -> list[str]:
+@functools.lru_cache(maxsize=64)  # masking runs on every printed line: forms made once
+def written_forms(secret: str) -> tuple[str, ...]:
     """Every way a logger or a server may write `secret`: raw, repr-escaped (SGLang
     logs its ServerArgs repr), JSON-escaped, JSON inside JSON, URL-encoded, and its
     UTF-8 bytes read back as Latin-1 or cp1252 (mojibake); longest first."""
@@ -109,7 +111,7 @@ def written_forms(secret: str) -> list[str]:
     for codec in ("latin-1", "cp1252"):
         mojibake = raw.decode(codec, "replace")
         forms |= {mojibake, json.dumps(mojibake)[1:-1]}
-    return sorted(forms, key=len, reverse=True)
+    return tuple(sorted(forms, key=len, reverse=True))
 
 
 # Secrets this process knows (an API key given to the tool): masked in every line it
