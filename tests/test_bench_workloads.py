@@ -1050,7 +1050,7 @@ def test_compare_bad_dataset_fails_before_any_arm_starts(fake_arm_servers, tmp_p
     [
         ("results", "the same file as --results"),
         ("dir", "is a directory"),
-        ("unwritable", "cannot be created under"),
+        ("unwritable", "is a file, not a folder"),
     ],
 )
 def test_save_requests_path_checked_before_any_request(

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from sgl_eagle_ext.common import wheels
 from sgl_eagle_ext.launcher import cli as launch
 from sgl_eagle_ext.launcher.preflight import cli as preflight
 from sgl_eagle_ext.profiling import report
-from sgl_eagle_ext.tools import healthcheck, router
+from sgl_eagle_ext.tools import healthcheck, imagebuild, router
 from sgl_eagle_ext.tools.bench import cli as bench
 from sgl_eagle_ext.tools.patches import cli as patches
 from sgl_eagle_ext.tools.tune import cli as tune
@@ -496,7 +497,46 @@ def odd(tmp_path_factory, files) -> dict[str, Path]:
     broken = tmp / "broken.log"
     broken.symlink_to(tmp / "nowhere" / "x.log")
     o["broken"] = broken
+    # a link to a file not there yet, at the filesystem root: written through, it
+    # would create /eagle-ext-fuzz-<pid>.json
+    o["dangling_root"] = tmp / "root-link.json"
+    o["dangling_root"].symlink_to(f"/eagle-ext-fuzz-{os.getpid()}.json")
+    o["dir"] = tmp / "a-dir"
+    o["dir"].mkdir()
+    o["log"] = tmp / "spec.log"
+    from tests.test_report import profile_line
+
+    o["log"].write_text(profile_line(1, 5.0, 2.0, [2, 3]) + "\n")
+    typed = tmp / "typed.jsonl"  # a resume file edited by hand: a level as a string
+    typed.write_text(
+        '{"kind":"cell","level":"2","steps":1,"setup":{}}\n'
+        '{"kind":"cell","level":1,"steps":0,"setup":{}}\n'
+    )
+    o["typed_results"] = typed
+    for name, write in (
+        ("fifo-version", lambda f: os.mkfifo(f)),
+        ("latin1-version", lambda f: f.write_bytes(b"__version__ = '0.5.23\xe9'\n")),
+    ):
+        pkg = tmp / name / "sglang"
+        (pkg / "srt").mkdir(parents=True)
+        write(pkg / "_version.py")
+        o[name] = pkg
+    o["not_utf8_dir"] = Path(os.fsdecode(bytes(tmp) + b"/models-\xff"))
     return o
+
+
+def live_args(results, *more: str) -> list[str]:
+    """tune --live up to where it would start a server (refused before that)."""
+    return [
+        "--live",
+        "--model-path",
+        "m",
+        "--draft-model-path",
+        "d",
+        "--results",
+        str(results),
+        *more,
+    ]
 
 
 def spec_launch(f, *more: str) -> list[str]:
@@ -611,6 +651,171 @@ ODD = [
         launch.main,
         lambda f, o: launch_args(f, "--dry-run", extra=("--admin-api-key", "CANARY-FUZZ\r")),
         "control character",
+    ),
+    # -- round three (issue 26): abbreviated secret flags, keys SGLang cannot compare
+    *(
+        (
+            f"abbreviated {flag}",
+            launch.main,
+            lambda f, o, flag=flag: launch_args(f, "--dry-run", extra=(flag, "CANARY-FUZZ")),
+            "an abbreviation of the secret flag",
+        )
+        for flag in ("--api-k", "--admin-api", "--ssl-keyfile-pass", "--admin-api-k=CANARY-FUZZ")
+    ),
+    (
+        "non-ASCII api key",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", extra=("--api-key", "CANARY-FUZZ-clé")),
+        "non-ASCII",
+    ),
+    (
+        "bench key with CR",
+        bench.main,
+        lambda f, o: ["single", "--url", NOWHERE, "--api-key", "CANARY-FUZZ\r"],
+        "control character",
+    ),
+    (
+        "bench non-ASCII key",
+        bench.main,
+        lambda f, o: ["single", "--url", NOWHERE, "--api-key", "CANARY-FUZZ-ключ"],
+        "non-ASCII",
+    ),
+    (
+        "bench header with LF",
+        bench.main,
+        lambda f, o: ["single", "--url", NOWHERE, "--header", "X-A=1\nX-B: CANARY-FUZZ"],
+        "control character",
+    ),
+    # -- outputs: every written path through the one check
+    (
+        "tune --out dangling link to the root",
+        tune.main,
+        lambda f, o: [str(o["log"]), "--baseline-tps", "50", "--out", str(o["dangling_root"])],
+        "broken link",
+    ),
+    (
+        "tune --out FIFO",
+        tune.main,
+        lambda f, o: [str(o["log"]), "--baseline-tps", "50", "--out", str(o["fifo"])],
+        "not a regular file",
+    ),
+    (
+        "tune --out directory",
+        tune.main,
+        lambda f, o: [str(o["log"]), "--baseline-tps", "50", "--out", str(o["dir"])],
+        "is a directory",
+    ),
+    ("tune --live --results FIFO", tune.main, lambda f, o: live_args(o["fifo"]), "regular file"),
+    (
+        "tune --live --results /dev/zero",
+        tune.main,
+        lambda f, o: live_args(o["zero"]),
+        "regular file",
+    ),
+    (
+        "tune --live --results dangling",
+        tune.main,
+        lambda f, o: live_args(o["dangling_root"]),
+        "broken link",
+    ),
+    (
+        "tune --live resume file wrongly typed",
+        tune.main,
+        lambda f, o: live_args(o["typed_results"], "--cpu"),
+        "line 1 is not a tune --live record (field 'level'",
+    ),
+    (
+        "tune --live levels 5000 digits",
+        tune.main,
+        lambda f, o: live_args(o["dir"] / "r.jsonl", "--levels", "9" * 5000),
+        "not a list of whole numbers",
+    ),
+    (
+        "save-requests FIFO",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--save-requests", str(o["fifo"])],
+        "not a regular file",
+    ),
+    (
+        "save-requests dangling",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--save-requests", str(o["dangling_root"])],
+        "broken link",
+    ),
+    (
+        "shared-prefix 99999999999",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--dataset", "shared-prefix:99999999999"],
+        "at most 1048576",
+    ),
+    (
+        "shared-prefix 5000 digits",
+        bench.main,
+        lambda f, o: ["sweep", "--url", NOWHERE, "--dataset", "shared-prefix:" + "9" * 5000],
+        "at most 1048576",
+    ),
+    (
+        "sglang-version 5000 digits",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", "--sglang-version", "0.5." + "9" * 5000),
+        "not a version number",
+    ),
+    (
+        "router abbreviated key",
+        router.main,
+        lambda f, o: ["--worker-url", NOWHERE, "--", "--api-k", "CANARY-FUZZ"],
+        "an abbreviation of the secret flag --api-key",
+    ),
+    (
+        "router non-ASCII key",
+        router.main,
+        lambda f, o: ["--worker-url", NOWHERE, "--", "--api-key", "CANARY-FUZZ-ключ"],
+        "non-ASCII",
+    ),
+    (
+        "bench ab abbreviated key",
+        bench.main,
+        lambda f, o: ["ab", "--preset-b", "eagle3-2step", "--", "--api-k", "CANARY-FUZZ"],
+        "an abbreviation of the secret flag --api-key",
+    ),
+    (
+        "imagebuild --record a directory",
+        imagebuild.main,
+        lambda f, o: ["--sglang-version", "0.5.23", "--record", str(o["dir"])],
+        "is a directory",
+    ),
+    (
+        "wheels version as a path",
+        wheels.main,
+        lambda f, o: ["../../eagle-ext-fuzz"],
+        "not a release number",
+    ),
+    (
+        "demo models dir under a file",
+        launch.main,
+        lambda f, o: ["--demo", "--models-dir", str(f["file"] / "m"), "--dry-run"],
+        "--models-dir",
+    ),
+    (
+        "demo models dir not UTF-8",
+        launch.main,
+        lambda f, o: ["--demo", "--models-dir", str(o["not_utf8_dir"]), "--dry-run"],
+        "not UTF-8",
+    ),
+    *(
+        (
+            f"patches check, {name}",
+            patches.main,
+            lambda f, o, name=name: ["check", "--sglang-dir", str(o[name])],
+            "cannot tell which SGLang release",
+        )
+        for name in ("fifo-version", "latin1-version")
+    ),
+    (
+        "tune sglang-version 5000 digits",
+        tune.main,
+        lambda f, o: [str(o["log"]), "--sglang-version", "9" * 5000],
+        "not a version number",
     ),
 ]
 
@@ -777,7 +982,8 @@ def test_a_full_disk_is_one_error_line(files, tmp_path):
         ["sgl_eagle_ext.tune", str(log), "--baseline-tps", "50", "--out", "/dev/full"],
         subprocess.DEVNULL,
     )
-    assert p.returncode == 1 and "Traceback" not in p.stderr and "No space left" in p.stderr
+    # a device is no file to write a table to: refused before the logs are read
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "not a regular file" in p.stderr
 
 
 @pytest.mark.parametrize(
@@ -809,3 +1015,16 @@ def test_report_keeps_switches_in_bounded_memory():
     log = adaptive_log.read(lines, keep=1000)
     assert log.total == 50_000 and len(log.switches) == 2000
     assert log.switches[-1].line == 50_000 and sum(log.by_reason.values()) == 50_000
+
+
+def test_a_deep_sharegpt_json_is_one_clear_error(tmp_path):
+    """A .json list nested 100000 deep: json's decoder recurses per bracket (a
+    RecursionError, then unraisable noise); refused before it is decoded."""
+    from sgl_eagle_ext.common.errors import UserError
+    from sgl_eagle_ext.tools.bench import datasets
+
+    for name, text in (("list.json", DEEP_JSON), ("obj.json", '[{"c": ' + DEEP_JSON + "}]")):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(UserError, match="nested too deeply"):
+            datasets.load_sharegpt(str(path))

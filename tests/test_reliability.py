@@ -324,3 +324,469 @@ def test_the_report_streams_its_log(tmp_path):
     rc, grew_mb = map(int, result[-1].split()[1:])
     assert rc == 0, p.stderr
     assert grew_mb < 30, f"the peak grew by {grew_mb} MB reading a 60 MB log"
+
+
+# ------------------------------------------------------------------ round three (issue 26)
+import contextlib  # noqa: E402
+import errno  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import threading  # noqa: E402
+import urllib.parse  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+
+from sgl_eagle_ext.common import proctree, secret_flags  # noqa: E402
+
+KEY = "sk-CANARY-round3-0123456789"
+
+
+def _in_process(main, argv) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue() + err.getvalue()
+
+
+@contextlib.contextmanager
+def tiny_server(handle):
+    """An in-process HTTP server; `handle(handler)` answers each request."""
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            handle(self)
+
+        do_POST = do_GET
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _json(h, status: int, obj) -> None:
+    body = json.dumps(obj).encode()
+    h.send_response(status)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+
+
+def test_every_spelling_of_a_secret_flag_is_taken_or_refused():
+    # argparse (SGLang's parser) takes any unambiguous prefix: each is refused, naming
+    # the full flag; the full flags travel; a real flag that prefixes one is kept
+    for tok in ("--api-k", "--api", "--admin-api", "--admin-api-k=X", "--ssl-keyfile-pass"):
+        with pytest.raises(UserError) as e:
+            secret_flags.take([tok, "X"])
+        assert "abbreviation of the secret flag --" in str(e.value) and "X" not in e.value.message
+    args, found = secret_flags.take(["--ssl-keyfile", "k.pem", "--api-key", "A" * 9])
+    assert args == ["--ssl-keyfile", "k.pem"] and found == {"api-key": "A" * 9}
+    # the recorded command line hides an abbreviated flag's value too
+    assert redaction.redact_args(["--api-k", "V", "--ssl-keyfile", "f"]) == [
+        "--api-k",
+        "***",
+        "--ssl-keyfile",
+        "f",
+    ]
+    # keys SGLang cannot compare (secrets.compare_digest: ASCII only) or HTTP cannot carry
+    for bad, why in (("clé-123456", "non-ASCII"), ("a\r\nb", "control character")):
+        with pytest.raises(UserError, match=why):
+            secret_flags.check_value("api-key", bad)
+    assert secret_flags.check_value("ssl-keyfile-password", "clé-ok") == "clé-ok"
+
+
+def test_a_known_secret_is_masked_in_every_encoding():
+    key = "sk-clé-0123456789"
+    raw = key.encode()
+    forms = {
+        "utf-8": key,
+        "latin-1 mojibake": raw.decode("latin-1"),
+        "cp1252 mojibake": raw.decode("cp1252", "replace"),
+        "json": json.dumps(key),
+        "json ascii": json.dumps(key, ensure_ascii=True),
+        "json of mojibake": json.dumps(raw.decode("latin-1")),
+        "url": urllib.parse.quote(key),
+        "url plus": urllib.parse.quote_plus(key),
+        "repr": repr(key),
+        "cut short": "error: bad key " + key[:10],
+    }
+    for name, form in forms.items():
+        text = form if name == "cut short" else f"<{form}>"  # a cut reply ends there
+        masked = redaction.redact_text(text, [key])
+        assert "0123" not in masked and "sk-cl" not in masked, (name, masked)
+    # a remembered key is masked in whatever the CLI prints, whoever printed it
+    redaction.remember(KEY)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), redaction.masked_output():
+        print(f"server said: invalid key {KEY!r} / {urllib.parse.quote(KEY)}")
+    assert KEY not in buf.getvalue() and "***" in buf.getvalue()
+
+
+def test_a_key_echoed_by_the_server_is_in_no_output_or_record(tmp_path, monkeypatch):
+    """The server's error body repeats the Authorization header (URL-encoded and raw):
+    neither the printed errors, the results record nor --save-requests holds it."""
+    from sgl_eagle_ext.tools.bench import cli as bench
+
+    def handle(h):
+        path = h.path.split("?")[0]
+        auth = h.headers.get("Authorization", "")
+        if path == "/v1/models":
+            return _json(h, 200, {"data": [{"id": "m"}]})
+        if path in ("/server_info", "/get_server_info"):
+            return _json(h, 200, {"version": "0.5.23"})
+        if path == "/v1/chat/completions":
+            n = int(h.headers.get("Content-Length") or 0)
+            h.rfile.read(n)
+            return _json(h, 401, {"error": f"bad {auth} {urllib.parse.quote(auth)}"})
+        return _json(h, 404, {"error": f"no {path}; you sent {auth}"})
+
+    res, reqs = tmp_path / "r.jsonl", tmp_path / "req.jsonl"
+    monkeypatch.setenv("EAGLE_EXT_API_KEY", "")
+    with tiny_server(handle) as url:
+        code, text = _in_process(
+            bench.main,
+            [
+                "sweep",
+                "--url",
+                url,
+                "--api-key",
+                KEY,
+                "--concurrency",
+                "1",
+                "--num-prompts",
+                "1",
+                "--prompts-per-concurrency",
+                "1",
+                "--warmup",
+                "0",
+                "--max-tokens",
+                "4",
+                "--results",
+                str(res),
+                "--save-requests",
+                str(reqs),
+            ],
+        )
+    assert "Traceback" not in text
+    written = "".join(p.read_text() for p in tmp_path.iterdir() if p.is_file())
+    assert written, text  # something was recorded
+    for where, content in (("output", text), ("files", written)):
+        assert KEY not in content and urllib.parse.quote(KEY) not in content, where
+
+
+def test_a_slow_peer_cannot_hang_a_request_or_the_health_check():
+    """Headers or body trickled a byte every 0.2 s: each read is quick, so only an
+    overall deadline ends it."""
+    from sgl_eagle_ext.common import http
+    from sgl_eagle_ext.tools import healthcheck
+    from sgl_eagle_ext.tools.bench import cli as bench
+
+    def trickle(h):
+        h.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n")
+        try:
+            for _ in range(1000):
+                h.wfile.write(b"X-Slow: 1\r\n" if _ % 2 else b"")
+                h.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    with tiny_server(trickle) as url:
+        t0 = time.monotonic()
+        reply = http.request(url + "/x", timeout=1)
+        took = time.monotonic() - t0
+        assert reply.status == 0 and "timed out after 1 s" in reply.error, reply
+        code, text = _in_process(healthcheck.main, ["--url", url, "--timeout", "1"])
+        assert code == 1 and "timed out" in text and "Traceback" not in text, text
+        code, text = _in_process(bench.main, ["single", "--url", url, "--max-tokens", "2"])
+        assert code == 2 and "timed out" in text and "Traceback" not in text, text
+    print(f"a trickling peer: request ended after {took:.1f} s (timeout 1 s)")
+    # a timeout too large for the OS's timers is a long timeout, not a traceback
+    code, text = _in_process(
+        healthcheck.main, ["--url", "http://127.0.0.1:9", "--timeout", "1e300"]
+    )
+    assert code == 1 and "Traceback" not in text
+
+
+def test_odd_server_answers_are_not_said_rather_than_a_traceback():
+    from sgl_eagle_ext.tools.bench import probe
+
+    for models, version in (({"data": {"id": "m"}}, ["0.5.23"]), ([1, 2], "9" * 5000)):
+
+        def handle(h, models=models, version=version):
+            if h.path == "/v1/models":
+                return _json(h, 200, models)
+            return _json(h, 200, {"version": version})
+
+        with tiny_server(handle) as url:
+            server = probe.Server(url).connect()
+        assert server.model_id == "default" and server.version is None
+
+
+def test_a_failed_append_is_cut_back_and_the_lines_rescued(tmp_path, monkeypatch, capsys):
+    from sgl_eagle_ext.tools.bench import client as cl
+    from sgl_eagle_ext.tools.bench import request_log
+
+    path = tmp_path / "req.jsonl"
+    path.write_bytes(b'{"kind":"request"}\n')
+    real_write = os.write
+
+    def half_then_full(fd, data):  # half a line lands, then the disk is full
+        if len(data) > 10 and os.path.realpath(f"/proc/self/fd/{fd}") == str(path):
+            real_write(fd, bytes(data)[: len(data) // 2])
+            raise OSError(errno.EFBIG, "File too large")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    log = request_log.RequestLog(path)
+    r = cl.RequestResult(index=0, prompt_id="p", max_tokens=4)
+    log.write_level([r, r], 0.0, 1.0, {"run_id": "t-run"})
+    monkeypatch.setattr(os, "write", real_write)
+    assert path.read_bytes() == b'{"kind":"request"}\n'  # back to the last whole line
+    err = capsys.readouterr().err
+    assert log.rescued is not None and str(log.rescued) in err and "File too large" in err
+    assert len(log.rescued.read_text().splitlines()) == 2
+    log.rescued.unlink()
+    # the results file likewise: cut back, and the record rescued
+    with pytest.raises(OSError):
+        monkeypatch.setattr(os, "write", half_then_full)
+        records.append_jsonl(path, {"kind": "x", "pad": "y" * 100})
+    monkeypatch.setattr(os, "write", real_write)
+    assert path.read_bytes() == b'{"kind":"request"}\n'
+
+
+def test_children_die_with_their_group():
+    """A wrapper that does not `exec` (a shell left waiting on python): on timeout
+    and on a normal exit, whatever it started in its group is killed too."""
+    for script, timeout in (
+        ("sleep 300 & echo $!; wait", 1),
+        ("sleep 300 >/dev/null 2>&1 & echo $!", 30),
+    ):
+        start = time.monotonic()
+        grandchild = None
+        try:
+            done = proctree.run_in_group(["sh", "-c", script], timeout)
+            grandchild = int(done.stdout.split()[0])
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout
+            grandchild = int((out or "0").split()[0]) if out else None
+        assert time.monotonic() - start < 60
+        if grandchild:
+            import psutil
+
+            def gone(pid=grandchild):
+                try:
+                    return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+                except psutil.NoSuchProcess:
+                    return True
+
+            from tests.conftest import wait_until
+
+            wait_until(gone, 10, f"grandchild {grandchild} of {script!r}")
+
+
+LIVE_STUB = r"""
+import asyncio, sys, time
+from sgl_eagle_ext.tools.tune import cli, live
+
+class Proc:
+    url = "http://127.0.0.1:9"
+    class proc:
+        pid = 1
+    def stop(self):
+        print("server stopped", flush=True)
+
+class Server:
+    def __init__(self, *a, **k): pass
+    def connect(self): return self
+
+async def cells(*a, **k):
+    print("MEASURING", flush=True)
+    await asyncio.sleep(600)
+
+live.start_server = lambda *a, **k: Proc()
+live.probe.Server = Server
+live.ProfileTail = lambda *a, **k: None
+live.Driver = lambda *a, **k: None
+live._cells = cells
+sys.exit(cli.main(["--live", "--model-path", "m", "--draft-model-path", "d", "--cpu",
+                   "--levels", "1", "--steps", "0,1", "--max-steps", "1",
+                   "--results", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize(
+    "sig, ignore_int",
+    [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGHUP, False)],
+    ids=["SIGTERM mid-level", "Ctrl-C when started with it ignored", "SIGHUP"],
+)
+def test_tune_live_stops_on_a_signal_without_a_traceback(tmp_path, sig, ignore_int):
+    def preexec():
+        if ignore_int:  # a script's `tune --live ... &`
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIVE_STUB, str(tmp_path / "r.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+        cwd=tmp_path,
+    )
+    try:
+        for line in proc.stdout:
+            if "MEASURING" in line:
+                break
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted; the server is stopped" in err + out and "Traceback" not in err, err
+    assert "server stopped" in out
+
+
+def test_sighup_and_sigusr1_record_the_level_as_interrupted(tmp_path):
+    from tests.fakes.fake_sglang import Background, FakeSGLang, Faults
+
+    for sig in (signal.SIGHUP, signal.SIGUSR1):
+        res = tmp_path / f"r-{sig.name}.jsonl"
+        with Background(FakeSGLang(delay_ms=5, faults=Faults(hang_every=2))) as bg:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "sgl_eagle_ext.bench",
+                    "sweep",
+                    "--url",
+                    bg.url,
+                    "--concurrency",
+                    "1",
+                    "--num-prompts",
+                    "3",
+                    "--max-tokens",
+                    "8",
+                    "--warmup",
+                    "0",
+                    "--results",
+                    str(res),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+            )
+            from tests.conftest import wait_until
+
+            wait_until(lambda bg=bg: bg.fake.requests >= 2, 120, "the hung request")
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "Traceback" not in err, (sig, err)
+        (rec,) = [json.loads(line) for line in res.read_text().splitlines()]
+        assert rec["status"] == "interrupted", (sig, rec)
+
+
+def test_a_closed_stdout_is_not_a_traceback(tmp_path):
+    """`cmd >&-`: Python starts with sys.stdout None; every entry point goes through
+    the one wrapper, which gives it /dev/null."""
+    script = (
+        "import sys\n"
+        "from sgl_eagle_ext.tools import healthcheck\n"
+        "from sgl_eagle_ext.tools.bench import cli as bench\n"
+        "from sgl_eagle_ext.launcher import cli as launch\n"
+        "codes = [healthcheck.main(['--url', 'http://127.0.0.1:9', '--timeout', '2']),\n"
+        "         launch.main(['--list-presets']), bench.main(['plot', '/nonexistent'])]\n"
+        "open(sys.argv[1], 'w').write(repr(codes))\n"
+    )
+    codes = tmp_path / "codes"
+    for closed in ("1", "2"):
+        p = subprocess.run(
+            ["bash", "-c", f'"$0" -c "$1" "$2" {closed}>&-', sys.executable, script, str(codes)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+        )
+        assert p.returncode == 0 and "Traceback" not in p.stderr, (closed, p.stderr)
+        assert codes.read_text() == "[1, 0, 2]", (closed, codes.read_text())
+
+
+def test_a_crafted_journal_leaves_nothing_beside_the_package(tmp_path):
+    """A journal naming the package folder itself, or a FIFO where a saved copy should
+    be: refused (never a temp file in site-packages, never a hang)."""
+    from sgl_eagle_ext.tools.patches import transaction
+
+    site = tmp_path / "site-packages"
+    pkg = site / "sglang"
+    (pkg / "srt").mkdir(parents=True)
+    (pkg / "srt" / "x.py").write_text("x = 1\n")
+    backup = pkg / ".backup"
+    saved = backup / transaction.SAVED
+    for rel, make in (
+        ("sglang", lambda p: p.write_text("not a folder")),
+        ("sglang/srt/x.py", os.mkfifo),
+    ):
+        saved.mkdir(parents=True, exist_ok=True)
+        (saved / rel).parent.mkdir(parents=True, exist_ok=True)
+        make(saved / rel)
+        entry = {"op": "apply", "stage": "changing", "files": [rel], "patches": []}
+        (backup / transaction.JOURNAL).write_text(json.dumps(entry))
+        signal.alarm(20)  # a FIFO read would block forever
+        try:
+            with pytest.raises(UserError):
+                transaction.Transaction(pkg, backup).roll_back()
+        finally:
+            signal.alarm(0)
+        assert sorted(p.name for p in site.iterdir()) == ["sglang"]
+        assert (pkg / "srt" / "x.py").read_text() == "x = 1\n"
+        (saved / rel).unlink()
+
+
+def test_a_key_with_a_line_break_is_never_sent_or_echoed(monkeypatch):
+    from sgl_eagle_ext.common import http
+    from sgl_eagle_ext.tools import healthcheck
+
+    reply = http.request("http://127.0.0.1:9/x", api_key="CANARY-CR\r\nX-Evil: 1")
+    assert reply.status == 0 and "control character" in reply.error
+    assert "CANARY" not in reply.error
+    monkeypatch.setenv(healthcheck.API_KEY_ENV, "CANARY-CR\r")
+    code, text = _in_process(healthcheck.main, ["--url", "http://127.0.0.1:9"])
+    assert code == 2 and "control character" in text and "CANARY" not in text, text
+
+
+def test_the_preflight_probe_leaves_no_orphan_behind_a_wrapper(tmp_path):
+    """--sglang-python naming a wrapper that does not `exec` its python: on the
+    probe's timeout the wrapper's whole group goes, not the wrapper alone."""
+    import psutil
+
+    from sgl_eagle_ext.launcher.preflight import ask_sglang
+    from tests.conftest import wait_until
+
+    pidfile = tmp_path / "child.pid"
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nwait\n")
+    wrapper.chmod(0o755)
+    answer, why = ask_sglang._probe(str(wrapper), {"context": [], "aux": []}, None, 2)
+    assert answer is None and "timed out after 2 s" in why
+    child = int(pidfile.read_text())
+
+    def gone():
+        try:
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_until(gone, 10, f"the wrapper's child {child}")

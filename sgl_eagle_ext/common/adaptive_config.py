@@ -70,10 +70,9 @@ def text(table: dict[str | int, list[int]], about: str) -> str:
 
 
 def write(path: str | Path, table: dict[str | int, list[int]], about: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text(table, about), encoding="utf-8")
-    return path
+    from sgl_eagle_ext.common import paths
+
+    return paths.write_text("--out", path, text(table, about))  # checked, atomic
 
 
 # -- reading -----------------------------------------------------------------------

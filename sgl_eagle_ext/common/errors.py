@@ -7,6 +7,8 @@ import functools
 import os
 import sys
 
+from sgl_eagle_ext.common import redaction
+
 EXIT_USAGE = 2  # bad input: the same code argparse uses
 
 
@@ -45,6 +47,30 @@ def _drop_stdout() -> None:
         pass
 
 
+def _std_streams() -> None:
+    """A closed stdout/stderr (`cmd >&-`: Python sets sys.stdout to None) becomes
+    /dev/null. The descriptor itself is reopened too: else the next file opened
+    would take fd 1 and every print, and every child's output, would go into it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            closed = False
+        except OSError:
+            closed = True
+            try:
+                devnull = os.open(os.devnull, os.O_RDWR)
+                if devnull != fd:
+                    os.dup2(devnull, fd)
+                    os.close(devnull)
+            except OSError:
+                continue
+        if closed or getattr(sys, name) is None:
+            try:
+                setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))  # noqa: SIM115
+            except OSError:
+                pass
+
+
 def cli(prog: str):
     """Decorate a `main(argv) -> int` so a UserError becomes one message and an exit code;
     output that cannot be written (ENOSPC, EPIPE) one `error:` line and exit 1; Ctrl-C
@@ -53,15 +79,17 @@ def cli(prog: str):
     def wrap(main):
         @functools.wraps(main)
         def run(argv=None) -> int:
+            _std_streams()
             for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 path printed: escaped
                 if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
                     stream.reconfigure(errors="backslashreplace")
             try:
-                code = main(argv)
-                sys.stdout.flush()  # a full disk behind `> file` shows here
+                with redaction.masked_output():  # no known secret printed, in any form
+                    code = main(argv)
+                    sys.stdout.flush()  # a full disk behind `> file` shows here
                 return code
             except UserError as e:
-                _print_err(f"{prog}: error: {e}")
+                _print_err(redaction.redact_text(f"{prog}: error: {e}", redaction.known()))
                 return e.code
             except KeyboardInterrupt:
                 _print_err(f"\n{prog}: interrupted")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import errno
 import http.client
 import json
+import re
 import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,6 +33,80 @@ class Reply:
     text: str = ""  # an answer that is not JSON (e.g. /metrics)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# An answer read whole (JSON, /metrics): far above any real one, a bound on a peer
+# that streams without end.
+BODY_CAP = 64 << 20
+# A timeout beyond this is no timeout (and 1e300 overflows the OS's timers).
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+class _Deadline:
+    """The whole request, connect to last body byte, within `timeout` seconds: a
+    socket timeout bounds each read only, and a peer trickling a byte a second never
+    trips it. At the deadline the socket is shut down, which ends any read."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.expired = False
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout, self._expire)
+        self._timer.daemon = True
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.append(sock)
+            if self.expired:
+                self._shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._socks:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def __enter__(self):
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies, redirects as usual) whose connections are watched."""
+
+    def watched(base):
+        class Conn(base):
+            def connect(self):
+                super().connect()
+                deadline.watch(self.sock)
+
+        return Conn
+
+    class HTTP(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(watched(http.client.HTTPConnection), req)
+
+    class HTTPS(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(
+                watched(http.client.HTTPSConnection),
+                req,
+                context=self._context,
+            )
+
+    return urllib.request.build_opener(HTTP, HTTPS)
+
+
 def request(
     url: str,
     payload: dict | None = None,
@@ -38,22 +114,42 @@ def request(
     timeout: float = 30.0,
     headers: dict[str, str] | None = None,
 ) -> Reply:
-    """`headers`: extra request headers (e.g. a gateway's), sent as given."""
+    """`headers`: extra request headers (e.g. a gateway's), sent as given. `timeout`
+    bounds the whole request (headers and body), not each read."""
+    timeout = min(max(float(timeout), 0.001), MAX_TIMEOUT)
     data = None if payload is None else json.dumps(payload).encode()
     headers = {"Content-Type": "application/json", **(headers or {})}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(
-        url, data=data, headers=headers, method="GET" if data is None else "POST"
-    )
+    for name, value in headers.items():  # never sent, never echoed in an error
+        if _CONTROL.search(f"{name}{value}"):
+            return Reply(0, error=f"header {name[:40]!r}: holds a control character (CR, LF, NUL)")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            raw = r.read()
+        req = urllib.request.Request(
+            url, data=data, headers=headers, method="GET" if data is None else "POST"
+        )
+    except ValueError as e:  # a malformed URL
+        return Reply(0, error=f"bad URL: {e}")
+    with _Deadline(timeout) as deadline:
+        reply = _send(req, timeout, deadline)
+    if deadline.expired and (reply.status == 0 or reply.error):
+        return Reply(0, error=describe_error(TimeoutError(), timeout))
+    return reply
+
+
+def _send(req, timeout: float, deadline: _Deadline) -> Reply:
+    try:
+        with _opener(deadline).open(req, timeout=timeout) as r:
+            raw = r.read(BODY_CAP + 1)
             status = r.status
+        if len(raw) > BODY_CAP:
+            return Reply(0, error=f"an answer larger than {BODY_CAP >> 20} MiB")
+        if deadline.expired:
+            return Reply(0, error="timed out")
     except urllib.error.HTTPError as e:
         try:
-            said = e.read()[:300].decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException):
+            said = e.read(300).decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException, ValueError):
             said = str(e.reason)
         return Reply(e.code, error=said)
     except (urllib.error.URLError, OSError) as e:  # refused, reset, timeout

@@ -9,12 +9,22 @@ from pathlib import Path
 from sgl_eagle_ext.common.errors import UserError
 
 
-def check_writable_file(flag: str, path: str | Path) -> Path:
-    """`path` can be created or appended to (missing parent folders included); else
-    a UserError naming the flag, the path and why. Creates nothing."""
+def check_writable_file(flag: str, path: str | Path, inside: str | Path | None = None) -> Path:
+    """The one check of a path a tool writes: a regular file or absent (not a
+    directory, FIFO, device or broken link), its nearest existing parent a folder it
+    may write in, and, for a tool that owns a tree (`inside`), resolving inside it
+    (no link or `..` leads out). Else a UserError naming the flag, the path and why.
+    Creates nothing."""
     p = Path(path).expanduser()
     fix = f"give {flag} a file path in a folder you may write to"
+    if "\x00" in str(path):
+        raise UserError(f"{flag}: the path holds a NUL character.", fix=fix)
     try:
+        if inside is not None and not p.resolve().is_relative_to(Path(inside).resolve()):
+            raise UserError(
+                f"{flag} {path}: resolves outside {inside} (through a link or ..).",
+                fix=f"give a path inside {inside}",
+            )
         if str(path).endswith(os.sep) or p.is_dir():
             raise UserError(f"{flag} {path}: is a directory, not a file.", fix=fix)
         if p.is_symlink() and not p.exists():  # written through, it would go nowhere known
@@ -36,7 +46,7 @@ def check_writable_file(flag: str, path: str | Path) -> Path:
             raise UserError(f"{flag} {path}: {folder} is a file, not a folder.", fix=fix)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise UserError(
-                f"{flag} {path}: cannot create it in {folder} (permission denied).", fix=fix
+                f"{flag} {path}: cannot be created under {folder} (permission denied).", fix=fix
             )
     except OSError as e:  # a name too long, a link loop, ...
         raise UserError(f"{flag} {path}: unusable: {e.strerror or e}.", fix=fix) from None
@@ -53,3 +63,45 @@ def read_secret_file(flag: str, path: str | None) -> str | None:
     if not key or "\n" in key:
         raise UserError(f"{flag} {path}: must hold the key on one line.", fix="write the key alone")
     return key
+
+
+def write_text(
+    flag: str,
+    path: str | Path,
+    text: str,
+    inside: str | Path | None = None,
+    errors: str = "strict",
+) -> Path:
+    """`text` written to `path` (checked first; `inside`: the tree the tool owns) in one
+    rename: a reader never sees half a file, and a link at `path` is replaced, never
+    written through."""
+    p = check_writable_file(flag, path, inside)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "x", encoding="utf-8", errors=errors) as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return p
+
+
+def make_folder(flag: str, path: str | Path) -> Path:
+    """`path` as a folder, created with its parents if missing; one UserError when it
+    cannot be (a file in the way, no permission) or its name is not UTF-8 (libraries
+    that write model files encode their paths as UTF-8 and would fail half-way)."""
+    p = Path(path).expanduser()
+    fix = f"give {flag} a folder you may write to"
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{flag} {path}: the name is not UTF-8.", fix=fix) from None
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot be created ({e.strerror or e}).", fix=fix) from None
+    return p

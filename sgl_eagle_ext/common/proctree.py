@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 
 import psutil
 
@@ -46,3 +47,37 @@ def killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _own_group_child() -> None:
+    """preexec_fn of run_in_group: dies with its parent too (a kill -9 of the tool)."""
+    die_with_parent()
+
+
+def run_in_group(cmd: list[str], timeout: float | None, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run in the child's own process group (start_new_session), the whole
+    group killed on timeout and on every other way out (Ctrl-C, SIGTERM turned into an
+    exception, an error here): a wrapper script that does not `exec` its python, or a
+    loader that starts helpers, leaves nothing behind. Output is captured (text)."""
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    kwargs.setdefault("text", True)
+    proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_own_group_child, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:  # TimeoutExpired, KeyboardInterrupt, ...: re-raised
+        _kill_group(proc)
+        raise
+    finally:
+        # a grandchild that outlived its parent, still in the group: gone too
+        killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.communicate(timeout=5)  # reap it and close the pipes
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        proc.kill()
+        proc.wait()

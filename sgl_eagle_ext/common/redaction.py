@@ -5,9 +5,13 @@ One rule for the launcher, bench, router and every record."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
+import sys
+import urllib.parse
+from contextlib import contextmanager
 
 # A name part (between - or _) that says secret: HF_TOKEN, --api-key, ssl_keyfile_password,
 # GCP_CREDENTIALS, PROXY_AUTH; not --max-tokens or TOKENIZERS_PARALLELISM.
@@ -15,6 +19,20 @@ SECRET = re.compile(
     r"(?:^|[-_])(?:key|token|secret|password|passwd|credentials?|auth)(?:[-_]|$)", re.IGNORECASE
 )
 REDACTED = "***"
+
+
+# The secret flags of SGLang's server (releases.SECRET_SERVER_FLAGS, repeated here to
+# keep this module free of imports) and the full flags that are prefixes of them:
+# argparse takes any unambiguous prefix (`--api-k`), so a prefix hides its value too.
+SECRET_FLAGS = ("api-key", "admin-api-key", "ssl-keyfile-password")
+NOT_SECRET_PREFIXES = ("ssl-keyfile",)
+
+
+def abbreviates_secret(name: str) -> str | None:
+    """The secret flag `name` (no dashes) is an argparse abbreviation of, or None."""
+    if name in NOT_SECRET_PREFIXES or name in SECRET_FLAGS:
+        return None
+    return next((f for f in SECRET_FLAGS if len(name) >= 1 and f.startswith(name)), None)
 
 
 def is_secret_name(name: str) -> bool:
@@ -52,7 +70,8 @@ def redact_args(args: list[str]) -> list[str]:
         if tok.startswith("--header="):
             out.append("--header=" + _header(tok.split("=", 1)[1]))
             continue
-        if tok.startswith("--") and is_secret_name(tok[2:].split("=", 1)[0]):
+        flag = tok[2:].split("=", 1)[0]
+        if tok.startswith("--") and (is_secret_name(flag) or abbreviates_secret(flag)):
             if "=" in tok:
                 out.append(tok.split("=", 1)[0] + "=" + REDACTED)
             else:
@@ -79,13 +98,47 @@ SUBSTRING_MIN = 8
 _WORD = r"[A-Za-z0-9_]"
 
 
-def written_forms(secret: str) -> list[str]:
-    """Every way a logger may write `secret`: raw, repr-escaped (SGLang logs its
-    ServerArgs repr), JSON-escaped, and JSON inside JSON; longest first."""
+@functools.lru_cache(maxsize=64)  # masking runs on every printed line: forms made once
+def written_forms(secret: str) -> tuple[str, ...]:
+    """Every way a logger or a server may write `secret`: raw, repr-escaped (SGLang
+    logs its ServerArgs repr), JSON-escaped, JSON inside JSON, URL-encoded, and its
+    UTF-8 bytes read back as Latin-1 or cp1252 (mojibake); longest first."""
     forms = {secret, repr(secret)[1:-1], secret.encode("unicode_escape").decode("ascii")}
     js = json.dumps(secret)[1:-1]
     forms |= {js, json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(js)[1:-1]}
-    return sorted(forms, key=len, reverse=True)
+    forms |= {urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+    raw = secret.encode("utf-8", "surrogatepass")
+    for codec in ("latin-1", "cp1252"):
+        mojibake = raw.decode(codec, "replace")
+        forms |= {mojibake, json.dumps(mojibake)[1:-1]}
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+# Secrets this process knows (an API key given to the tool): masked in every line it
+# prints (masked_output) and every record it writes, whoever forgot to pass them.
+_KNOWN: list[str] = []
+
+
+def remember(*secrets: str | None) -> None:
+    for s in secrets:
+        if s and isinstance(s, str) and s not in _KNOWN:
+            _KNOWN.append(s)
+
+
+def known() -> tuple[str, ...]:
+    return tuple(_KNOWN)
+
+
+def _cut_tail(text: str, secret: str) -> str:
+    """A reply cut short (an error body kept to 300 characters) may end inside the
+    secret: a tail of text that starts one of its forms is masked too."""
+    if len(secret) < SUBSTRING_MIN:
+        return text
+    for form in written_forms(secret):
+        for n in range(min(len(form) - 1, len(text)), SUBSTRING_MIN - 1, -1):
+            if text.endswith(form[:n]):
+                return text[:-n] + REDACTED
+    return text
 
 
 def redact_text(text: str, secrets: list[str] | tuple[str, ...]) -> str:
@@ -100,7 +153,42 @@ def redact_text(text: str, secrets: list[str] | tuple[str, ...]) -> str:
                 text = re.sub(
                     f"(?<!{_WORD}){re.escape(form)}(?!{_WORD})", lambda _m: REDACTED, text
                 )
+        text = _cut_tail(text, s)
     return text
+
+
+class _Masking:
+    """A text stream that masks the known secrets in whatever is written to it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if _KNOWN and isinstance(text, str):
+            text = redact_text(text, _KNOWN)
+        return self._stream.write(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def masked_output():
+    """sys.stdout and sys.stderr masked for the duration (the CLI entry wrapper)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (_Masking(s) if s is not None else s for s in saved)
+    try:
+        yield
+    finally:
+        # put back only what is still ours (a test's redirect may have replaced it)
+        if isinstance(sys.stdout, _Masking):
+            sys.stdout = saved[0]
+        if isinstance(sys.stderr, _Masking):
+            sys.stderr = saved[1]
 
 
 def redact_tree(obj, secrets: list[str] | tuple[str, ...] = ()):

@@ -598,11 +598,15 @@ def version_key(version: str) -> Version:
     """PEP 440 ordering: 0.5.10rc1 < 0.5.10 < 0.5.10.post1 < 0.5.11.dev0 < 0.5.11.
 
     Raises UserError for a string that is no version."""
+    # a string of digits longer than int() takes (4300) raises ValueError, not
+    # InvalidVersion; no release number is anywhere near 100 characters
     try:
+        if not isinstance(version, str) or len(version) > 100:
+            raise InvalidVersion(version)
         return Version(version)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):
         raise UserError(
-            f"SGLang version {version!r} is not a version number.",
+            f"SGLang version {str(version)[:40]!r} is not a version number.",
             fix="give it as SGLang spells it, e.g. 0.5.23 or 0.5.10.post1",
         ) from None
 
@@ -634,6 +638,8 @@ def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
     rules under --force.
     """
     how = "given"
+    if version is not None and not isinstance(version, str):
+        version_key(version)  # raises: a version is a string
     if version is None:
         version = installed_version()
         how = "installed"
@@ -641,6 +647,7 @@ def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
             return PRIMARY, "not installed; assuming the primary release"
     if version in BY_VERSION:
         return BY_VERSION[version], how
+    version_key(version)  # not a version number at all: said so, whatever --force
     supported = ", ".join(BY_VERSION)
     if not force:
         raise UserError(

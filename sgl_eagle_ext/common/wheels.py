@@ -40,6 +40,22 @@ def cache_root() -> Path:
     return Path(root).expanduser() / "wheels"
 
 
+# A release as the cache names its folder: PEP 440 characters only, no path parts.
+VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?")
+
+
+def check_version(version) -> str:
+    """`version` if it is a release number (it becomes a folder name under the cache:
+    `../../X` or `/etc` must never get that far); else one UserError."""
+    if not isinstance(version, str) or len(version) > 40 or not VERSION.fullmatch(version):
+        shown = repr(version)[:50]
+        raise UserError(
+            f"SGLang version {shown}: not a release number.",
+            fix="give it as SGLang spells it, e.g. 0.5.23 or 0.5.10.post1",
+        )
+    return version
+
+
 def _wheel_in(folder: Path, version: str) -> Path | None:
     found = sorted(folder.glob(f"sglang-{version}-*.whl")) if folder.is_dir() else []
     return found[0] if found else None
@@ -47,10 +63,11 @@ def _wheel_in(folder: Path, version: str) -> Path | None:
 
 def wheel(version: str, *, download: bool = True) -> Path | None:
     """The cached wheel of `version` (downloaded with pip if absent and `download`)."""
-    folder = cache_root() / version
+    folder = cache_root() / check_version(version)
     found = _wheel_in(folder, version)
     if found or not download:
         return found
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
@@ -67,6 +84,8 @@ def wheel(version: str, *, download: bool = True) -> Path | None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     found = _wheel_in(folder, version)
     if done.returncode != 0 or not found:
+        if made:  # an unknown release leaves no empty folder behind
+            shutil.rmtree(folder, ignore_errors=True)
         lines = (done.stderr or done.stdout).strip().splitlines()
         tail = "\n    ".join(
             ln[:300] for ln in ([ln for ln in lines if "ERROR" in ln] or lines)[-3:]
@@ -86,7 +105,7 @@ def source(version: str, *, download: bool = True) -> Path | None:
     Only `sglang/**/*.py` is unpacked: that is all anyone reads. Returns None
     when the wheel is not cached and `download` is False.
     """
-    dest = cache_root() / version / "src"
+    dest = cache_root() / check_version(version) / "src"
     pkg = dest / "sglang"
     if (dest / ".complete").is_file():
         return pkg
@@ -121,9 +140,11 @@ def installed_source() -> Path | None:
 
 def source_version(pkg: Path) -> str | None:
     """The release an `sglang` package directory holds (from its _version.py)."""
-    try:
-        text = (Path(pkg) / "_version.py").read_text()
-    except OSError:
+    from sgl_eagle_ext.common import safe_files
+
+    try:  # a FIFO, a device or a huge or non-UTF-8 file: no version, never a hang
+        text = safe_files.read_text("", Path(pkg) / "_version.py", cap=64 * 1024)
+    except (OSError, UserError):
         return None
     m = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", text, re.M)
     return m.group(1) if m else None

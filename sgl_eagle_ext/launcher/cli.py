@@ -216,7 +216,8 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
         releases.resolve(args.sglang_version, force=args.force)
 
         models_dir = Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser()
-        built = tiny_models.build(safe_files.check_folder("--models-dir", models_dir))
+        safe_files.check_folder("--models-dir", models_dir)
+        built = tiny_models.build(paths.make_folder("--models-dir", models_dir))
         if not (model_path or draft_model_path):  # the pair the manifest describes
             args.demo_manifest = Path(built["target"]).parent / "manifest.json"
             # the drafts' low rope theta is part of their design (tiny_models)

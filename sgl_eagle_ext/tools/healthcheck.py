@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from sgl_eagle_ext.common import http, proctree
+from sgl_eagle_ext.common import http, proctree, secret_flags
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import SERVE_MODULE
 from sgl_eagle_ext.common.errors import cli
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         else discover() or [Target(DEFAULT_URL)]
     )
     api_key = os.environ.get(API_KEY_ENV) or None
+    if api_key:  # one HTTP cannot carry or SGLang cannot compare: said, never sent
+        secret_flags.check_value("api-key", api_key, shown=f"${API_KEY_ENV}")
     healthy = True
     for t in targets:
         ok, message = probe(t, api_key, args.timeout)

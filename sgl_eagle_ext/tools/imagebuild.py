@@ -22,9 +22,8 @@ import importlib
 import json
 import sys
 from importlib import metadata
-from pathlib import Path
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import paths, releases
 from sgl_eagle_ext.common.contract import SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.tools import patches
@@ -145,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-torch-check", action="store_true", help="skip the torch pin check")
     p.add_argument("--record", help="write the checked facts to this JSON file")
     args = p.parse_args(argv)
+    if args.record:  # refused before the build step, not after it
+        paths.check_writable_file("--record", args.record)
     record = run(
         args.sglang_version,
         sglang_dir=args.sglang_dir,
@@ -152,9 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         torch_check=not args.no_torch_check,
     )
     if args.record:
-        out = Path(args.record)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(record, indent=1) + "\n")
+        out = paths.write_text("--record", args.record, json.dumps(record, indent=1) + "\n")
         print(f"{PROG}: wrote {out}")
     print(f"{PROG}: OK")
     return 0

@@ -28,7 +28,7 @@ import sys
 import time
 from datetime import datetime
 
-from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common import http, secret_flags
 from sgl_eagle_ext.common.cli_args import number, port_number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
@@ -208,6 +208,7 @@ def router_command(args, urls: list[str], extra: list[str], keyed: bool = False)
 def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
+    secret_flags.refuse_abbreviations(extra)  # `--api-k K` would stay on the command line
     router_argv, api_key = ServerArgv(extra).without("api-key")  # travels in the environment
     extra = list(router_argv)
     api_key = (
@@ -215,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         or read_secret_file("--api-key-file", args.api_key_file)
         or os.environ.get(API_KEY_ENV)
     )
+    if api_key:
+        secret_flags.check_value("api-key", api_key)
     urls = [normalise(u) for u in args.worker_url]
     if not urls:
         raise UserError("no worker given.", fix="pass --worker-url http://HOST:PORT per replica")

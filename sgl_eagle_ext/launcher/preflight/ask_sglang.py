@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sgl_eagle_ext.common import proctree
 from sgl_eagle_ext.launcher.preflight import probe_cache
 
 PROBE = Path(__file__).with_name("sglang_probe.py")
@@ -74,9 +75,7 @@ def installed(python: str, env: dict | None = None) -> dict:
     "src": signature of sglang's model sources}; {} when it has no SGLang or cannot run.
     Read from its files in one short subprocess (~0.1-0.3 s), never imported."""
     try:
-        out = subprocess.run(
-            [python, "-c", _INSTALLED], capture_output=True, text=True, timeout=30, env=env
-        )
+        out = proctree.run_in_group([python, "-c", _INSTALLED], 30, env=env)
     except (OSError, subprocess.SubprocessError):
         return {}
     lines = out.stdout.strip().splitlines()
@@ -160,11 +159,9 @@ def _probe(python: str, request: dict, env: dict | None, timeout: float):
         path = Path(tmp) / "request.json"
         path.write_text(json.dumps(request))
         try:
-            proc = subprocess.run(
+            proc = proctree.run_in_group(  # its group killed on timeout, every way out
                 [python, str(PROBE), str(path)],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
+                timeout,
                 env=probe_env(env),
                 cwd=tmp,
             )

@@ -30,11 +30,12 @@ from pathlib import Path
 from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import prompts as prompts_mod
-from sgl_eagle_ext.tools.bench.lengths import LengthSpec
+from sgl_eagle_ext.tools.bench.lengths import MAX_LEN, LengthSpec
 from sgl_eagle_ext.tools.bench.tokens import Counter, PromptBuilder
 
 SHIPPED, SHAREGPT, RANDOM, LONG = "shipped", "sharegpt", "random", "long"
 SHARED_PREFIX, TRACE, HF = "shared-prefix", "trace", "hf"
+MAX_PREFIX = MAX_LEN  # shared-prefix:N tokens: the bound of --input-len
 KINDS = (SHIPPED, SHAREGPT, RANDOM, LONG, SHARED_PREFIX, TRACE, HF)
 WITH_ARG = (SHAREGPT, SHARED_PREFIX, TRACE, HF)  # KIND:ARG
 CONVERSATIONS = (SHAREGPT, HF)  # datasets of conversations (--multi-turn)
@@ -92,9 +93,12 @@ def parse_spec(text: str) -> tuple[str, str | None]:
             "trace:FILE (Mooncake .jsonl or BurstGPT .csv) or hf:PATH (save_to_disk folder "
             "or .parquet)",
         )
-    if kind == SHARED_PREFIX and not (path.isdigit() and int(path) >= 1):
+    if kind == SHARED_PREFIX and not (
+        path.isascii() and path.isdigit() and len(path) <= 8 and 1 <= int(path) <= MAX_PREFIX
+    ):
         raise UserError(
-            f"--dataset {text}: N must be a token count >= 1.",
+            f"--dataset {text[:40]}: N must be a token count >= 1 and at most {MAX_PREFIX} "
+            f"(beyond any model's context; the prompt is built in memory).",
             fix="e.g. --dataset shared-prefix:2048",
         )
     return kind, path or None
@@ -193,6 +197,10 @@ def load_sharegpt(path: str) -> list[Conversation]:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start}).", fix="save as UTF-8") from None
     convs = []
     if text.lstrip().startswith("["):
+        try:  # the decoder recurses per bracket: a deep file is refused before it
+            nesting.check(text)
+        except nesting.TooDeep as e:
+            raise UserError(f"{p}: {e}.", fix=f"a JSON list of conversations: {SHAPE}") from None
         items = _json_items(text, str(p))
     else:
         items = []

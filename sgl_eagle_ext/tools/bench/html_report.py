@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
+from sgl_eagle_ext.common import paths
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import goodput, plot, records, request_log, spec_view
@@ -338,7 +339,7 @@ def main(args, console) -> int:
         problems=problems,
     )
     out = Path(args.output) if args.output else src.with_suffix(".html")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8", errors="surrogateescape")  # a non-UTF-8 label
+    # a non-UTF-8 label: its own bytes back (surrogateescape)
+    paths.write_text("-o", out, html, errors="surrogateescape")
     console.out(f"wrote {out} ({len(html) // 1024} KiB, self-contained: open it in a browser)")
     return 0

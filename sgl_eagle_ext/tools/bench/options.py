@@ -11,7 +11,7 @@ import argparse
 import math
 import os
 
-from sgl_eagle_ext.common import nesting
+from sgl_eagle_ext.common import nesting, redaction, secret_flags
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError
@@ -374,8 +374,23 @@ def slo(args: argparse.Namespace) -> sw.SLO:
 
 def validate(args: argparse.Namespace) -> None:
     """Range checks of whichever shared options this command has."""
-    request_headers(args)
+    headers = request_headers(args)
+    if getattr(args, "api_key", None):  # one HTTP cannot carry, or SGLang cannot compare
+        args.api_key = secret_flags.check_value("api-key", args.api_key)
+    for name, value in headers.items():
+        if secret_flags.CONTROL.search(value) or secret_flags.CONTROL.search(name):
+            raise UserError(
+                f"--header {name[:40]}: holds a control character (CR, LF, NUL, ...), "
+                f"which no HTTP header can carry.",
+                fix="write the header on one line, without control characters",
+            )
+        if redaction.is_secret_name(name) or name.lower() in ("authorization", "cookie"):
+            redaction.remember(value)
     extra_body(args)
+    if getattr(args, "dataset", None):  # its form and bounds, before the server is asked
+        from sgl_eagle_ext.tools.bench import datasets
+
+        datasets.parse_spec(args.dataset)
     if hasattr(args, "max_tokens"):
         positive("--max-tokens", args.max_tokens)
         positive("--request-timeout", args.request_timeout)

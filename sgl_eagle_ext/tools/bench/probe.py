@@ -102,13 +102,22 @@ class Server:
                 f"{self.base_url}/v1/models answered HTTP {reply.status}: {reply.error[:200]}",
                 fix="is this an SGLang server? check --url",
             )
-        data = (reply.body or {}).get("data") if isinstance(reply.body, dict) else None
-        if data and isinstance(data[0], dict) and data[0].get("id"):
-            self.model_id = str(data[0]["id"])
+        # the server's answers are untrusted input: anything not shaped as SGLang
+        # shapes it is treated as not said
+        data = reply.body.get("data") if isinstance(reply.body, dict) else None
+        first = data[0] if isinstance(data, list) and data else None
+        if isinstance(first, dict) and isinstance(first.get("id"), str) and first["id"]:
+            self.model_id = first["id"]
         self.info = self.server_info() or {}
         version = self.info.get("version")
+        if not isinstance(version, str) or len(version) > 100:
+            version = self.info["version"] = None
         if version:
-            self.release, self.release_how = releases.resolve(version, force=True)
+            try:
+                self.release, self.release_how = releases.resolve(version, force=True)
+            except UserError:  # not a version number: the primary release's rules
+                self.release = releases.PRIMARY
+                self.release_how = "server's version unreadable; assumed"
         else:
             self.release, self.release_how = releases.PRIMARY, "server did not say; assumed"
         return self

@@ -10,12 +10,14 @@ so its own record stays intact; readers skip and report such debris.
 from __future__ import annotations
 
 import csv
+import errno
 import fcntl
 import io
 import json
 import math
 import os
 import secrets
+import stat
 import sys
 import tempfile
 from datetime import datetime
@@ -24,7 +26,7 @@ from pathlib import Path
 from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.paths import check_writable_file
-from sgl_eagle_ext.common.redaction import redact_values
+from sgl_eagle_ext.common.redaction import known, redact_values
 from sgl_eagle_ext.tools.bench import record_check
 
 SCHEMA = 1
@@ -150,10 +152,19 @@ def new_run_id() -> str:
 
 
 def _append_bytes(path: Path, data: bytes, header: bytes = b"") -> None:
-    """Append `data` whole; `header` first when the file is empty, decided under the
-    lock so that parallel writers to one file never write it twice."""
+    """Append `data` whole, or nothing: a failed write is cut back to the file's size
+    before it. `header` first when the file is empty, decided under the lock so that
+    parallel writers to one file never write it twice. Not a regular file (a FIFO,
+    a device: no lock, no fsync, no truncation): refused."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
@@ -161,11 +172,20 @@ def _append_bytes(path: Path, data: bytes, header: bytes = b"") -> None:
             data = b"\n" + data  # a torn line left by someone else: keep ours whole
         elif not size:
             data = header + data
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except OSError:
+            # a full disk or a file-size limit mid-write: back to the last whole line,
+            # so no reader meets a torn one; the caller rescues what was not written
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
@@ -311,7 +331,7 @@ class Recorder:
                 **fields,
                 "provenance": provenance,
             },
-            self.secrets,
+            self.secrets + known(),
         )
         if self.jsonl is not None:
             try:

@@ -11,10 +11,12 @@ locked write, like the results file.
 
 from __future__ import annotations
 
-import os
+import sys
+import tempfile
 from pathlib import Path
 
 from sgl_eagle_ext.common import accept_length as accept
+from sgl_eagle_ext.common.redaction import known, redact_values
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import records
 
@@ -63,24 +65,14 @@ def check_writable(path: Path, results: str | Path | None = None) -> None:
     """Refuse, before the first request, a --save-requests path that cannot take lines
     (nothing is created here), or that is the results file itself."""
     from sgl_eagle_ext.common.errors import UserError
+    from sgl_eagle_ext.common.paths import check_writable_file
 
-    fix = "pass --save-requests a writable file path, e.g. bench-results/requests.jsonl"
     if results is not None and path.resolve() == Path(results).resolve():
         raise UserError(
             f"--save-requests {path}: the same file as --results.",
             fix="give the per-request records their own file",
         )
-    if path.is_dir():
-        raise UserError(f"--save-requests {path}: is a directory.", fix=fix)
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise UserError(f"--save-requests {path}: not writable.", fix=fix)
-        return
-    parent = path.parent.resolve()
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"--save-requests {path}: cannot be created under {parent}.", fix=fix)
+    check_writable_file("--save-requests", path)
 
 
 class RequestLog:
@@ -89,6 +81,7 @@ class RequestLog:
     def __init__(self, path: str | Path | None, results: str | Path | None = None):
         self.path = Path(path) if path else None
         self.written = 0
+        self.rescued: Path | None = None
         if self.path is not None:
             check_writable(self.path, results)
 
@@ -108,9 +101,32 @@ class RequestLog:
             extra = {**common, "level_duration_s": round(duration, 6)}
             if per_request:
                 extra.update(per_request[k])
-            lines.append(records.encode_line(record(r, level_start, **extra)))
-        records._append_bytes(self.path, b"".join(lines))
+            rec = redact_values(record(r, level_start, **extra), known())
+            lines.append(records.encode_line(rec))
+        data = b"".join(lines)
+        try:
+            records._append_bytes(self.path, data)
+        except OSError as e:  # full disk, file-size limit: the run goes on, its lines kept
+            self._rescue(data, e, common.get("run_id") or records.new_run_id())
         self.written += len(lines)
+
+    def _rescue(self, data: bytes, error: OSError, run_id: str) -> None:
+        """A level's lines that FILE did not take (cut back to its last whole line)
+        go to a rescue file, named on stderr; the run and its results go on."""
+        if self.rescued is None:
+            self.rescued = Path(tempfile.gettempdir()) / f"bench-rescued-{run_id}-requests.jsonl"
+        try:
+            records._append_bytes(self.rescued, data)
+            where = f"written to {self.rescued} instead"
+        except OSError:
+            where = "lost (the rescue file could not be written either)"
+        n = data.count(b"\n")
+        print(
+            f"warning: cannot write {self.path} ({error.strerror or error}); this level's "
+            f"{n} per-request line(s) are {where}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def read(path: Path) -> tuple[list[dict], list[str]]:

@@ -31,6 +31,7 @@ from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 JOURNAL = "journal.json"
+SAVED_CAP = 64 * safe_files.MIB  # one SGLang source file: far below
 SAVED = ".txn"  # the command's files as they were before it
 PATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 OPS = ("apply", "revert")
@@ -78,6 +79,8 @@ def confined(pkg: Path, path: Path) -> Path:
         rel = path.relative_to(pkg)
     except ValueError:
         raise UserError(f"{path} is outside {pkg}; nothing was changed.", code=1) from None
+    if not rel.parts:  # the package folder itself is no file to save or restore
+        raise UserError(f"{path} is the SGLang package folder, not a file in it.", code=1)
     cur = pkg
     for part in rel.parts:
         cur = cur / part
@@ -96,14 +99,23 @@ def write_atomic(path: Path, data: bytes, like: Path | None = None) -> None:
     """`path` replaced by `data` in one rename (mode copied from `like`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if like is not None and like.exists():
-        shutil.copymode(like, tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if like is not None and like.exists():
+            shutil.copymode(like, tmp)
+        os.replace(tmp, path)
+    except BaseException:  # no temp file left beside SGLang's (a folder in the way, ...)
+        tmp.unlink(missing_ok=True)
+        raise
     _sync_dir(path.parent)
+
+
+def read_saved(path: Path) -> bytes:
+    """A file of the tree or of the backup: a FIFO or device there never blocks."""
+    return safe_files.read_bytes("", path, cap=SAVED_CAP)
 
 
 def _sync_dir(folder: Path) -> None:
@@ -165,7 +177,7 @@ class Transaction:
         write_atomic(self.journal, json.dumps(entry).encode())
         for rel in files:
             src = self.root / rel
-            write_atomic(self.saved / rel, src.read_bytes(), like=src)
+            write_atomic(self.saved / rel, read_saved(src), like=src)
         entry["stage"] = "changing"  # from here on the SGLang tree may change
         write_atomic(self.journal, json.dumps(entry).encode())
         self._entry = entry
@@ -211,13 +223,13 @@ class Transaction:
                 for rel in entry["files"]:
                     dest = confined(self.pkg, self.root / rel)
                     saved = confined(self.pkg, self.saved / rel)
-                    write_atomic(dest, saved.read_bytes(), like=saved)
+                    write_atomic(dest, read_saved(saved), like=saved)
                     for debris in dest.parent.glob(f".{dest.name}.tmp-*"):
                         debris.unlink()
             if entry["op"] == "apply":
                 self._drop(entry["patches"])
             self.journal.unlink()
-        except (OSError, KeyError, TypeError) as e:
+        except (OSError, KeyError, TypeError, UserError) as e:
             raise UserError(
                 f"rolling back an interrupted `patches {entry.get('op')}` in {self.pkg} "
                 f"failed: {getattr(e, 'strerror', None) or e}. The files as they were "

@@ -27,7 +27,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import adaptive_config, releases
+from sgl_eagle_ext.common import adaptive_config, paths, releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         argv.remove("--live")
         return live.run(argv)
     args = parser().parse_args(argv)
+    if args.out:  # refused before the logs are read, not after
+        paths.check_writable_file("--out", args.out)
     for value, name in (
         (args.baseline_tps, "--baseline-tps"),
         (args.baseline_ms_per_token, "--baseline-ms-per-token"),

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sgl_eagle_ext.common import adaptive_config, releases
+from sgl_eagle_ext.common import adaptive_config, interrupts, paths, proctree, releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.schedule_file import write_request
@@ -97,8 +97,11 @@ def _ints(text: str, flag: str) -> list[int]:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
         values = []
-    if not values or values[0] < 0:
-        raise UserError(f"{flag} {text!r}: not a list of whole numbers.", fix=f"e.g. {flag} 1,2,4")
+    if not values or values[0] < 0 or values[-1] > 100_000:
+        raise UserError(
+            f"{flag} {text[:60]!r}: not a list of whole numbers (at most 100000).",
+            fix=f"e.g. {flag} 1,2,4",
+        )
     return values
 
 
@@ -133,8 +136,7 @@ EAGLE3_PROFILE_FILE = {json.dumps(str((out_dir / "profile-{rank}.jsonl").resolve
 EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(schedule_file(out_dir).resolve()))}
 """
     path = out_dir / "live-preset.toml"
-    path.write_text(text)
-    return path
+    return paths.write_text("--results (its folder)", path, text, inside=out_dir)
 
 
 def arm_preset(args, out_dir: Path, name: str) -> str:
@@ -150,11 +152,9 @@ def arm_preset(args, out_dir: Path, name: str) -> str:
         "speculative-adaptive",
         "speculative-adaptive-config",
     ]
-    path.write_text(
-        f"extends = {json.dumps(str(args.preset_file.resolve()))}\n[server]\n"
-        + "".join(f"{k} = false\n" for k in off)
-    )
-    return str(path)
+    text = f"extends = {json.dumps(str(args.preset_file.resolve()))}\n[server]\n"
+    text += "".join(f"{k} = false\n" for k in off)
+    return str(paths.write_text("--results (its folder)", path, text, inside=out_dir))
 
 
 def schedule_file(out_dir: Path) -> Path:
@@ -170,6 +170,7 @@ class Schedule:
 
     def write(self, **fields) -> None:
         self.seq += 1  # TP rank 0 grants it to every rank at one verify (schedule_file.py)
+        paths.check_writable_file("schedule", self.path)  # never through a planted link
         write_request(self.path, self.seq, **fields)
 
 
@@ -223,12 +224,10 @@ def sglang_loads(path: Path, initial: int, python: str = sys.executable) -> dict
 
 
 def _sglang_loads(path: Path, initial: int, python: str) -> dict:
-    p = subprocess.run(
-        [python, "-c", SGLANG_LOADER, str(path), str(initial)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    try:  # its own process group: a kill of this run takes the loader with it
+        p = proctree.run_in_group([python, "-c", SGLANG_LOADER, str(path), str(initial)], 300)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{path}: SGLang's loader did not answer within 300 s.", code=1) from None
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"{path}: SGLang's loader refused the written table: {last}", code=1)
@@ -417,7 +416,7 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
     rec_lines = [sentence]
     if fixed:
         fixed_path = out_dir / "recommended-fixed.toml"
-        fixed_path.write_text(fixed)
+        paths.write_text("--results (its folder)", fixed_path, fixed, inside=out_dir)
         rec_lines.append(
             f"wrote {fixed_path}: python -m sgl_eagle_ext.launch --preset-file {fixed_path} ..."
         )
@@ -447,7 +446,8 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
             )
         )
     html = out_dir / "report.html"
-    html.write_text(live_report.html(f"tune --live: {args.model_path}", sections))
+    page = live_report.html(f"tune --live: {args.model_path}", sections)
+    paths.write_text("--results (its folder)", html, page, inside=out_dir)
     for head, lines in sections:
         _say(f"\n== {head}")
         _say("\n".join(lines))
@@ -460,6 +460,8 @@ def run(argv: list[str]) -> int:
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
     args = parser().parse_args(own)
+    # the results file (and the folder of the run's files) refused before any work
+    paths.check_writable_file("--results", args.results)
     levels = _ints(args.levels, "--levels")
     if levels[0] < 1:
         raise UserError("--levels: concurrencies start at 1.", fix="e.g. --levels 1,2,4")
@@ -514,10 +516,10 @@ def run(argv: list[str]) -> int:
     ctx["progress"] = progress
     stop = {"proc": None}
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, on_term)
+    # SIGTERM/SIGHUP as Ctrl-C (asyncio.run cancels its task: no shutdown traceback),
+    # and Ctrl-C given back when started with it ignored (`tune --live ... &`)
+    signals = contextlib.ExitStack()
+    signals.enter_context(interrupts.sigterm_as_sigint())
     try:
         need_live = bool(todo)
         if not need_live:  # every cell kept: is the validation pass of its table done?
@@ -580,7 +582,7 @@ def run(argv: list[str]) -> int:
         )
         return EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, old)
+        signals.close()
         if stop["proc"] is not None:
             stop["proc"].stop()
     progress.close()

@@ -16,12 +16,67 @@ is refused rather than mixed.
 from __future__ import annotations
 
 import json
-import os
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_eagle_ext.common import nesting
+from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.tools.bench import records
+
+RESULTS_CAP = 256 * safe_files.MIB  # thousands of cells are a few MB
+KINDS = ("cell", "validation", "arm")
+
+
+def _int(v, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _num(v) -> bool:
+    return v is None or (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    )
+
+
+def problem(rec) -> str | None:
+    """Why `rec` is not a record this tool wrote (the first wrong field), or None."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    if rec.get("kind") not in KINDS:
+        return "field 'kind' must be one of " + ", ".join(KINDS)
+    if not _int(rec.get("level"), 1):
+        return "field 'level' must be a whole number >= 1"
+    checks = (
+        ("steps", lambda v: v is None or _int(v), "a whole number >= 0"),
+        ("arm", lambda v: v is None or isinstance(v, str), "a string"),
+        ("table", lambda v: v is None or isinstance(v, str), "a string"),
+        ("setup", lambda v: isinstance(v, dict), "an object"),
+        ("rounds", lambda v: v is None or _int(v, 1), "a whole number >= 1"),
+        ("wall_s", _num, "a finite number"),
+        ("client", lambda v: v is None or isinstance(v, dict), "an object"),
+        ("profile", lambda v: v is None or isinstance(v, dict), "an object"),
+    )
+    for name, ok, what in checks:
+        if not ok(rec.get(name)):
+            return f"field '{name}' must be {what}"
+    if rec["kind"] == "cell" and rec.get("steps") is None:
+        return "a cell without 'steps'"
+    for part, fields in (
+        ("client", ("output_tok_s", "duration_s", "server_cpu_s", "tok_per_server_cpu_s")),
+        ("profile", ("accept_len", "cycle_ms", "decode_tok_s")),
+    ):
+        sub = rec.get(part) or {}
+        for name in fields:
+            if not _num(sub.get(name)):
+                return f"field '{part}.{name}' must be a finite number"
+    prof = rec.get("profile") or {}
+    for name in ("cycles", "request_cycles"):
+        if name in prof and not _int(prof[name]):
+            return f"field 'profile.{name}' must be a whole number >= 0"
+    for name in ("hist", "steps_mix", "ms_sum"):
+        if not (prof.get(name) is None or isinstance(prof[name], dict)):
+            return f"field 'profile.{name}' must be an object"
+    return None
 
 
 @dataclass(frozen=True)
@@ -53,28 +108,32 @@ class Results:
         self.resumed = 0
 
     def load(self) -> Results:
-        """Read what an earlier run measured (same setup only)."""
-        if not self.path.exists():
+        """Read what an earlier run measured (same setup only). Every record is type
+        checked before it is used (problem()): a hand-edited or foreign line is one
+        clear error naming it, never a traceback in the report an hour later."""
+        if not (self.path.exists() or self.path.is_symlink()):
             return self
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise UserError(
-                f"{self.path}: cannot be read ({e}).", fix="pass another --results file"
-            ) from None
-        for n, line in enumerate(text.splitlines(), 1):
+            text = safe_files.read_text("--results", self.path, cap=RESULTS_CAP)
+        except UserError as e:
+            raise UserError(e.message, fix="pass another --results file") from None
+        lines = text.splitlines()
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 rec = nesting.json_loads(line)
-                key = key_of(rec)
-            except (ValueError, KeyError, TypeError):
-                if n == len(text.splitlines()):
+            except (ValueError, RecursionError):
+                rec = None
+            why = problem(rec) if rec is not None else "not JSON"
+            if why:
+                if n == len(lines):
                     continue  # a line cut by a crash mid-write: measured again
                 raise UserError(
-                    f"{self.path}: line {n} is not a tune --live record.",
+                    f"{self.path}: line {n} is not a tune --live record ({why}).",
                     fix="pass another --results file (or remove that line)",
-                ) from None
+                )
+            key = key_of(rec)
             if rec.get("setup") != self.setup:
                 diff = sorted(
                     k
@@ -94,12 +153,10 @@ class Results:
         return key in self.records
 
     def append(self, rec: dict) -> None:
+        """One whole line, or none (a full disk cuts the file back: records.py)."""
         rec = {**rec, "setup": self.setup}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        line = json.dumps(rec, separators=(",", ":"), default=str) + "\n"
+        records._append_bytes(self.path, line.encode("utf-8", "surrogateescape"))
         self.records[key_of(rec)] = rec
 
     def of_kind(self, kind: str) -> list[dict]:
