@@ -8,6 +8,7 @@ import time
 
 from sgl_eagle_ext.profiling import record
 from sgl_eagle_ext.profiling.names import LOGGER
+from sgl_eagle_ext.profiling.record import Window
 from sgl_eagle_ext.profiling.recorder import window
 from sgl_eagle_ext.profiling.recorder.config import Config
 from sgl_eagle_ext.profiling.recorder.cycles import Cycle, CycleTracker, Resolved
@@ -79,7 +80,6 @@ class Profiler:
         if self._busy:
             self._flush_wanted = True
             return
-        self.poll()
         self.emit()
 
     def _guarded(self, fn):
@@ -95,7 +95,7 @@ class Profiler:
     def poll(self) -> None:
         self._guarded(self._poll)
 
-    def _poll(self) -> None:
+    def _poll(self, write: bool = True) -> None:
         done = self.tracker.poll()
         if done:
             self.window += done
@@ -107,14 +107,15 @@ class Profiler:
             if self.config.cycles > 0
             else (time.monotonic() - self.window_t0 >= self.config.interval_s)
         )
-        if self.window and due:
-            self.emit()
+        if write and self.window and due:
+            self._emit()
 
-    def flush_idle(self, now: float | None = None) -> dict | None:
+    def flush_idle(self, now: float | None = None) -> Window | None:
         """Called while the scheduler has no batch: once idle for IDLE_FLUSH_S, resolve
         what completed and write the partial window (a short run is logged too)."""
         if not self.active or self.rank is None:
             return None
+        self.tracker.close_gap()  # the scheduler found no batch: the last gap ends here
         now = time.monotonic() if now is None else now
         if self.idle_since is None:
             self.idle_since = now
@@ -123,13 +124,21 @@ class Profiler:
             return None
         self.poll()
         if self.window and not self.tracker.pending:
-            return self.emit()
+            return self._guarded(self._emit)
         return None
 
-    def emit(self) -> dict | None:
-        return self._guarded(self._emit)
+    def emit(self) -> Window | None:
+        """Write the window now (the server stops, or a test asks): a gap still open
+        is closed with no host time (cycles.py), what completed is resolved."""
 
-    def _emit(self) -> dict | None:
+        def forced():
+            self.tracker.close_gap(counted=False)
+            self._poll(write=False)
+            return self._emit()
+
+        return self._guarded(forced)
+
+    def _emit(self) -> Window | None:
         """Log the window: one record per (batch size, draft steps) of its decode
         cycles, so runs whose steps change at run time (adaptive) never mix; prefill
         counts go with the first. Returns the last record."""
@@ -144,13 +153,13 @@ class Profiler:
         rec = None
         for part in parts:
             rec = window.summarize(part, self.rank or 0, self.clock_kind, self.tracker.dropped)
-            rec["sync_counted"] = self.sync_counted
-            rec["ts"] = time.time()
+            rec.sync_counted = self.sync_counted
+            rec.ts = time.time()
             self._write(rec)
         self.window, self.window_decode, self.window_t0 = [], 0, time.monotonic()
         return rec
 
-    def _write(self, rec: dict) -> None:
+    def _write(self, rec: Window) -> None:
         logger.info(record.log_line(rec))
         if self.config.file:
             path = self.config.file.replace("{rank}", str(self.rank or 0))
