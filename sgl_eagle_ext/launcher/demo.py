@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -106,15 +105,14 @@ def profile(log_path: Path, bench_tps: float | None = None) -> None:
     from sgl_eagle_ext.profiling import report
 
     print(f"\n=== 3/3 profile: where each speculation cycle's time went ({log_path}) ===")
-    parsed = report.parse([log_path])
-    no_baseline = argparse.Namespace(baseline_tps=None, baseline_ms_per_token=None, target_tps=None)
-    rows = [r for r in report.figures(parsed, no_baseline, None) if r.get("cycles")]
+    prof, _ = report.parse([log_path])
+    rows = [r for r in report.figures(prof) if r.get("cycles")]
     if not rows:
         print("  no EAGLE3_PROFILE window in the log (was EAGLE3_PROFILE switched off?)")
         return
     # The single-stream runs above: batch size 1 if profiled, else the busiest group.
     row = next((r for r in rows if r["bs"] == 1), max(rows, key=lambda r: r["cycles"]))
-    report.print_table([row], parsed)
+    report.print_table([row], prof)
     if bench_tps and row.get("tok_s") and row["bs"] == 1:
         pct = 100 * (row["tok_s"] / bench_tps - 1)
         print(

@@ -188,6 +188,14 @@ class Profile:
     sglang: dict = field(default_factory=lambda: defaultdict(SGLangLines))  # bs -> lines
     by_key: dict = field(default_factory=lambda: defaultdict(list))  # key -> windows in order
 
+    @property
+    def setting(self) -> tuple[int, int, int] | None:
+        """(steps, topk, draft tokens) of the server, from its server_args."""
+        keys = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+        if all(isinstance(self.spec.get(k), int) for k in keys):
+            return tuple(self.spec[k] for k in keys)
+        return None
+
     # -- in --------------------------------------------------------------------------
     def add(self, w: Window) -> tuple[int, int] | None:
         """One window; its key, or None for a window without decode cycles. A window
