@@ -25,8 +25,12 @@ Rules, stated once:
   drafts per request-cycle (the record's accept_hist, accepted tokens with the bonus
   token, is converted here and nowhere else).
 - SGLang's "Decode batch" lines: per batch size, their gen throughput and accept
-  length; a batch size's figure is the MEDIAN of its lines (a line after an idle gap
-  or a prefill reports a stray rate), the baseline's time per token too.
+  length. A line's rate is its tokens over the wall time since the previous line; a
+  batch size's figure is its lines' summed tokens over their summed time (what the
+  profile's tok/s is for cycles), leaving out stray lines, those whose time per token
+  is over WARMUP_FACTOR x the median line's (they also span an idle gap or prefills)
+  or under 1 / WARMUP_FACTOR x. The
+  baseline's time per token is that figure of the baseline's lines.
 """
 
 from __future__ import annotations
@@ -122,19 +126,41 @@ class Cell:
 
 @dataclass
 class SGLangLines:
-    """SGLang's own Decode batch lines at one batch size."""
+    """SGLang's own Decode batch lines at one batch size. A line's rate is its
+    tokens over the wall time since the previous line (scheduler metrics_reporter:
+    num_generated_tokens / gap_latency), so its tokens are accept len x batch size
+    (x the log interval: the same for every line) and its time tokens / rate."""
 
+    bs: int = 1
     tps: list[float] = field(default_factory=list)
-    accept: list[float] = field(default_factory=list)
+    accept: list[float | None] = field(default_factory=list)  # None: no speculation
+
+    def add(self, tps: float, acc: float | None) -> None:
+        self.tps.append(tps)
+        self.accept.append(acc)
+
+    def _kept(self) -> list[tuple[float, float]]:
+        """(tokens, seconds) of the lines that time decode alone: a line whose time per
+        token is over WARMUP_FACTOR x the median line's also spans an idle gap or
+        prefills (under 1 / WARMUP_FACTOR x: a stray the other way)."""
+        lines = [((a or 1.0) * self.bs, t) for t, a in zip(self.tps, self.accept) if t > 0]
+        lines = [(tok, tok / t) for tok, t in lines]
+        if not lines:
+            return []
+        mid = statistics.median(s / tok for tok, s in lines)
+        lo, hi = mid / WARMUP_FACTOR, mid * WARMUP_FACTOR
+        return [(tok, s) for tok, s in lines if lo <= s / tok <= hi]
 
     @property
     def gen_tps(self) -> float | None:
-        rates = [v for v in self.tps if v > 0]
-        return statistics.median(rates) if rates else None
+        """Tokens / seconds over the kept lines (the rate of their summed time)."""
+        kept = self._kept()
+        return sum(t for t, _ in kept) / sum(s for _, s in kept) if kept else None
 
     @property
     def accept_len(self) -> float | None:
-        return statistics.median(self.accept) if self.accept else None
+        acc = [a for a in self.accept if a is not None]
+        return sum(acc) / len(acc) if acc else None
 
 
 def spec_from(line: str) -> dict:
@@ -185,7 +211,7 @@ class Profile:
     skipped: int = 0  # record or Decode batch lines that were truncated or garbled
     decode_lines: int = 0
     prefill: list = field(default_factory=list)  # (n, mean ms) per window
-    sglang: dict = field(default_factory=lambda: defaultdict(SGLangLines))  # bs -> lines
+    sglang: dict = field(default_factory=dict)  # bs -> SGLangLines
     by_key: dict = field(default_factory=lambda: defaultdict(list))  # key -> windows in order
 
     @property
@@ -221,12 +247,10 @@ class Profile:
                 m = DECODE_BATCH.search(line)
                 if not m:
                     raise ValueError("garbled Decode batch line")
-                tps, acc = checked(float(m["tps"])), m["acc"]
-                lines = self.sglang[int(m["bs"])]
+                tps = checked(float(m["tps"]))
+                acc = checked(float(m["acc"])) if m["acc"] else None
+                self.lines_at(int(m["bs"])).add(tps, acc)
                 self.decode_lines += 1
-                lines.tps.append(tps)
-                if acc:
-                    lines.accept.append(checked(float(acc)))
             elif not self.spec and "server_args=" in line:
                 self.spec = spec_from(line)
         except BAD_LINE:
@@ -263,10 +287,14 @@ class Profile:
         self.decode_lines += other.decode_lines
         self.prefill += other.prefill
         for bs, lines in other.sglang.items():
-            self.sglang[bs].tps += lines.tps
-            self.sglang[bs].accept += lines.accept
+            mine = self.lines_at(bs)
+            mine.tps += lines.tps
+            mine.accept += lines.accept
         for key, windows in other.by_key.items():
             self.by_key[key] += windows
+
+    def lines_at(self, bs: int) -> SGLangLines:
+        return self.sglang.setdefault(bs, SGLangLines(bs))
 
     # -- out -------------------------------------------------------------------------
     def warmup(self, key) -> tuple[int, int]:
@@ -308,9 +336,13 @@ def merge_cells(profiles: Iterable[Profile]) -> dict[tuple[int, int], Cell]:
 
 def baseline_ms(profiles: Iterable[Profile]) -> dict[int, float]:
     """Per-stream baseline ms per token at each batch size, from baseline servers'
-    Decode batch lines (the median rate, module doc)."""
-    rates: dict[int, list[float]] = defaultdict(list)
+    Decode batch lines (SGLangLines.gen_tps over all of them)."""
+    merged = Profile()
     for prof in profiles:
-        for bs, lines in prof.sglang.items():
-            rates[bs] += [v for v in lines.tps if v > 0]
-    return {bs: 1000 * bs / statistics.median(v) for bs, v in rates.items() if v}
+        merged.absorb(prof)
+    out = {}
+    for bs, lines in merged.sglang.items():
+        tps = lines.gen_tps
+        if tps:
+            out[bs] = 1000 * bs / tps
+    return out

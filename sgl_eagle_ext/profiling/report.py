@@ -20,7 +20,7 @@ garbled lines are counted and skipped.
 The figures come from the one aggregator (profiling/aggregate.py: the warm-up rule,
 the merge, SGLang's Decode batch lines, accept length), as tune's do. Warm-up windows
 are left out and counted ("3 warm-up cycles excluded"). Where the profile's tokens/s
-and SGLang's own "Decode batch" gen throughput (the median of its lines) differ by
+and SGLang's own "Decode batch" gen throughput (its lines' tokens over their time) differ by
 more than AGREE_PCT, the report says so.
 
 Adaptive speculation: each batch size is also split by the draft steps its
@@ -46,6 +46,7 @@ from sgl_eagle_ext.profiling.aggregate import (  # noqa: F401 (DECODE_BATCH: re-
     WARMUP_FACTOR,
     Cell,
     Profile,
+    baseline_ms,
 )
 from sgl_eagle_ext.profiling.names import ENV, ENV_FILE, TAG
 from sgl_eagle_ext.profiling.record import (  # noqa: F401 (record_from_line: re-exported)
@@ -71,11 +72,10 @@ def parse(paths: list[Path]) -> tuple[Profile, adaptive_log.AdaptiveLog]:
 def baseline_ms_per_token(
     baseline: Profile | None, bs: int, one_stream_ms: float | None = None
 ) -> float | None:
-    """Per-stream baseline time per token at batch size `bs`: the baseline log's
-    median Decode-batch rate there, else the one-stream figure given."""
+    """Per-stream baseline time per token at batch size `bs`: from the baseline log's
+    Decode batch lines there (aggregate.baseline_ms), else the one-stream figure given."""
     if baseline is not None:
-        tps = baseline.sglang[bs].gen_tps if bs in baseline.sglang else None
-        return 1000 * bs / tps if tps else None
+        return baseline_ms([baseline]).get(bs)
     return one_stream_ms
 
 

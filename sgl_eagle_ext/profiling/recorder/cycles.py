@@ -65,16 +65,18 @@ class CycleTracker:
         self.pending: deque[Cycle] = deque()
         self.dropped = 0
 
-    def close_gap(self, counted: bool = True) -> None:
-        """End the open cycle's gap now (`counted`: its host time runs until now)."""
+    def close_gap(self, counted: bool = True) -> bool:
+        """End the open cycle's gap now (`counted`: its host time runs until now);
+        whether there was one."""
         c, self.open = self.open, None
         if c is None:
-            return
+            return False
         if counted:
             m = self.clock.mark()
             if m is not None:  # None: inside a CUDA-graph capture, no host time
                 c.marks[GAP_END] = m
         c.gap_closed = True
+        return True
 
     def begin(self, kind: str, bs: int, draft_tokens: int) -> Cycle:
         self.close_gap()

@@ -161,7 +161,10 @@ def _count_sync(wrapped, instance, args, kwargs):
 
 
 def _idle(wrapped, instance, args, kwargs):
-    """The scheduler has no batch: write the partial window (a short run logs too)."""
+    """The scheduler has no batch: the last cycle's gap ends here (before SGLang's idle
+    sleep), and the partial window is written (a short run logs too)."""
+    if PROFILER is not None:
+        PROFILER.idle_starts()
     try:
         return wrapped(*args, **kwargs)
     finally:

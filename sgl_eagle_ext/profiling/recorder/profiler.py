@@ -110,12 +110,18 @@ class Profiler:
         if write and self.window and due:
             self._emit()
 
+    def idle_starts(self) -> None:
+        """The scheduler found no batch to run: the last cycle's gap ends now (what
+        follows is waiting for requests, not host work), and it resolves now."""
+        if self.active and self.tracker.close_gap():
+            self.poll()
+
     def flush_idle(self, now: float | None = None) -> Window | None:
         """Called while the scheduler has no batch: once idle for IDLE_FLUSH_S, resolve
         what completed and write the partial window (a short run is logged too)."""
         if not self.active or self.rank is None:
             return None
-        self.tracker.close_gap()  # the scheduler found no batch: the last gap ends here
+        self.idle_starts()  # (the idle wrapper has ended the gap already)
         now = time.monotonic() if now is None else now
         if self.idle_since is None:
             self.idle_since = now
