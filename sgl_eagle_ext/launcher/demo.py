@@ -4,7 +4,9 @@
    length beside the one the pair was built for (the manifest's replay);
 2. benchmark: a few fixed-length single-stream runs, tokens per second;
 3. profile: the server runs with EAGLE3_PROFILE on (short windows), and the
-   report tool's table is printed from the server's own log.
+   report tool's table is printed from the server's own log (cycles in wall time, the
+   `host` row the scheduler's work between them), set beside SGLang's own Decode
+   batch throughput at the same batch size.
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ SETTING_FLAGS = (
     "--speculative-eagle-topk",
     "--speculative-num-draft-tokens",
 )
+
+
+# SGLang's Decode batch line every few decode iterations too (default 40: a demo run
+# would print none), so the report sets the profile beside SGLang's own throughput.
+DECODE_LOG_INTERVAL = "4"
+
+
+def server_extra(extra: list[str]) -> list[str]:
+    """The SGLang flags the demo server starts with, the user's own kept."""
+    if any(a.split("=")[0] == "--decode-log-interval" for a in extra):
+        return list(extra)
+    return [*extra, "--decode-log-interval", DECODE_LOG_INTERVAL]
 
 
 def server_env(environ=os.environ) -> dict[str, str]:
