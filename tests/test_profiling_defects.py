@@ -286,3 +286,19 @@ def test_server_asks_only_schedulers_to_flush(tmp_path):
     assert out.stdout.split() == ["1", "True"]  # one scheduler asked; the other lives on
     assert (tmp_path / "sglang__scheduler_TP0").read_text() == "flushed"
     assert not (tmp_path / "other").exists()
+
+
+def test_the_gap_ends_before_sglangs_idle_sleep(monkeypatch):
+    """A cycle's host time runs to the scheduler's idle call, not through it: SGLang's
+    on_idle sleeps, and the first run of this counted ~1 s of that sleep as host work."""
+    import time
+
+    prof = Profiler(ON, HostClock(), rank_fn=lambda: 0)
+    monkeypatch.setattr(instrument, "PROFILER", prof)
+    cycle = prof.begin("decode", 1, 4)
+    prof.end()
+    prof.join(cycle, [2])
+    instrument._idle(lambda: time.sleep(0.3), None, (), {})  # SGLang's idle housekeeping
+    (res,) = prof.window
+    assert res.ms["host"] < 100.0, res.ms  # not the 300 ms sleep
+    assert res.ms["cycle"] == res.ms["step"] + res.ms["host"]
