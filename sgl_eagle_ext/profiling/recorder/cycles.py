@@ -10,8 +10,9 @@ stream (CUDA events on the forward stream; the host clock on CPU). The part afte
 step returned is `host`: the scheduler's work between cycles (processing this
 result, receiving requests, scheduling the next batch); on a GPU, the time the stream
 waited for the host. The gap rule: a gap ends at the next step's start, or at the
-scheduler's first idle call after the step (`idle()`: it found no batch to run, so
-what follows is waiting for requests, not host work; the gap up to there is counted).
+scheduler's first idle call after the step (instrument._idle, before SGLang's idle
+sleep; or a step with an idle batch under DP attention): it found no batch to run, so
+what follows is waiting for requests, not host work; the gap up to there is counted.
 A gap still open when a window is forced out (the server stops) is closed with no
 host time. A cycle is resolved only when all its marks have completed on the
 device (read once query() says so: never a synchronize), its gap is closed and,

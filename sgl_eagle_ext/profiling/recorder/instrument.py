@@ -96,6 +96,8 @@ def _step(wrapped, instance, args, kwargs):
     prof = PROFILER
     kind = _kind(_batch_of(args, kwargs), instance) if prof is not None else None
     if kind is None:
+        if prof is not None:  # an idle batch (DP attention): no host work of a cycle
+            prof.idle_starts()
         return wrapped(*args, **kwargs)
     cycle = prof.begin(
         kind,
