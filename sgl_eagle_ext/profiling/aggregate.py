@@ -260,12 +260,8 @@ class Profile:
     def read(cls, source: Path | str | Iterable[str]) -> Profile:
         """A log or JSON-lines file (streamed: logs run to gigabytes) or lines."""
         if isinstance(source, (str, Path)):
-            prof = cls(Path(source))
-            for line in read_lines(Path(source)):  # server_args first: windows need it
-                if "server_args=" in line:
-                    prof.spec = spec_from(line)
-                    break
-            lines = read_lines(Path(source))
+            # one pass: SGLang logs server_args at startup, before any window
+            prof, lines = cls(Path(source)), read_lines(Path(source))
         else:
             prof, lines = cls(), source
         for line in lines:
