@@ -93,7 +93,7 @@ class Cell:
             self.sums[p, "p50"] += s.p50 * n
             self.sums[p, "p90"] += s.p90 * n
         for tokens, k in w.accept_hist.items():
-            self.hist[max(0, tokens - accept_length.BONUS)] += k
+            self.hist[accept_length.correct_drafts(tokens)] += k
 
     def absorb(self, other: Cell) -> None:
         """Merge another cell of the same key (another log of the same setting)."""
