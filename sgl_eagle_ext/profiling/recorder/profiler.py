@@ -44,6 +44,7 @@ class Profiler:
         self.records = 0
         self.idle_since: float | None = None
         self.sync_counted = "off"  # what syncs= counts (syncs.py), set by the instrumentor
+        self.first_written = False  # the process's first decode cycle, a window of its own
         self._busy = 0  # inside poll/emit: a flush signal arriving then waits for them
         self._flush_wanted = False
 
@@ -107,6 +108,9 @@ class Profiler:
             if self.config.cycles > 0
             else (time.monotonic() - self.window_t0 >= self.config.interval_s)
         )
+        # the first decode cycle carries JIT compilation and first allocations: a
+        # window of its own, so the readers' warm-up rule can leave it out
+        due = due or (not self.first_written and self.window_decode >= 1)
         if write and self.window and due:
             self._emit()
 
@@ -150,6 +154,7 @@ class Profiler:
         counts go with the first. Returns the last record."""
         if not self.window:
             return None
+        self.first_written = self.first_written or any(c.kind == "decode" for c in self.window)
         keyed: dict[tuple, list[Resolved]] = {}
         for c in self.window:
             if c.kind == "decode":
