@@ -201,7 +201,7 @@ def warmup_windows(windows: list[Window]) -> int:
     return lead
 
 
-@dataclass
+@dataclass(eq=False)
 class Profile:
     """Everything read from one server's log(s)."""
 

@@ -149,11 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [aggregate.Profile.read(p) for p in args.logs]
     empty = [r for r in runs if not r.by_key]
     # a tree: its steps are not a chain's (the grid ranks it)
-    trees = [
-        r for r in runs if r.by_key and r.spec.get("speculative_eagle_topk", 1) not in (1, None)
-    ]
-    chains = [r for r in runs if r.by_key and r not in trees]
-    cells = aggregate.merge_cells(chains)
+    tree = [r.spec.get("speculative_eagle_topk", 1) not in (1, None) for r in runs]
+    trees = [r for r, t in zip(runs, tree) if r.by_key and t]
+    cells = aggregate.merge_cells(r for r, t in zip(runs, tree) if r.by_key and not t)
     for run in trees:  # say why each contributes what it does
         print(f"{PROG}: note: {tree_note(run)}", file=sys.stderr)
     if not cells and not (trees and args.grid):
