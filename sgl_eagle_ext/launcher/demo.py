@@ -117,9 +117,10 @@ def benchmark(base_url: str, api_key: str | None) -> float:
 def profile(log_path: Path, bench_tps: float | None = None) -> None:
     """The report tool's table for this run, read from the server's own log."""
     from sgl_eagle_ext.profiling import report
+    from sgl_eagle_ext.profiling.aggregate import Profile
 
     print(f"\n=== 3/3 profile: where each speculation cycle's time went ({log_path}) ===")
-    prof, _ = report.parse([log_path])
+    prof = Profile.read(log_path)  # the one aggregator, as the report reads it
     rows = [r for r in report.figures(prof) if r.get("cycles")]
     if not rows:
         print("  no EAGLE3_PROFILE window in the log (was EAGLE3_PROFILE switched off?)")
