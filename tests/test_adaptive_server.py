@@ -77,7 +77,7 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
             timeout=60,
         )
         out = json.loads(p.stdout)
-        (row,) = [r for r in out["rows"] if r.bs == 1]
+        (row,) = [r for r in out["rows"] if r["bs"] == 1]
         assert any(s["no_draft"] and s["cycles"] for s in row["by_steps"])
         assert out["adaptive"]["switches"][0]["new"] == 0
     else:
