@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from sgl_eagle_ext.common import ports  # noqa: E402
 from sgl_eagle_ext.profiling import adaptive_log  # noqa: E402
-from sgl_eagle_ext.profiling.record import iter_records  # noqa: E402
+from sgl_eagle_ext.profiling.aggregate import Profile  # noqa: E402
 
 READY = re.compile(r"READY in [\d.]+ s: (\S+)")
 FIXED = ("eagle3-2step", "eagle3-3step", "eagle3-5step")
@@ -90,9 +90,8 @@ def sweep(url: str, label: str, args, results: Path, levels: str) -> dict[int, f
 
 def steps_mix(log: Path) -> Counter:
     cycles = Counter()
-    for rec in iter_records(log):  # bad lines skipped
-        for k, v in (rec.get("steps") or {}).items():
-            cycles[int(k)] += v
+    for (_, steps), cell in Profile.read(log).cells().items():  # the one aggregator
+        cycles[steps] += cell.cycles
     return cycles
 
 

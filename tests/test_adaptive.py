@@ -245,11 +245,11 @@ def test_windows_are_keyed_by_batch_size_and_steps(caplog):
     counts = record.Counts()
     recs = list(record.iter_records((r.getMessage() for r in caplog.records), counts))
     assert counts.skipped == 0
-    keys = sorted((tuple(r["bs"]), tuple(r["steps"]), r["cycles"]) for r in recs)
+    keys = sorted((tuple(r.bs), tuple(r.steps), r.cycles) for r in recs)
     assert keys == [((1,), (0,), 1), ((1,), (3,), 2), ((2,), (0,), 1)]
-    zero = next(r for r in recs if r["steps"] == {0: 1} and r["bs"] == {1: 1})
-    assert zero["phases"]["draft"]["mean"] == 0.0 and zero["accept_hist"] == {1: 1}
-    assert sum(r["prefill"]["n"] for r in recs) == 1
+    zero = next(r for r in recs if r.steps == {0: 1} and r.bs == {1: 1})
+    assert zero.phases["draft"].mean == 0.0 and zero.accept_hist == {1: 1}
+    assert sum(r.prefill_n for r in recs) == 1
 
 
 # Lines as SGLang 0.5.23 printed them on the CPU harness (never-accepted draft).

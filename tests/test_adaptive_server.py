@@ -52,10 +52,10 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
     records = [record_from_line(ln) for ln in log.splitlines() if "EAGLE3_PROFILE v=" in ln]
     by_steps: dict[int, list[dict]] = {}
     for r in records:
-        if r["cycles"]:
-            assert len(r["steps"]) == 1 and len(r["bs"]) == 1  # one (bs, steps) per record
-            by_steps.setdefault(next(iter(r["steps"])), []).append(r)
-    cycles = sum(r["cycles"] for rs in by_steps.values() for r in rs)
+        if r.cycles:
+            assert len(r.steps) == 1 and len(r.bs) == 1  # one (bs, steps) per record
+            by_steps.setdefault(next(iter(r.steps)), []).append(r)
+    cycles = sum(r.cycles for rs in by_steps.values() for r in rs)
     assert cycles > 15  # the controller had its warm-up and a decision
     switches = adaptive_log.read(log.splitlines()).switches
 
@@ -67,9 +67,9 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
         # SGLang probed step 1 after one decision at 0; it failed, so the backoff doubles.
         assert "probe at steps 1 failed; next probe after 2 decisions at steps 0" in log
         zero = by_steps[0]
-        assert all(r["phases"]["draft"]["mean"] == 0.0 for r in zero)  # no-draft cycles
-        assert all(set(r["accept_hist"]) == {1} for r in zero)
-        assert all(r["draft_tokens"] == {1: r["cycles"]} for r in zero)
+        assert all(r.phases["draft"].mean == 0.0 for r in zero)  # no-draft cycles
+        assert all(set(r.accept_hist) == {1} for r in zero)
+        assert all(r.draft_tokens == {1: r.cycles} for r in zero)
         p = subprocess.run(
             [sys.executable, "-m", "sgl_eagle_ext.report", str(launcher.log_file), "--json"],
             capture_output=True,
@@ -85,7 +85,7 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
         assert all(s.new > 0 for s in switches)
         assert "probe at steps" not in log
         drafting = [r for rs in by_steps.values() for r in rs]
-        accepted = sum(k * v for r in drafting for k, v in r["accept_hist"].items())
+        accepted = sum(k * v for r in drafting for k, v in r.accept_hist.items())
         # The pair's designed acceptance on these prompts (manifest: 1.8-2.3 tokens per
         # cycle at 3 steps, less at the 2 SGLang may switch to; the never draft: 1.07).
-        assert accepted / sum(sum(r["accept_hist"].values()) for r in drafting) > 1.5
+        assert accepted / sum(sum(r.accept_hist.values()) for r in drafting) > 1.5

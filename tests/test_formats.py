@@ -34,7 +34,7 @@ def summarized(steps: int | None = 2, accepted=((3, 1), (2, 2), (1, 1))) -> dict
     ]
     cycles.append(Resolved("prefill", 1, 3, {"cycle": 40.0}, [], 0, steps))
     rec = window.summarize(cycles, rank=3, clock="cuda", dropped=1)
-    rec["sync_counted"] = "device-syncs"
+    rec.sync_counted = "device-syncs"
     return rec
 
 
@@ -54,12 +54,13 @@ def close(a: dict, b: dict) -> None:
 def test_profile_log_line_round_trips(steps):
     rec = summarized(steps)
     back = record.record_from_line("[2026-12-01 10:00:00 TP3] " + record.log_line(rec))
-    close({k: v for k, v in rec.items() if k != "ts"}, back)
+    close({k: v for k, v in rec.to_json().items() if k != "ts"}, back.to_json())
     assert record.log_line(back) == record.log_line(rec)  # a fixed point
 
 
 def test_profile_json_line_round_trips_with_int_keys():
-    rec = summarized() | {"ts": 1.5}
+    rec = summarized()
+    rec.ts = 1.5
     text = record.json_line(rec)
     assert text.endswith("\n") and text.count("\n") == 1
     assert record.record_from_line(text) == rec  # JSON's string keys back to ints
@@ -68,8 +69,8 @@ def test_profile_json_line_round_trips_with_int_keys():
 def test_a_window_without_decode_cycles_round_trips():
     rec = window.summarize([Resolved("prefill", 1, 3, {"cycle": 40.0}, [], 0, 2)], 0, "host")
     back = record.record_from_line(record.log_line(rec))
-    assert back["cycles"] == 0 and back["prefill"] == {"n": 1, "ms_mean": 40.0}
-    assert "phases" not in back and back["clock"] == "host"
+    assert back.cycles == 0 and (back.prefill_n, back.prefill_ms) == (1, 40.0)
+    assert not back.phases and back.clock == "host"
 
 
 def test_find_record_tells_other_lines_from_bad_records():
@@ -77,7 +78,7 @@ def test_find_record_tells_other_lines_from_bad_records():
     assert record.find_record("EAGLE3_PROFILE: on (SGLang 0.5.23, ...)") is None
     assert record.find_record("Decode batch, #running-req: 1") is None
     assert record.find_record('{"other": 1}') is None
-    assert record.find_record(line)["rank"] == 3
+    assert record.find_record(line).rank == 3
     for bad in (line[: len(line) // 2], "EAGLE3_PROFILE v=1 rank=x", '{"cycles": 3'):
         with pytest.raises(record.BAD_LINE):
             record.find_record(bad)
@@ -99,9 +100,9 @@ def test_iter_records_streams_a_file_and_counts_bad_lines(tmp_path):
     path.write_text("\r\n".join(lines) + "\r\n")
     counts = record.Counts()
     recs = list(record.iter_records(path, counts))
-    assert [r["rank"] for r in recs] == [3, 3]
+    assert [r.rank for r in recs] == [3, 3]
     assert (counts.records, counts.skipped) == (2, 2)
-    assert list(record.iter_records(lines)) == recs[:1] + [json.loads(lines[3]) | recs[1]]
+    assert list(record.iter_records(lines)) == recs
 
 
 def test_reading_a_directory_or_missing_file_is_a_user_error(tmp_path):

@@ -990,7 +990,7 @@ def test_a_full_disk_is_one_error_line(files, tmp_path):
     "main, where, name, argv",
     [
         (report, report, "parse", lambda f: [str(f["file"])]),
-        (tune, tune.measure, "read", lambda f: [str(f["file"])]),
+        (tune, tune.aggregate.Profile, "read", lambda f: [str(f["file"])]),
         (preflight, preflight, "run", lambda f: ["--model-path", str(f["model"])]),
     ],
     ids=["report", "tune", "preflight"],

@@ -25,7 +25,7 @@ def assert_clean_profiled_log(log: str) -> None:
     assert "Failed to execute general plugin" not in log
     assert "DuplicateTimeseries" not in log
     windows = [record_from_line(ln) for ln in log.splitlines() if "EAGLE3_PROFILE v=" in ln]
-    assert any(w["cycles"] for w in windows), "no profile window with decode cycles"
+    assert any(w.cycles for w in windows), "no profile window with decode cycles"
 
 
 @pytest.mark.parametrize("preset", ["eagle3-2step", "eagle3-5step"])

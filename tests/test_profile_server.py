@@ -18,9 +18,10 @@ import pytest
 
 from sgl_eagle_ext.common import http
 from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
-from sgl_eagle_ext.profiling.report import DECODE_BATCH, record_from_line
+from sgl_eagle_ext.profiling.report import AGREE_PCT, DECODE_BATCH, record_from_line
 
 pytestmark = pytest.mark.server
+AGREE_TOKENS = 48  # per request of the batch-size 1 and 4 runs
 PROFILE_ENV = {
     "EAGLE3_PROFILE": "1",
     "EAGLE3_PROFILE_CYCLES": "1",
@@ -69,6 +70,9 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     # by SGLang's own counter
     warmup_verify = verify_calls(http.request(f"{launcher.base_url}/metrics").text)
     outs = http.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
+    # one stream, then four: the report's tok/s against SGLang's own at batch sizes 1, 4
+    for n in (1, 4):
+        outs += http.generate(launcher.base_url, list(DEMO_PROMPTS[:n]), AGREE_TOKENS)
     metrics = http.request(f"{launcher.base_url}/metrics")
     stop = launcher.signal(signal.SIGTERM)
     assert stop == 128 + signal.SIGTERM
@@ -84,7 +88,7 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     log = launcher.log_text()
     assert log.count("EAGLE3_PROFILE: on (SGLang") == 1
     assert "Traceback" not in log and "Failed to execute general plugin" not in log
-    records = [r for r in profile_records(lines) if r["cycles"]]
+    records = [r for r in profile_records(lines) if r.cycles]
     decode = [DECODE_BATCH.search(ln) for ln in lines if "Decode batch" in ln]
     assert records and decode
     # one record per cycle, one SGLang line per verify iteration: same count
@@ -93,11 +97,10 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     # weighted by batch size
     verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
     assert verify_calls(metrics.text) == warmup_verify + verify_ct
-    assert warmup_verify + verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
+    assert warmup_verify + verify_ct == sum(bs * n for r in records for bs, n in r.bs.items())
     # cycle by cycle, our accept length is SGLang's own
     ours = [
-        sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
-        for r in records
+        sum(k * v for k, v in r.accept_hist.items()) / sum(r.accept_hist.values()) for r in records
     ]
     theirs = [float(m["acc"]) for m in decode]
     assert [round(a, 2) for a in ours] == pytest.approx(theirs, abs=0.006)
@@ -105,8 +108,8 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     assert low <= mean <= high
     # every phase was timed, no synchronize inside any cycle
     for r in records:
-        assert r["phases"]["verify_fwd"]["mean"] > 0 and r["phases"]["draft"]["mean"] > 0
-        assert r["phases"]["draft_extend"]["mean"] > 0
+        assert r.phases["verify_fwd"].mean > 0 and r.phases["draft"].mean > 0
+        assert r.phases["draft_extend"].mean > 0
     assert all("syncs=0" in ln for ln in lines if "EAGLE3_PROFILE v=" in ln)
     # SGLang's metrics are on (the presets pass --enable-metrics): our counters are there
     assert metrics.status == 200
@@ -117,8 +120,9 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     assert cycles and float(cycles.group(1)) >= len(records), text[-2000:]
     assert re.search(r'^sglang_ext:eagle_phase_seconds_total\{[^}]*phase="verify_fwd"', text, re.M)
     # the same records as JSON lines
-    file_records = [json.loads(x) for x in (tmp_path / "profile-0.jsonl").read_text().splitlines()]
-    assert sum(r["cycles"] for r in file_records) >= len(records)
+    file_text = (tmp_path / "profile-0.jsonl").read_text().splitlines()
+    file_records = [record_from_line(x) for x in file_text]
+    assert sum(r.cycles for r in file_records) >= len(records)
     # and the report reads the log
     report = subprocess.run(
         [
@@ -134,8 +138,21 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
         text=True,
     )
     assert report.returncode == 0, report.stderr
-    rows = json.loads(report.stdout)["rows"]
-    assert any("break_even_accept_len" in row for row in rows)
+    rows = {row["bs"]: row for row in json.loads(report.stdout)["rows"]}
+    assert any("break_even_accept_len" in row for row in rows.values())
+    # cycles in wall time: the host row (the scheduler's work between cycles) is timed
+    # and in the cycle, so the profile's tok/s is SGLang's own Decode-batch throughput
+    for bs in (1, 4):
+        row = rows[bs]
+        host = row["phases"]["host"]
+        print(
+            f"[{draft}] bs {bs}: profile {row['tok_s']:.2f} tok/s (cycle "
+            f"{row['phases']['cycle']['mean_ms']:.1f} ms, host {host['mean_ms']:.1f} ms = "
+            f"{host['share_pct']:.1f}%) vs SGLang's {row['sglang_gen_tps']:.2f} tok/s: "
+            f"{row['profile_vs_sglang_pct']:+.1f}% ({row['cycles']} cycles)"
+        )
+        assert host["mean_ms"] > 0
+        assert abs(row["profile_vs_sglang_pct"]) <= AGREE_PCT, row
 
 
 def test_sync_check_sees_a_synchronize_inside_a_cycle(tiny_models, start_launcher, tmp_path):
@@ -230,5 +247,5 @@ def test_a_server_stopped_under_load_writes_its_last_window(tiny_models, start_l
         assert time.monotonic() < deadline, launcher.log_text()[-3000:]
         time.sleep(0.2)
     launcher.signal(signal.SIGTERM)
-    records = [r for r in profile_records(launcher.log_text().splitlines()[start:]) if r["cycles"]]
-    assert records and sum(r["cycles"] for r in records) >= 3, launcher.log_text()[-3000:]
+    records = [r for r in profile_records(launcher.log_text().splitlines()[start:]) if r.cycles]
+    assert records and sum(r.cycles for r in records) >= 3, launcher.log_text()[-3000:]

@@ -86,11 +86,36 @@ def test_cycle_resolves_only_when_device_done_and_accept_joined():
     fake.complete_all()
     assert tracker.poll() == []  # accept counts not joined yet (v2 overlap)
     cycle.accepted = [3, 1]
+    assert tracker.poll() == []  # its gap is open: the next cycle has not started
+    fake.now += 3.0  # host work between cycles
+    nxt = run_cycle(tracker, fake)  # its start ends the gap, with an event of its own
+    assert tracker.poll() == []  # that event has not completed
+    fake.complete_all()
     (res,) = tracker.poll()
     assert res.ms["draft"] == 1.0 and res.ms["verify_fwd"] == 20.0
     assert res.ms["accept"] == 1.5 and res.ms["draft_extend"] == 2.0
-    assert res.ms["cycle"] == pytest.approx(24.5)
+    assert res.ms["step"] == pytest.approx(24.5) and res.ms["host"] == pytest.approx(3.0)
+    assert res.ms["cycle"] == pytest.approx(27.5)  # wall: start to next start
     assert res.accepted == [3, 1] and res.bs == 2
+    nxt.accepted = [1, 1]
+    fake.now += 100.0  # the scheduler goes idle: the gap ends at its first idle call
+    tracker.close_gap()
+    fake.now += 5000.0  # waiting for requests is not host work
+    tracker.begin("decode", 2, 4)
+    fake.complete_all()
+    (res,) = tracker.poll()
+    assert res.ms["host"] == pytest.approx(100.0) and res.ms["cycle"] == pytest.approx(124.5)
+
+
+def test_a_gap_closed_without_counting_has_no_host_time():
+    fake = FakeTorch()
+    tracker = CycleTracker(CudaEventClock(fake))
+    run_cycle(tracker, fake).accepted = [2]
+    fake.now += 7.0
+    tracker.close_gap(counted=False)  # the window is forced out (the server stops)
+    fake.complete_all()
+    (res,) = tracker.poll()
+    assert res.ms["host"] == 0.0 and res.ms["cycle"] == pytest.approx(24.5)
 
 
 def test_events_are_reused_only_after_resolution():
@@ -98,6 +123,7 @@ def test_events_are_reused_only_after_resolution():
     clock = CudaEventClock(fake)
     tracker = CycleTracker(clock)
     c = run_cycle(tracker, fake)
+    tracker.close_gap()
     n = len(fake.recorded)
     c.accepted = [1, 1]
     assert clock._pool == []
@@ -119,23 +145,28 @@ def test_window_summary_and_log_line():
     tracker = CycleTracker(CudaEventClock(fake))
     for accepted in ([3, 3], [2, 1], [3, 1]):
         run_cycle(tracker, fake).accepted = accepted
+        fake.now += 1.0  # host work until the next cycle (or the idle call)
+    tracker.close_gap()
     fake.complete_all()
     rec = window.summarize(tracker.poll(), rank=0, clock="cuda")
-    assert rec["cycles"] == 3 and rec["bs"] == {2: 3}
-    assert rec["accept_len"] == pytest.approx(13 / 6)
-    assert rec["accept_hist"] == {3: 3, 2: 1, 1: 2}
-    assert rec["tok_s"] == pytest.approx(1000 * 13 / (3 * 24.5))
+    assert rec.cycles == 3 and rec.bs == {2: 3}
+    assert rec.accept_len == pytest.approx(13 / 6)
+    assert rec.accept_hist == {3: 3, 2: 1, 1: 2}
+    assert rec.tok_s == pytest.approx(1000 * 13 / (3 * 25.5))  # wall time, host included
+    assert rec.phases["cycle"].mean == pytest.approx(25.5)
+    assert rec.phases["host"].mean == pytest.approx(1.0)
     shares = sum(
-        rec["phases"][p]["share"]
-        for p in ("draft", "verify_fwd", "accept", "draft_extend", "other")
+        rec.phases[p].share for p in ("draft", "verify_fwd", "accept", "draft_extend", "other")
     )
-    assert shares == pytest.approx(100)
+    assert shares + rec.phases["host"].share == pytest.approx(100)
     line = window.log_line(rec)
     fields = dict(tok.split("=", 1) for tok in line.split()[1:])
-    assert line.startswith(names.TAG + " ")
+    assert line.startswith(names.TAG + " v=2 ")
     assert fields["verify_fwd_ms"] == "20.00/20.00/20.00"
+    assert fields["host_ms"] == "1.00/1.00/1.00"
     assert fields["accept_len"] == "2.17" and fields["bs"] == "2:3"
-    assert fields["share"].startswith("draft:4.1,verify_fwd:81.6,")
+    assert fields["share"].startswith("draft:3.9,verify_fwd:78.4,")
+    assert fields["share"].endswith(",host:3.9")
 
 
 def test_profiler_windows_by_cycle_count_and_rank_filter(caplog):
@@ -143,14 +174,15 @@ def test_profiler_windows_by_cycle_count_and_rank_filter(caplog):
     cfg = config.from_env({names.ENV: "1", names.ENV_CYCLES: "2"})
     prof = Profiler(cfg, CudaEventClock(fake), rank_fn=lambda: 0)
     caplog.set_level(logging.INFO, logger=names.LOGGER)
-    for _ in range(3):
+    for _ in range(4):
         c = prof.begin("decode", 1, 4)
         prof.end()
         prof.join(c, [2])
         fake.complete_all()
-    prof.poll()
+    prof.poll()  # 3 cycles resolved (the 4th waits for its gap to end)
     lines = [r.message for r in caplog.records if r.message.startswith(names.TAG + " ")]
-    assert len(lines) == 1 and "cycles=2" in lines[0]
+    # the process's first decode cycle alone (JIT compilation), then windows of 2
+    assert len(lines) == 2 and "cycles=1" in lines[0] and "cycles=2" in lines[1]
     other = Profiler(config.from_env({names.ENV: "1"}), CudaEventClock(fake), rank_fn=lambda: 3)
     assert other.begin("decode", 1, 4) is None and not other.active
 

@@ -143,6 +143,13 @@ def test_demo_shows_answers_benchmark_and_profile(start_launcher):
     assert re.search(r"^  verify_fwd\s+[\d.]+", profile, re.M), profile
     assert re.search(r"accept length [\d.]+ tokens/cycle -> [\d.]+ tok/s", profile), profile
     assert int(re.search(r"(\d+) profile windows", profile).group(1)) >= 3, profile
+    # cycles in wall time: the scheduler's work between them is its own row, and the
+    # profile's speed is set beside SGLang's own Decode-batch throughput
+    host = re.search(r"^  host\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)%", profile, re.M)
+    assert host and float(host.group(1)) > 0, profile
+    agree = re.search(r"^  (agrees with SGLang's own .*|note: the profile's .*)$", profile, re.M)
+    assert agree, profile
+    print(f"demo: host {host.group(1)} ms ({host.group(2)}%); {agree.group(1)}")
     assert "Traceback" not in launcher.log_text()
     assert "Traceback" not in out
     assert launcher.orphans() == []

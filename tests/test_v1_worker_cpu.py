@@ -106,25 +106,24 @@ def check_profile(lines: list[str], outs: list[dict]) -> float:
     """EAGLE3_PROFILE records (one per cycle) against SGLang's Decode batch lines."""
     profile_lines = [ln for ln in lines if "EAGLE3_PROFILE v=" in ln]
     assert profile_lines and all(" syncs=0 " in ln for ln in profile_lines), profile_lines
-    records = [r for r in map(record_from_line, profile_lines) if r["cycles"]]
+    records = [r for r in map(record_from_line, profile_lines) if r.cycles]
     decode = [DECODE_BATCH.search(ln) for ln in lines if "Decode batch" in ln]
     assert records and len(records) == len(decode), (len(records), len(decode))
     verify_ct = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
-    assert verify_ct == sum(bs * n for r in records for bs, n in r["bs"].items())
+    assert verify_ct == sum(bs * n for r in records for bs, n in r.bs.items())
     ours = [
-        sum(k * v for k, v in r["accept_hist"].items()) / sum(r["accept_hist"].values())
-        for r in records
+        sum(k * v for k, v in r.accept_hist.items()) / sum(r.accept_hist.values()) for r in records
     ]
     assert [round(a, 2) for a in ours] == pytest.approx(
         [float(m["acc"]) for m in decode], abs=0.006
     )
     for r in records:
-        assert r["phases"]["draft"]["mean"] > 0 and r["phases"]["verify_fwd"]["mean"] > 0, r
+        assert r.phases["draft"].mean > 0 and r.phases["verify_fwd"].mean > 0, r
     # The v1 worker skips draft-extend once every request of the batch has finished:
     # only in the last cycle, where the last requests end.
-    assert all(r["phases"]["draft_extend"]["mean"] > 0 for r in records[:-1]), records
+    assert all(r.phases["draft_extend"].mean > 0 for r in records[:-1]), records
     # over all verified requests (the per-cycle mean overweights the last, small batches)
-    hist = [(k, v) for r in records for k, v in r["accept_hist"].items()]
+    hist = [(k, v) for r in records for k, v in r.accept_hist.items()]
     return sum(k * v for k, v in hist) / sum(v for _, v in hist)
 
 

@@ -3,6 +3,7 @@ the bonus token (the target's own next token) included, so a cycle that accepts 
 draft still counts 1 (tokenizer_manager: completion_tokens / spec_verify_ct).
 
     accept_length.per_cycle(correct_drafts)          # one request, one cycle
+    accept_length.correct_drafts(tokens)             # ... and back
     accept_length.from_counts(tokens, verify_cycles)  # over a request or many
     accept_length.of_request(reported, tokens, verify_cycles)
     accept_length.of_meta(meta_info)                  # a /generate reply's meta_info
@@ -29,6 +30,11 @@ def _number(v) -> bool:
 def per_cycle(correct_drafts: int) -> int:
     """Tokens one request gains in one verify cycle."""
     return int(correct_drafts) + BONUS
+
+
+def correct_drafts(tokens: int) -> int:
+    """The inverse of per_cycle: correct drafts of a cycle that gave `tokens`."""
+    return max(0, int(tokens) - BONUS)
 
 
 def from_counts(tokens, verify_cycles) -> float | None:

@@ -229,6 +229,7 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
         from sgl_eagle_ext.launcher import demo
 
         env = demo.server_env()  # the demo shows the profile of its own run
+        extra = demo.server_extra(extra)
     return plan.LaunchRequest(
         preset=args.preset or (None if args.preset_file or not args.demo else "eagle3-2step"),
         preset_file=args.preset_file,

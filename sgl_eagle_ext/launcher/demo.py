@@ -4,12 +4,13 @@
    length beside the one the pair was built for (the manifest's replay);
 2. benchmark: a few fixed-length single-stream runs, tokens per second;
 3. profile: the server runs with EAGLE3_PROFILE on (short windows), and the
-   report tool's table is printed from the server's own log.
+   report tool's table is printed from the server's own log (cycles in wall time, the
+   `host` row the scheduler's work between them), set beside SGLang's own Decode
+   batch throughput at the same batch size.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -30,6 +31,18 @@ SETTING_FLAGS = (
     "--speculative-eagle-topk",
     "--speculative-num-draft-tokens",
 )
+
+
+# SGLang's Decode batch line every few decode iterations too (default 40: a demo run
+# would print none), so the report sets the profile beside SGLang's own throughput.
+DECODE_LOG_INTERVAL = "4"
+
+
+def server_extra(extra: list[str]) -> list[str]:
+    """The SGLang flags the demo server starts with, the user's own kept."""
+    if any(a.split("=")[0] == "--decode-log-interval" for a in extra):
+        return list(extra)
+    return [*extra, "--decode-log-interval", DECODE_LOG_INTERVAL]
 
 
 def server_env(environ=os.environ) -> dict[str, str]:
@@ -104,17 +117,17 @@ def benchmark(base_url: str, api_key: str | None) -> float:
 def profile(log_path: Path, bench_tps: float | None = None) -> None:
     """The report tool's table for this run, read from the server's own log."""
     from sgl_eagle_ext.profiling import report
+    from sgl_eagle_ext.profiling.aggregate import Profile
 
     print(f"\n=== 3/3 profile: where each speculation cycle's time went ({log_path}) ===")
-    parsed = report.parse([log_path])
-    no_baseline = argparse.Namespace(baseline_tps=None, baseline_ms_per_token=None, target_tps=None)
-    rows = [r for r in report.figures(parsed, no_baseline, None) if r.get("cycles")]
+    prof = Profile.read(log_path)  # the one aggregator, as the report reads it
+    rows = [r for r in report.figures(prof) if r.get("cycles")]
     if not rows:
         print("  no EAGLE3_PROFILE window in the log (was EAGLE3_PROFILE switched off?)")
         return
     # The single-stream runs above: batch size 1 if profiled, else the busiest group.
     row = next((r for r in rows if r["bs"] == 1), max(rows, key=lambda r: r["cycles"]))
-    report.print_table([row], parsed)
+    report.print_table([row], prof)
     if bench_tps and row.get("tok_s") and row["bs"] == 1:
         pct = 100 * (row["tok_s"] / bench_tps - 1)
         print(

@@ -7,7 +7,8 @@ what accept length would break even.
 
 Reads EAGLE3_PROFILE lines (format: profiling/record.py), the same records as JSON
 lines (EAGLE3_PROFILE_FILE), and SGLang's own "Decode batch" lines of every
-supported release. Per batch size it prints cycle time, per-phase time and
+supported release. Per batch size it prints cycle time (wall time, start to next
+start: the `host` row is the scheduler's work between cycles), per-phase time and
 share, accept length, tokens/s, and the break-even accept length
 
     tau* = cycle time / baseline time per token (at the same batch size)
@@ -16,12 +17,11 @@ i.e. the tokens a cycle must yield to match the baseline; `--target-tps T`
 adds the accept length a stream needs to reach T tokens/s. Truncated or
 garbled lines are counted and skipped.
 
-Warm-up rule: per batch size, the leading windows whose mean cycle exceeds
-WARMUP_FACTOR x the median window of the rest are warm-up (JIT compilation,
-autotuning, first allocations): they are left out of the figures and counted
-("3 warm-up cycles excluded"). Where the profile's tokens/s and SGLang's own
-"Decode batch" gen throughput still differ by more than AGREE_PCT, the report
-says so.
+The figures come from the one aggregator (profiling/aggregate.py: the warm-up rule,
+the merge, SGLang's Decode batch lines, accept length), as tune's do. Warm-up windows
+are left out and counted ("3 warm-up cycles excluded"). Where the profile's tokens/s
+and SGLang's own "Decode batch" gen throughput (its lines' tokens over their time) differ by
+more than AGREE_PCT, the report says so.
 
 Adaptive speculation: each batch size is also split by the draft steps its
 cycles ran (`steps=` of the windows; 0 = no drafting), and SGLang's own
@@ -34,189 +34,49 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
-import statistics
 import sys
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.profiling import adaptive_log
+from sgl_eagle_ext.profiling.aggregate import (  # noqa: F401 (DECODE_BATCH: re-exported)
+    DECODE_BATCH,
+    WARMUP_FACTOR,
+    Cell,
+    Profile,
+    baseline_ms,
+)
 from sgl_eagle_ext.profiling.names import ENV, ENV_FILE, TAG
 from sgl_eagle_ext.profiling.record import (  # noqa: F401 (record_from_line: re-exported)
-    BAD_LINE,
     ROWS,
-    checked,
-    find_record,
     read_lines,
     record_from_line,
 )
 
 PROG = "sgl_eagle_ext.report"
-WARMUP_FACTOR = 2.0
-AGREE_PCT = 10.0
-DECODE_BATCH = re.compile(
-    r"Decode batch.*?#running-req: (?P<bs>\d+),.*?"
-    r"(?:accept len: (?P<acc>[\d.]+),.*?)?gen throughput \(token/s\): (?P<tps>[\d.]+)"
-)
+AGREE_PCT = 5.0
 
 
-@dataclass
-class Group:
-    """Windows of one batch size, merged exactly where the inputs allow."""
-
-    cycles: int = 0
-    windows: int = 0
-    mixed: int = 0  # windows whose batch sizes varied (grouped by the dominant one)
-    ms_weighted: dict = field(default_factory=lambda: defaultdict(float))  # phase -> sum(mean*n)
-    p50_weighted: dict = field(default_factory=lambda: defaultdict(float))
-    p90_weighted: dict = field(default_factory=lambda: defaultdict(float))
-    hist: Counter = field(default_factory=Counter)
-    sglang_accept: list = field(default_factory=list)  # from Decode batch lines
-    sglang_tps: list = field(default_factory=list)
-    by_steps: dict = field(default_factory=dict)  # draft steps -> Group (adaptive)
-    warmup_cycles: int = 0  # left out by the warm-up rule
-    warmup_windows: int = 0
-
-    def mean(self, phase: str) -> float:
-        return self.ms_weighted[phase] / self.cycles if self.cycles else 0.0
-
-
-@dataclass
-class Parsed:
-    groups: dict = field(default_factory=lambda: defaultdict(Group))  # bs -> Group
-    profile_records: int = 0
-    decode_lines: int = 0
-    skipped: int = 0
-    prefill: list = field(default_factory=list)  # (n, mean ms)
-    adaptive: adaptive_log.AdaptiveLog = field(
-        default_factory=lambda: adaptive_log.AdaptiveLog([], [])
-    )
-    # (batch size, draft steps) -> its windows in log order, until settle()
-    pending: dict = field(default_factory=lambda: defaultdict(list))
-
-
-# -- reading (the record format itself: profiling/record.py) -------------------------
-def add_record(parsed: Parsed, rec: dict) -> None:
-    if rec.get("cycles") and rec["phases"]["cycle"]["mean"] <= 0:
-        raise ValueError("a window of cycles that took 0 ms")  # counted as skipped
-    parsed.profile_records += 1
-    if rec.get("prefill", {}).get("n"):
-        parsed.prefill.append((rec["prefill"]["n"], rec["prefill"]["ms_mean"]))
-    if not rec["cycles"]:
-        return
-    bs_mix = {int(k): v for k, v in rec["bs"].items()}
-    steps_mix = {int(k): v for k, v in (rec.get("steps") or {}).items()}
-    steps = max(steps_mix, key=steps_mix.get) if steps_mix else None
-    parsed.pending[(max(bs_mix, key=bs_mix.get), steps)].append(rec)  # merged by settle()
-
-
-def warmup_windows(recs: list[dict]) -> int:
-    """How many leading windows the warm-up rule leaves out (see the module doc)."""
-    if len(recs) < 2:
-        return 0
-    means = [r["phases"]["cycle"]["mean"] for r in recs]
-    lead = 0
-    while lead < len(recs) - 1:
-        rest = means[lead + 1 :]
-        if means[lead] <= WARMUP_FACTOR * statistics.median(rest):
-            break
-        lead += 1
-    return lead
-
-
-def settle(parsed: Parsed) -> None:
-    """Merge the windows read, per batch size and draft steps, after the warm-up rule."""
-    for (bs, _steps), recs in parsed.pending.items():
-        lead = warmup_windows(recs)
-        g = parsed.groups[bs]
-        g.warmup_windows += lead
-        g.warmup_cycles += sum(r["cycles"] for r in recs[:lead])
-        for rec in recs[lead:]:
-            _merge_window(parsed, bs, rec)
-    parsed.pending.clear()
-
-
-def _merge_window(parsed: Parsed, bs: int, rec: dict) -> None:
-    bs_mix = {int(k): v for k, v in rec["bs"].items()}
-    _merge(parsed.groups[bs], rec, bs_mix)
-    steps_mix = {int(k): v for k, v in (rec.get("steps") or {}).items()}
-    if steps_mix:
-        steps = max(steps_mix, key=steps_mix.get)
-        by = parsed.groups[bs].by_steps
-        _merge(by.setdefault(steps, Group()), rec, bs_mix)
-
-
-def _merge(g: Group, rec: dict, bs_mix: dict) -> None:
-    n = rec["cycles"]
-    g.cycles += n
-    g.windows += 1
-    g.mixed += len(bs_mix) > 1
-    for p in ROWS:
-        s = rec["phases"][p]
-        g.ms_weighted[p] += s["mean"] * n
-        g.p50_weighted[p] += s["p50"] * n
-        g.p90_weighted[p] += s["p90"] * n
-    g.hist.update({int(k): v for k, v in rec["accept_hist"].items()})
-
-
-def parse(paths: list[Path]) -> Parsed:
-    parsed = Parsed()
-    for path in paths:
-        # two streamed passes (the adaptive switches, then the records): memory stays
-        # flat however large the log
-        log = adaptive_log.read(read_lines(path), keep=1000)
-        parsed.adaptive.absorb(log)
-        for line in read_lines(path):
-            try:
-                rec = find_record(line)
-                if rec is not None:
-                    add_record(parsed, rec)
-                elif "Decode batch" in line:
-                    m = DECODE_BATCH.search(line)
-                    if not m:
-                        raise ValueError("garbled Decode batch line")
-                    checked([float(m["tps"]), float(m["acc"] or 0)])
-                    g = parsed.groups[int(m["bs"])]
-                    parsed.decode_lines += 1
-                    g.sglang_tps.append(float(m["tps"]))
-                    if m["acc"]:
-                        g.sglang_accept.append(float(m["acc"]))
-            except BAD_LINE:
-                parsed.skipped += 1
-    settle(parsed)
-    return parsed
+def parse(paths: list[Path]) -> tuple[Profile, adaptive_log.AdaptiveLog]:
+    """The logs' windows and Decode batch lines (profiling/aggregate.py), and SGLang's
+    adaptive switches."""
+    adaptive = adaptive_log.AdaptiveLog([], [])
+    for path in paths:  # a streamed pass of its own: memory stays flat however large
+        adaptive.absorb(adaptive_log.read(read_lines(path), keep=1000))
+    return Profile.read_all(paths), adaptive
 
 
 # -- figures -------------------------------------------------------------------------
-def baseline_ms_per_token(args, baseline: Parsed | None, bs: int) -> float | None:
-    """Per-stream baseline time per token at batch size `bs`. The median of the
-    baseline log's rates: a stray rate after an idle gap must not skew it."""
+def baseline_ms_per_token(
+    baseline: Profile | None, bs: int, one_stream_ms: float | None = None
+) -> float | None:
+    """Per-stream baseline time per token at batch size `bs`: from the baseline log's
+    Decode batch lines there (aggregate.baseline_ms), else the one-stream figure given."""
     if baseline is not None:
-        tps = [v for v in baseline.groups[bs].sglang_tps if v > 0] if bs in baseline.groups else []
-        return 1000 * bs / statistics.median(tps) if tps else None
-    if args.baseline_ms_per_token:
-        return args.baseline_ms_per_token
-    if args.baseline_tps:
-        return 1000 / args.baseline_tps
-    return None
-
-
-def figures(parsed: Parsed, args, baseline: Parsed | None) -> list[dict]:
-    rows = []
-    for bs in sorted(parsed.groups):
-        g = parsed.groups[bs]
-        row = group_figures(g, bs, args, baseline)
-        if g.by_steps:
-            row["by_steps"] = [
-                {"steps": k, "no_draft": k == 0, **group_figures(sub, bs, args, baseline)}
-                for k, sub in sorted(g.by_steps.items())
-            ]
-        rows.append(row)
-    return rows
+        return baseline_ms([baseline]).get(bs)
+    return one_stream_ms
 
 
 def finite_or_null(obj):
@@ -229,45 +89,70 @@ def finite_or_null(obj):
     return obj
 
 
-def group_figures(g: Group, bs: int, args, baseline: Parsed | None) -> dict:
+def figures(
+    prof: Profile,
+    baseline: Profile | None = None,
+    one_stream_ms: float | None = None,
+    target_tps: float | None = None,
+) -> list[dict]:
+    """One row per batch size (split by draft steps where the windows said them)."""
+    rows = []
+    cells = prof.cells()
+    for bs in prof.batch_sizes():
+        keys = sorted(k for k in prof.by_key if k[0] == bs)
+        base = baseline_ms_per_token(baseline, bs, one_stream_ms)
+        row = cell_figures(prof.cell(bs), base, target_tps)
+        warm = [prof.warmup(k) for k in keys]
+        row["warmup_windows_excluded"] = sum(w for w, _ in warm)
+        row["warmup_cycles_excluded"] = sum(c for _, c in warm)
+        by_steps = [(k[1], cells[k]) for k in keys if cells[k].steps_known]
+        if by_steps:
+            row["by_steps"] = [
+                {"steps": s, "no_draft": s == 0, **cell_figures(c, base, target_tps)}
+                for s, c in by_steps
+            ]
+        lines = prof.sglang.get(bs)
+        if lines is not None:
+            if lines.accept_len is not None:
+                row["sglang_accept_len"] = lines.accept_len
+            if lines.gen_tps is not None:
+                row["sglang_gen_tps"] = lines.gen_tps
+                if row.get("tok_s"):
+                    row["profile_vs_sglang_pct"] = 100 * (row["tok_s"] / lines.gen_tps - 1)
+        rows.append(row)
+    return rows
+
+
+def cell_figures(cell: Cell, base: float | None, target_tps: float | None) -> dict:
+    """A cell's figures: per-row times and shares, accept length, tok/s, tau*."""
     row: dict = {
-        "bs": bs,
-        "cycles": g.cycles,
-        "windows": g.windows,
-        "mixed_windows": g.mixed,
-        "warmup_cycles_excluded": g.warmup_cycles,
-        "warmup_windows_excluded": g.warmup_windows,
+        "bs": cell.bs,
+        "cycles": cell.cycles,
+        "windows": cell.windows,
+        "mixed_windows": cell.mixed,
     }
-    if g.cycles:
-        cycle = g.mean("cycle")
-        row["phases"] = {
-            p: {
-                "mean_ms": g.mean(p),
-                "p50_ms": g.p50_weighted[p] / g.cycles,
-                "p90_ms": g.p90_weighted[p] / g.cycles,
-                "share_pct": 100 * g.mean(p) / cycle if cycle else 0.0,
-            }
-            for p in ROWS
+    if not cell.cycles:
+        return row
+    cycle, acc = cell.mean("cycle"), cell.accept_len
+    row["phases"] = {
+        p: {
+            "mean_ms": cell.mean(p),
+            "p50_ms": cell.mean(p, "p50"),
+            "p90_ms": cell.mean(p, "p90"),
+            "share_pct": 100.0 if p == "cycle" else cell.share(p),
         }
-        n_req = sum(g.hist.values())
-        acc = sum(k * v for k, v in g.hist.items()) / n_req if n_req else None
-        row["accept_len"] = acc
-        row["tok_s"] = 1000 * acc * bs / cycle if acc and cycle else None
-        base = baseline_ms_per_token(args, baseline, bs)
-        if base:
-            row["baseline_ms_per_token"] = base
-            row["break_even_accept_len"] = cycle / base
-            if acc and cycle:
-                row["speedup"] = acc * base / cycle
-        if args.target_tps:
-            row["target_tps"] = args.target_tps
-            row["accept_len_for_target"] = args.target_tps * cycle / 1000
-    if g.sglang_accept:
-        row["sglang_accept_len"] = sum(g.sglang_accept) / len(g.sglang_accept)
-    if g.sglang_tps:
-        row["sglang_gen_tps"] = sum(g.sglang_tps) / len(g.sglang_tps)
-        if row.get("tok_s"):
-            row["profile_vs_sglang_pct"] = 100 * (row["tok_s"] / row["sglang_gen_tps"] - 1)
+        for p in ROWS
+    }
+    row["accept_len"] = acc
+    row["tok_s"] = cell.tok_s
+    if base:
+        row["baseline_ms_per_token"] = base
+        row["break_even_accept_len"] = cycle / base
+        if acc and cycle:
+            row["speedup"] = acc * base / cycle
+    if target_tps:
+        row["target_tps"] = target_tps
+        row["accept_len_for_target"] = target_tps * cycle / 1000
     return row
 
 
@@ -292,10 +177,10 @@ BY_STEPS_TABLE = Table(
 )
 
 
-def print_table(rows: list[dict], parsed: Parsed) -> None:
+def print_table(rows: list[dict], prof: Profile) -> None:
     print(
-        f"{parsed.profile_records} profile windows, {parsed.decode_lines} SGLang Decode batch "
-        f"lines, {parsed.skipped} lines skipped (truncated or garbled)"
+        f"{prof.windows} profile windows, {prof.decode_lines} SGLang Decode batch "
+        f"lines, {prof.skipped} lines skipped (truncated or garbled)"
     )
     only_sglang = [r for r in rows if not r["cycles"] and not r["warmup_cycles_excluded"]]
     for row in rows:
@@ -378,8 +263,8 @@ def print_agreement(row: dict) -> None:
         print(
             f"  note: the profile's {row['tok_s']:.1f} tok/s and SGLang's own gen throughput "
             f"{row['sglang_gen_tps']:.1f} tok/s differ by {pct:+.0f}% (over {AGREE_PCT:g}%): "
-            f"time outside the profiled cycles (scheduling, idle gaps between requests, "
-            f"prefill) or warm-up the rule did not catch"
+            f"time outside the profiled cycles (prefill, idle gaps between requests) or "
+            f"warm-up the rule did not catch"
         )
     else:
         print(f"  agrees with SGLang's own gen throughput within {AGREE_PCT:g}% ({pct:+.0f}%)")
@@ -467,24 +352,27 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if value is not None and value <= 0:
             raise UserError(f"{name} {value}: must be positive.")
-    parsed = parse(args.logs)
-    baseline = parse(args.baseline_log) if args.baseline_log else None
-    if not (parsed.profile_records or parsed.decode_lines or parsed.adaptive.switches):
+    prof, adaptive = parse(args.logs)
+    baseline = Profile.read_all(args.baseline_log) if args.baseline_log else None
+    if not (prof.windows or prof.decode_lines or adaptive.switches):
         raise UserError(
             f"no {TAG} or Decode batch lines in {', '.join(map(str, args.logs))}"
-            f" ({parsed.skipped} garbled).",
+            f" ({prof.skipped} garbled).",
             fix=f"start the server with {ENV}=1 and send it some load",
             code=1,
         )
-    rows = figures(parsed, args, baseline)
+    one_stream_ms = args.baseline_ms_per_token or (
+        1000 / args.baseline_tps if args.baseline_tps else None
+    )
+    rows = figures(prof, baseline, one_stream_ms, args.target_tps)
     if args.json:
         json.dump(
             {
                 "rows": finite_or_null(rows),
-                "profile_windows": parsed.profile_records,
-                "decode_lines": parsed.decode_lines,
-                "skipped_lines": parsed.skipped,
-                "adaptive": parsed.adaptive.to_json(),
+                "profile_windows": prof.windows,
+                "decode_lines": prof.decode_lines,
+                "skipped_lines": prof.skipped,
+                "adaptive": adaptive.to_json(),
             },
             sys.stdout,
             indent=2,
@@ -492,8 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
     else:
-        print_table(rows, parsed)
-        print_adaptive(parsed.adaptive)
+        print_table(rows, prof)
+        print_adaptive(adaptive)
     return 0
 
 

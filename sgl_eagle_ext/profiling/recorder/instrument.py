@@ -97,6 +97,8 @@ def _step(wrapped, instance, args, kwargs):
     prof = PROFILER
     kind = _kind(_batch_of(args, kwargs), instance) if prof is not None else None
     if kind is None:
+        if prof is not None:  # an idle batch (DP attention): no host work of a cycle
+            prof.idle_starts()
         return wrapped(*args, **kwargs)
     cycle = prof.begin(
         kind,
@@ -164,7 +166,10 @@ def _count_sync(wrapped, instance, args, kwargs):
 
 
 def _idle(wrapped, instance, args, kwargs):
-    """The scheduler has no batch: write the partial window (a short run logs too)."""
+    """The scheduler has no batch: the last cycle's gap ends here (before SGLang's idle
+    sleep), and the partial window is written (a short run logs too)."""
+    if PROFILER is not None:
+        PROFILER.idle_starts()
     try:
         return wrapped(*args, **kwargs)
     finally:

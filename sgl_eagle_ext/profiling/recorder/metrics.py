@@ -32,7 +32,7 @@ class PrometheusMetrics:
     def observe(self, resolved) -> None:
         for c in resolved:
             self.cycles.labels(kind=c.kind).inc()
-            phases = PHASES + ("cycle",) if c.kind == "decode" else ("cycle",)
+            phases = (*PHASES, "host", "cycle") if c.kind == "decode" else ("cycle",)
             for p in phases:
                 if p in c.ms:
                     name = "prefill" if c.kind == "prefill" else p

@@ -8,6 +8,7 @@ import time
 
 from sgl_eagle_ext.profiling import record
 from sgl_eagle_ext.profiling.names import LOGGER
+from sgl_eagle_ext.profiling.record import Window
 from sgl_eagle_ext.profiling.recorder import window
 from sgl_eagle_ext.profiling.recorder.config import Config
 from sgl_eagle_ext.profiling.recorder.cycles import Cycle, CycleTracker, Resolved
@@ -43,6 +44,7 @@ class Profiler:
         self.records = 0
         self.idle_since: float | None = None
         self.sync_counted = "off"  # what syncs= counts (syncs.py), set by the instrumentor
+        self.first_written = False  # the process's first decode cycle, a window of its own
         self._busy = 0  # inside poll/emit: a flush signal arriving then waits for them
         self._flush_wanted = False
 
@@ -79,7 +81,6 @@ class Profiler:
         if self._busy:
             self._flush_wanted = True
             return
-        self.poll()
         self.emit()
 
     def _guarded(self, fn):
@@ -95,7 +96,7 @@ class Profiler:
     def poll(self) -> None:
         self._guarded(self._poll)
 
-    def _poll(self) -> None:
+    def _poll(self, write: bool = True) -> None:
         done = self.tracker.poll()
         if done:
             self.window += done
@@ -107,14 +108,24 @@ class Profiler:
             if self.config.cycles > 0
             else (time.monotonic() - self.window_t0 >= self.config.interval_s)
         )
-        if self.window and due:
-            self.emit()
+        # the first decode cycle carries JIT compilation and first allocations: a
+        # window of its own, so the readers' warm-up rule can leave it out
+        due = due or (not self.first_written and self.window_decode >= 1)
+        if write and self.window and due:
+            self._emit()
 
-    def flush_idle(self, now: float | None = None) -> dict | None:
+    def idle_starts(self) -> None:
+        """The scheduler found no batch to run: the last cycle's gap ends now (what
+        follows is waiting for requests, not host work), and it resolves now."""
+        if self.active and self.tracker.close_gap():
+            self.poll()
+
+    def flush_idle(self, now: float | None = None) -> Window | None:
         """Called while the scheduler has no batch: once idle for IDLE_FLUSH_S, resolve
         what completed and write the partial window (a short run is logged too)."""
         if not self.active or self.rank is None:
             return None
+        self.idle_starts()  # (the idle wrapper has ended the gap already)
         now = time.monotonic() if now is None else now
         if self.idle_since is None:
             self.idle_since = now
@@ -123,18 +134,27 @@ class Profiler:
             return None
         self.poll()
         if self.window and not self.tracker.pending:
-            return self.emit()
+            return self._guarded(self._emit)
         return None
 
-    def emit(self) -> dict | None:
-        return self._guarded(self._emit)
+    def emit(self) -> Window | None:
+        """Write the window now (the server stops, or a test asks): a gap still open
+        is closed with no host time (cycles.py), what completed is resolved."""
 
-    def _emit(self) -> dict | None:
+        def forced():
+            self.tracker.close_gap(counted=False)
+            self._poll(write=False)
+            return self._emit()
+
+        return self._guarded(forced)
+
+    def _emit(self) -> Window | None:
         """Log the window: one record per (batch size, draft steps) of its decode
         cycles, so runs whose steps change at run time (adaptive) never mix; prefill
         counts go with the first. Returns the last record."""
         if not self.window:
             return None
+        self.first_written = self.first_written or any(c.kind == "decode" for c in self.window)
         keyed: dict[tuple, list[Resolved]] = {}
         for c in self.window:
             if c.kind == "decode":
@@ -144,13 +164,13 @@ class Profiler:
         rec = None
         for part in parts:
             rec = window.summarize(part, self.rank or 0, self.clock_kind, self.tracker.dropped)
-            rec["sync_counted"] = self.sync_counted
-            rec["ts"] = time.time()
+            rec.sync_counted = self.sync_counted
+            rec.ts = time.time()
             self._write(rec)
         self.window, self.window_decode, self.window_t0 = [], 0, time.monotonic()
         return rec
 
-    def _write(self, rec: dict) -> None:
+    def _write(self, rec: Window) -> None:
         logger.info(record.log_line(rec))
         if self.config.file:
             path = self.config.file.replace("{rank}", str(self.rank or 0))

@@ -1,11 +1,14 @@
-"""A window of resolved cycles -> one summary: the profile record (its log line and
-JSON form are written and read in profiling/record.py).
+"""A window of resolved cycles -> one summary: the profile record, a `record.Window`
+(its log line and JSON form are written and read in profiling/record.py).
 
-The record's fields: `accept_len` is tokens per request per verify cycle,
-bonus token included (SGLang's definition); `accept_hist` counts requests by
-accepted tokens; `tok_s` = accepted tokens / summed cycle time, the decode
-speed the window implies; `share` is each phase's percentage of summed cycle
-time, `other` the remainder (host work between phases). `syncs` is off unless
+The record's fields: `cycle` is wall time, from a cycle's start to the next cycle's
+start on the same stream (recorder/cycles.py says where a gap ends); `accept_len` is
+tokens per request per verify cycle, bonus token included (SGLang's definition,
+common/accept_length.py); `accept_hist` counts request-cycles by accepted tokens;
+`tok_s` = accepted tokens / summed cycle time, the decode speed the window implies;
+`share` is each row's percentage of summed cycle time: the phases, `other` (the step
+minus its phases: host work inside the step) and `host` (the gap after the step:
+result processing and scheduling the next batch). `syncs` is off unless
 EAGLE3_PROFILE_SYNC_CHECK=1; `syncs_counted` then says what was counted inside cycles
 (recorder/syncs.py): `device-syncs` (CUDA: every synchronizing CUDA call, implicit
 ones such as .cpu()/.tolist()/.item() included, via torch.cuda.set_sync_debug_mode) or
@@ -22,57 +25,53 @@ from collections import Counter
 
 import numpy as np
 
+from sgl_eagle_ext.common import accept_length
 from sgl_eagle_ext.profiling.phases import PHASES
-from sgl_eagle_ext.profiling.record import FORMAT_VERSION, log_line
+from sgl_eagle_ext.profiling.record import FORMAT_VERSION, Stats, Window, log_line
 from sgl_eagle_ext.profiling.recorder.cycles import Resolved
 
 __all__ = ["FORMAT_VERSION", "log_line", "summarize"]
 
 
-def _stats(values) -> dict[str, float]:
+def _stats(values, total: float) -> Stats:
     a = np.asarray(values, dtype=float)
-    return {
-        "mean": float(a.mean()),
-        "p50": float(np.percentile(a, 50)),
-        "p90": float(np.percentile(a, 90)),
-    }
+    return Stats(
+        mean=float(a.mean()),
+        p50=float(np.percentile(a, 50)),
+        p90=float(np.percentile(a, 90)),
+        share=100 * float(a.sum()) / total if total else 0.0,
+    )
 
 
-def summarize(cycles: list[Resolved], rank: int, clock: str, dropped: int = 0) -> dict:
-    """The JSON record of a window (also the source of the log line)."""
+def summarize(cycles: list[Resolved], rank: int, clock: str, dropped: int = 0) -> Window:
+    """The record of a window (also the source of its log line)."""
     decode = [c for c in cycles if c.kind == "decode" and "cycle" in c.ms]
     prefill = [c for c in cycles if c.kind == "prefill" and "cycle" in c.ms]
-    rec: dict = {
-        "v": FORMAT_VERSION,
-        "rank": rank,
-        "clock": clock,
-        "cycles": len(decode),
-        "bs": dict(Counter(c.bs for c in decode)),
-        "draft_tokens": dict(Counter(c.draft_tokens for c in decode)),
-        "steps": dict(Counter(c.steps for c in decode if c.steps is not None)),
-        "prefill": {
-            "n": len(prefill),
-            "ms_mean": float(np.mean([c.ms["cycle"] for c in prefill])) if prefill else 0.0,
-        },
-        "syncs": sum(c.syncs for c in cycles),
-        "dropped": dropped,
-    }
+    w = Window(
+        rank=rank,
+        cycles=len(decode),
+        bs=dict(Counter(c.bs for c in decode)),
+        draft_tokens=dict(Counter(c.draft_tokens for c in decode)),
+        clock=clock,
+        steps=dict(Counter(c.steps for c in decode if c.steps is not None)),
+        prefill_n=len(prefill),
+        prefill_ms=float(np.mean([c.ms["cycle"] for c in prefill])) if prefill else 0.0,
+        syncs=sum(c.syncs for c in cycles),
+        dropped=dropped,
+        v=FORMAT_VERSION,
+    )
     if not decode:
-        return rec
-    total_cycle = sum(c.ms["cycle"] for c in decode)
-    phases = {"cycle": _stats([c.ms["cycle"] for c in decode])}
-    phase_sum = 0.0
-    for p in PHASES:
-        vals = [c.ms.get(p, 0.0) for c in decode]
-        phases[p] = _stats(vals) | {"share": 100 * sum(vals) / total_cycle if total_cycle else 0}
-        phase_sum += sum(vals)
-    other = [c.ms["cycle"] - sum(c.ms.get(p, 0.0) for p in PHASES) for c in decode]
-    phases["other"] = _stats(other) | {
-        "share": 100 * (total_cycle - phase_sum) / total_cycle if total_cycle else 0
-    }
+        return w
+    wall = [c.ms["cycle"] for c in decode]
+    total = float(sum(wall))
+    rows = {p: [c.ms.get(p, 0.0) for c in decode] for p in PHASES}
+    step = [c.ms.get("step", c.ms["cycle"]) for c in decode]
+    rows["other"] = [s - sum(c.ms.get(p, 0.0) for p in PHASES) for s, c in zip(step, decode)]
+    rows["host"] = [c.ms.get("host", 0.0) for c in decode]
+    w.phases = {"cycle": _stats(wall, 0.0)}  # no share: it is the whole
+    w.phases |= {p: _stats(v, total) for p, v in rows.items()}
     accepted = [a for c in decode for a in c.accepted]
-    rec["phases"] = phases
-    rec["accept_len"] = float(np.mean(accepted)) if accepted else None
-    rec["accept_hist"] = dict(Counter(accepted))
-    rec["tok_s"] = 1000 * sum(accepted) / total_cycle if total_cycle else None
-    return rec
+    w.accept_len = accept_length.from_counts(sum(accepted), len(accepted))
+    w.accept_hist = dict(Counter(accepted))
+    w.tok_s = 1000 * sum(accepted) / total if total else None
+    return w

@@ -9,8 +9,8 @@
   model multiplies): the share of the cycles that accepted drafts 1..j-1 which
   also accepted draft j (cumulative_j / cumulative_j-1). Sources: SGLang's per-request
   `spec_correct_drafts_histogram` (index = correct drafts in one cycle) in the
-  per-request records, and the profiler's `accept_hist` (EAGLE3_PROFILE windows;
-  keys = accepted tokens, bonus token included, so key - 1 correct drafts).
+  per-request records, and the profile windows' histogram as the one aggregator
+  gives it (profiling/aggregate.py: also correct drafts per cycle).
 - Pareto: per-user speed (1000 / p50 TPOT, tok/s) against total output tok/s, one
   curve per arm over the sweep's levels: "does speculation pay at my load?".
 
@@ -79,14 +79,13 @@ def hist_from_requests(rows: list[dict]) -> Counter:
 
 
 def hist_from_profile(paths: list[Path]) -> Counter:
-    """The profiler's accept_hist (accepted tokens incl. bonus) as correct drafts."""
-    from sgl_eagle_ext.profiling import report
+    """Verify cycles by correct drafts from EAGLE3_PROFILE windows (the one aggregator's
+    histogram, already in SGLang's convention; warm-up windows left out)."""
+    from sgl_eagle_ext.profiling.aggregate import Profile
 
-    parsed = report.parse(paths)
     h = Counter()
-    for g in parsed.groups.values():
-        for accepted, n in g.hist.items():
-            h[max(0, int(accepted) - accept.BONUS)] += n
+    for cell in Profile.read_all(paths).cells().values():
+        h.update(cell.hist)
     return h
 
 

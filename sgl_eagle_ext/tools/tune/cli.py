@@ -31,7 +31,8 @@ from sgl_eagle_ext.common import adaptive_config, paths, releases
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
-from sgl_eagle_ext.tools.tune import choose, grid, measure, model
+from sgl_eagle_ext.profiling import aggregate
+from sgl_eagle_ext.tools.tune import choose, grid, model
 
 PROG = "sgl_eagle_ext.tune"
 
@@ -83,10 +84,10 @@ REASONS = Table(
 )
 
 
-def tree_note(run: measure.Run) -> str:
+def tree_note(run: aggregate.Profile) -> str:
     topk = run.spec.get("speculative_eagle_topk")
     ndt = run.spec.get("speculative_num_draft_tokens")
-    n = sum(c.cycles for c in run.cells.values())
+    n = sum(c.cycles for c in run.cells().values())
     return (
         f"{run.path}: a tree (topk {topk}, {ndt} draft tokens; {n} decode cycles): ranked by "
         "--grid, not used for the adaptive table (SGLang's adaptive runs chains only)"
@@ -147,21 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.max_steps <= 16:
         raise UserError(f"--max-steps {args.max_steps}: must be 1..16.")
     release, _ = releases.resolve(args.sglang_version)
-    runs = [measure.read(p) for p in args.logs]
-    cells: dict = {}
-    trees, empty = [], []
-    for run in runs:
-        if not run.cells:
-            empty.append(run)
-            continue
-        if run.spec.get("speculative_eagle_topk", 1) not in (1, None):
-            trees.append(run)  # a tree: its steps are not a chain's (the grid ranks it)
-            continue
-        for key, cell in run.cells.items():
-            merged = cells.setdefault(key, measure.Cell())
-            merged.cycles += cell.cycles
-            merged.ms.update(cell.ms)
-            merged.hist.update(cell.hist)
+    runs = [aggregate.Profile.read(p) for p in args.logs]
+    empty = [r for r in runs if not r.by_key]
+    # a tree: its steps are not a chain's (the grid ranks it)
+    tree = [r.spec.get("speculative_eagle_topk", 1) not in (1, None) for r in runs]
+    trees = [r for r, t in zip(runs, tree) if r.by_key and t]
+    cells = aggregate.merge_cells(r for r, t in zip(runs, tree) if r.by_key and not t)
     for run in trees:  # say why each contributes what it does
         print(f"{PROG}: note: {tree_note(run)}", file=sys.stderr)
     if not cells and not (trees and args.grid):
@@ -184,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({', '.join(sorted(drafts))}); their acceptance is pooled as one",
             file=sys.stderr,
         )
-    baseline = measure.baseline_ms([measure.read(p) for p in args.baseline_log or []])
+    baseline = aggregate.baseline_ms(aggregate.Profile.read(p) for p in args.baseline_log or [])
     if args.baseline_log and not baseline:
         raise UserError(
             f"no SGLang Decode batch lines in {', '.join(map(str, args.baseline_log))}.",

@@ -30,7 +30,7 @@ def rank(runs, cells, baseline_ms: float | None, max_steps: int) -> list[dict]:
         if setting is None or run.spec.get("speculative_adaptive"):
             continue
         steps, topk, ndt = setting
-        cell = run.cells.get((1, steps))
+        cell = run.cells().get((1, steps))
         if cell is None or not cell.cycles or cell.accept_len is None:
             continue
         cycle = cell.mean("cycle")

@@ -11,13 +11,13 @@ from pathlib import Path
 import psutil
 
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.profiling.record import iter_records
+from sgl_eagle_ext.profiling.aggregate import Cell, Profile
+from sgl_eagle_ext.profiling.record import Window, iter_records
 from sgl_eagle_ext.profiling.recorder.profiler import IDLE_FLUSH_S
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import probe
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.progress import Console
-from sgl_eagle_ext.tools.tune import measure
 
 # At most this long for the idle flush after a round (it comes IDLE_FLUSH_S after the
 # last batch; a few seconds later on a loaded 2-core host).
@@ -34,7 +34,7 @@ class ProfileTail:
     def offset(self) -> int:
         return self.path.stat().st_size if self.path and self.path.exists() else 0
 
-    def records(self, start: int) -> list[dict]:
+    def records(self, start: int) -> list[Window]:
         if not self.path or not self.path.exists():
             return []
         with open(self.path, "rb") as f:
@@ -67,7 +67,7 @@ class ProfileTail:
                 if now - t0 > IDLE_FLUSH_S + 0.9:
                     return  # nothing ran: whatever was pending has been written
                 continue
-            if any(r.get("ts", 0) >= ended for r in self.records(since)):
+            if any((r.ts or 0) >= ended for r in self.records(since)):
                 return  # the idle flush after the round, written whole
             if now - t0 > FLUSH_WAIT_S:
                 return  # it flushed before the round's end was seen (a slow client)
@@ -200,22 +200,23 @@ class Tally:
 
     def __init__(self, level: int, steps: int | None):
         self.level, self.steps = level, steps
-        self.cells: dict = {}
+        self.profile = Profile()  # the windows of its rounds, in the one aggregator
         self.tokens = self.duration = self.requests = self.failed = self.rounds = 0
         self.cpu_s = 0.0  # the server tree's CPU seconds over the rounds
 
-    def add(self, f: dict, records: list[dict], spec: dict) -> None:
+    def add(self, f: dict, records: list[Window], spec: dict) -> None:
         self.tokens += f["output_tokens"]
         self.duration += f["duration_s"]
         self.requests += f["requests"]
         self.failed += f["requests"] - f["completed"]
         self.rounds += 1
-        for rec in records:
-            measure.add_window(self.cells, rec, spec)
+        self.profile.spec = self.profile.spec or dict(spec)  # a chain's steps, where unsaid
+        for w in records:
+            self.profile.add(w)
 
     @property
-    def cell(self) -> measure.Cell:
-        return merged(self.cells, self.level, self.steps)
+    def cell(self) -> Cell:
+        return self.profile.cell(self.level, self.steps)
 
     def enough(self, args) -> bool:
         c = self.cell
@@ -223,8 +224,7 @@ class Tally:
 
     def record(self, wall_s: float | None, max_tokens: int) -> dict:
         cell = self.cell
-        acc = cell.accept_len
-        cyc = cell.mean("cycle") if cell.cycles else None
+        cells = self.profile.cells()
         return {
             "level": self.level,
             "steps": self.steps,
@@ -244,25 +244,15 @@ class Tally:
             "profile": {
                 "cycles": cell.cycles,
                 "request_cycles": cell.cycles * self.level,
-                "accept_len": acc,
-                "cycle_ms": cyc,
-                "decode_tok_s": 1000 * acc * self.level / cyc if acc and cyc else None,
-                "ms_sum": dict(cell.ms),
-                "hist": {str(k): v for k, v in cell.hist.items()},
+                "accept_len": cell.accept_len,
+                "cycle_ms": cell.mean("cycle") if cell.cycles else None,
+                "decode_tok_s": cell.tok_s,
+                "host_ms": cell.mean("host") if cell.cycles else None,
+                "correct_drafts_hist": {str(k): v for k, v in cell.hist.items()},
                 "steps_mix": {
                     str(s): c.cycles
-                    for (bs, s), c in self.cells.items()
+                    for (bs, s), c in cells.items()
                     if bs == self.level and c.cycles
                 },
             },
         }
-
-
-def merged(cells: dict, level: int, steps: int | None) -> measure.Cell:
-    out = measure.Cell()
-    for (bs, s), c in cells.items():
-        if bs == level and (steps is None or s == steps):
-            out.cycles += c.cycles
-            out.ms.update(c.ms)
-            out.hist.update(c.hist)
-    return out

@@ -24,17 +24,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgl_eagle_ext.tools.tune.measure import Cell
+from sgl_eagle_ext.profiling.aggregate import Cell
 
 
 def position_acceptance(cells: dict[tuple[int, int], Cell]) -> list[float]:
     """alpha_1..alpha_K from every cell with steps >= 1 (K: the deepest measured)."""
     reached, accepted = Counter(), Counter()
     for (_, steps), cell in cells.items():
-        for tokens, n in cell.hist.items():
-            for j in range(1, min(steps, tokens - 1) + 1):
+        for drafts, n in cell.hist.items():  # correct drafts -> request-cycles
+            for j in range(1, min(steps, drafts) + 1):
                 accepted[j] += n  # draft j accepted
-            for j in range(1, min(steps, tokens) + 1):
+            for j in range(1, min(steps, drafts + 1) + 1):
                 reached[j] += n  # draft j was checked
     return [accepted[j] / reached[j] for j in sorted(reached) if reached[j]]
 
