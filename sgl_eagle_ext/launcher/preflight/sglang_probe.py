@@ -464,19 +464,21 @@ def _error(step: str, e: BaseException, file: str | None = None) -> dict:
     }
 
 
+_PATH_NAMES = ("model_path", "pretrained_model_name_or_path", "model_name_or_path", "path")
+
+
 def _config_read(e: BaseException) -> tuple[str, bool] | None:
-    """(the model path, whether it was the draft) that SGLang's ModelConfig was
-    loading when `e` was raised: read from that frame's own arguments."""
+    """(the model directory, whether as a draft) SGLang or transformers was reading when
+    `e` was raised: the innermost frame whose own arguments name a local directory."""
     tb = e.__traceback__
     found = None
     while tb is not None:
-        code, local = tb.tb_frame.f_code, tb.tb_frame.f_locals
-        if (
-            code.co_name == "__init__"
-            and code.co_filename.endswith(os.path.join("configs", "model_config.py"))
-            and isinstance(local.get("model_path"), str)
-        ):
-            found = (local["model_path"], bool(local.get("is_draft_model")))
+        local = tb.tb_frame.f_locals
+        for name in _PATH_NAMES:
+            value = local.get(name)
+            if isinstance(value, str) and os.path.isdir(value):
+                found = (value, bool(local.get("is_draft_model")))
+                break
         tb = tb.tb_next
     return found
 

@@ -129,11 +129,14 @@ def fc_aux_count(draft: ModelDir, tensors: dict) -> int | None:
 def _size(md: ModelDir, key: str, loaded: dict, name: str):
     """A size field, as SGLang's ModelConfig loaded it where SGLang answered (class
     defaults included: Gemma-3's text_config relies on its vocab_size default), else
-    as the file says. Absent from the file: a class default the rules do not know,
-    so that comparison is left out (with a note), never a refusal SGLang would not make."""
+    as the file says. A vocab_size absent from the file is a class default the rules
+    do not know (Gemma-3's text_config): that comparison is left out with a note, never
+    a refusal SGLang would not make; every other size is required."""
     if md.text.get(key) is None:
         if isinstance(loaded.get(name), int):
             return loaded[name], None
+        if key != "vocab_size":
+            return md.number(key, required=True)
         return None, md.finding(
             "shape.unchecked",
             INFO,
