@@ -126,9 +126,11 @@ def _fix_for(err: dict) -> str:
 def refusals(answer: ask_sglang.Answer) -> list[Finding]:
     """Every exception SGLang raised about this launch: its words, the file, the fix."""
     found, seen = [], set()
+    # a length refusal is the context check's, with its explanation and fixes
+    lengths = {(answer.context.get(k) or {}).get("error") for k in ("target", "draft")}
     for err in answer.errors:
         text = f"{err.get('type')}: {err.get('message')}"
-        if text in seen:
+        if text in seen or err.get("message") in lengths:
             continue
         seen.add(text)
         fid, what = _STEPS.get(err.get("step"), ("sglang.refused", "the probe"))

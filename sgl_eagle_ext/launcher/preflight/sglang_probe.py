@@ -696,16 +696,16 @@ def launch_case(case: dict) -> dict:
             except BaseException as e:
                 out["errors"].append(_error("plugins", e))
     sa, out["settings"] = settings(argv)
+    quiet = False  # resolution refused: the model answers below are context, not verdicts
     if out["settings"]["error"]:
         out["errors"].append(out["settings"]["error"])
-        try:  # the model answers still come from SGLang's record where it parses
-            sa = _parse(argv)
-            if hasattr(sa, "resolve_once"):
-                sa = None  # an unresolved record is not what the server would read
+        try:  # its ModelConfig on the parsed record: what resolution itself was building
+            sa, quiet = _parse(argv), True
         except BaseException:
             sa = None
     if sa is None:
         return out
+    errors = [] if quiet else out["errors"]
     model = getattr(sa, "model_path", None)
     draft_path = getattr(sa, "speculative_draft_model_path", None)
     algorithm = str(getattr(sa, "speculative_algorithm", None) or "").upper()
@@ -720,7 +720,7 @@ def launch_case(case: dict) -> dict:
         if "target_own" in ctx:  # the length check: ModelConfig refused --context-length
             ctx["target"] = {"error": err["message"]}
         else:
-            out["errors"].append(err)
+            errors.append(err)
         target = None
     out["context"] = ctx
     draft = None
@@ -732,7 +732,7 @@ def launch_case(case: dict) -> dict:
             own = _launch_config(sa, draft_path, True, 1)
             ctx["draft_own"] = {**_plain_config(own), "len": _own_length(own["mc"])}
         except BaseException as e:
-            out["errors"].append(_error("draft", e, draft_path))
+            errors.append(_error("draft", e, draft_path))
         else:
             try:
                 draft = _launch_config(sa, draft_path, True, effective)
@@ -741,7 +741,7 @@ def launch_case(case: dict) -> dict:
                 ctx["draft"] = {"error": str(e)[:600]}
                 draft = own
             except BaseException as e:
-                out["errors"].append(_error("draft", e, draft_path))
+                errors.append(_error("draft", e, draft_path))
     if target is None:
         return out
     try:
@@ -750,12 +750,14 @@ def launch_case(case: dict) -> dict:
         cls, arch = get_model_architecture(target["mc"])
         out["target_class"] = {"arch": arch, "class": cls.__name__, "module": cls.__module__}
     except BaseException as e:
-        out["errors"].append(_error("registry", e, model))
+        errors.append(_error("registry", e, model))
         return out
     if algorithm == "EAGLE3" and draft is not None and draft.get("use_aux", True):
         out["aux"] = _capture(cls, arch, target, draft)
         if "refused" in out["aux"]:
-            out["errors"].append({**out["aux"]["refused"], "file": model})
+            errors.append({**out["aux"]["refused"], "file": model})
+    if quiet:  # only what SGLang's ModelConfig said; the refusal above is the verdict
+        out = {k: v for k, v in out.items() if k in ("errors", "settings", "context")}
     return out
 
 
