@@ -483,6 +483,24 @@ def test_the_v1_release_answers_with_its_post_init_resolution(tmp_path, monkeypa
     assert change.by == "_handle_speculative_decoding"  # the __post_init__ step that set it
 
 
+def test_the_rules_load_longcat_and_gemma3_27b_as_sglang_does(tmp_path):
+    """Without SGLang: LongCat-Flash's num_layers places the aux layers, and Gemma-3's
+    text_config without vocab_size (the class default) is no refusal."""
+    for name, target, draft in (
+        ("longcat", LONGCAT, _draft(6144, 131072, 131072)),
+        ("gemma3", GEMMA3_27B, _draft(5376, 262208, 131072)),
+    ):
+        t, d = _dir(tmp_path, f"{name}-t", target), _dir(tmp_path, f"{name}-d", draft)
+        report = run(t, d, R["0.5.23"], CPU, host_checks=False, ask=False)
+        assert not report.errors, report.render()
+        if name == "longcat":
+            eff = next(f for f in report.findings if f.id == "aux.effective")
+            assert eff.data["effective"] == [2, 14, 25]
+        else:
+            note = next(f for f in report.findings if f.id == "shape.unchecked")
+            assert note.field == "text_config.vocab_size" and "predicted" in note.message
+
+
 def test_a_failing_sglang_falls_back_to_the_rules_with_one_line(tmp_path):
     fake = tmp_path / "python"  # answers the version, then fails like a broken install
     fake.write_text(

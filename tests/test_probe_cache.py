@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_cache, run
+from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_cache, run, settings_view
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"  # the harness's SGLang 0.5.23
@@ -272,6 +272,21 @@ def test_preflight_says_the_verdicts_are_a_cached_answer(fake, tmp_path):
     assert verdicts == {f"by SGLang 0.5.23 (cached answer from {when})"}, second.render()
     view = next(f for f in second.findings if f.id == "sglang.settings")
     assert "max_running_requests: unset -> 48, by `_handle_eagle_family`" in view.message
+
+
+def test_the_dry_run_prints_what_sglang_sets_on_its_own(fake, tmp_path):
+    py, count = fake
+    t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
+    shown = settings_view.lines(R["0.5.23"], _argv(t, d), {}, python=py)
+    assert shown[0] == "# SGLang sets on its own (by SGLang 0.5.23):"
+    assert "#   max_running_requests: unset -> 48, by `_handle_eagle_family`" in shown
+    assert count() == 1
+    # not the installed release, or no local model: nothing is asked, and it says why
+    other = settings_view.lines(R["0.5.10.post1"], _argv(t, d), {}, python=py)
+    hub = settings_view.lines(R["0.5.23"], _argv("org/model", d), {}, python=py)
+    assert count() == 1 and all(line.startswith("#") for line in other + hub)
+    assert "has SGLang 0.5.23, the launch is for 0.5.10.post1" in " ".join(other)
+    assert "is not a local directory" in " ".join(hub)
 
 
 def _verdicts(report) -> list:

@@ -51,9 +51,14 @@ def resolve(
     return predict(release, list(argv)), why
 
 
-def lines(release: releases.Release, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def lines(
+    release: releases.Release,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    python: str | None = None,
+) -> list[str]:
     """The dry run's '#' lines (a comment to the shell: the command stays runnable)."""
-    res, why = resolve(release, argv, env)
+    res, why = resolve(release, argv, env, python)
     if res is None:
         return [f"# SGLang sets on its own: (no prediction: {why})"]
     head = f"# SGLang sets on its own ({res.label}"
