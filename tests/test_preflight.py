@@ -22,6 +22,13 @@ from sgl_eagle_ext.launcher.preflight.overlay import OVERLAY_NOTE
 
 R = releases.BY_VERSION
 OLD, NEW = R["0.5.10.post1"], R["0.5.23"]
+# the CPU launch's environment (launch/overlays/cpu.toml): SGLang is asked in it
+CPU_ENV = {
+    **os.environ,
+    "SGLANG_USE_CPU_ENGINE": "1",
+    "TRITON_INTERPRET": "1",
+    "EAGLE_EXT_CPU": "1",
+}
 KIMI_ROPE = {
     "beta_fast": 1,
     "beta_slow": 1,
@@ -799,6 +806,7 @@ def test_tiny_pair_passes_preflight(tiny_models):
             NEW,
             ["--device", "cpu", "--disable-cuda-graph"],
             host_checks=False,
+            env=CPU_ENV,
         )
         assert report.ok, report.render()
         eff = next(f for f in report.findings if f.id == "aux.effective")
@@ -819,7 +827,7 @@ def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_
     before = tree_digest(short)
     target = str(tiny_models["target"])
 
-    report = run(target, str(short), NEW, ["--device", "cpu"], host_checks=False)
+    report = run(target, str(short), NEW, ["--device", "cpu"], host_checks=False, env=CPU_ENV)
     assert "context.draft-shorter" in ids_of(report, "error")
 
     def server(draft: str, name: str) -> tuple[ServerProcess, str, int]:
@@ -880,6 +888,7 @@ def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_
         fix=True,
         host_checks=False,
         overlay_root=tmp_path / "overlays",
+        env=CPU_ENV,
     )
     assert fixed.ok and fixed.overlay, fixed.render()
     started, url, port = server(fixed.draft_model_path, "fixed")

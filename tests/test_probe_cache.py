@@ -1,45 +1,60 @@
-"""Preflight's cache of SGLang's answers: a repeat is read from disk (no subprocess), any
-changed input is asked again, a corrupt entry is asked again, and a hit gives exactly
-the verdicts a fresh probe gives (the harness test asks the real SGLang 0.5.23).
+"""Preflight's cache of SGLang's answers: a repeat of a launch is read from disk (no
+subprocess), any changed input (a config byte, an argument, the environment, the
+working directory, the installed SGLang's files) is asked again, a corrupt entry is
+asked again, a failed probe is kept as failed and says so, many launches are asked
+in one subprocess and each stored alone, and a hit gives exactly the verdicts a fresh
+probe gives (the harness test asks the real SGLang 0.5.23).
 
 The fast tests stand a small python script in for SGLang's python: it answers the
-version query and, as the probe, derives the lengths from config.json and counts its
-runs in a file, so a hit is proven by the count not moving.
+installed-files query and, as the probe, derives the lengths from config.json and
+counts its runs in a file, so a hit is proven by the count not moving.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_cache, run
+from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_cache, run, settings_view
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"  # the harness's SGLang 0.5.23
 R = releases.BY_VERSION
 
 FAKE = """#!{python}
-import json, os, sys
-if sys.argv[1] == "-c":  # the version query
+import json, os, sys, time
+if sys.argv[1] == "-c":  # the installed-files query
     print("0.5.23")
     print(json.dumps({{"transformers": "5.0", "torch": "2.9", "src": "abc"}}))
     sys.exit(0)
 with open({count!r}, "a") as f:
     f.write("probe\\n")
 req = json.load(open(sys.argv[2]))
+def flag(argv, name):
+    return argv[argv.index(name) + 1] if name in argv else None
 def length(d):
+    if os.path.exists(os.path.join(d, "fail")):
+        sys.exit("ImportError: no module named torch")
+    if os.path.exists(os.path.join(d, "slow")):
+        time.sleep(30)
     return {{"len": json.load(open(os.path.join(d, "config.json")))["max_position_embeddings"]}}
-ctx = []
-for c in req["context"]:
-    ctx.append({{"target_own": length(c["target"]), "target": length(c["target"]),
-                "draft_own": length(c["draft"]), "draft": length(c["draft"])}})
-print("PROBE " + json.dumps({{"version": "0.5.23", "pkg": "/x", "context": ctx,
-                              "aux": [], "seconds": 1.0}}))
+out = []
+for case in req["launches"]:
+    t, d = flag(case["argv"], "--model-path"), flag(case["argv"], "--speculative-draft-model-path")
+    ctx = {{"target_own": length(t), "target": length(t)}}
+    if d:
+        ctx.update(draft_own=length(d), draft=length(d))
+    settings = {{"fields": {{"max_running_requests": 48}}, "attributed": True, "error": None,
+                "changes": [["max_running_requests", None, 48, "_handle_eagle_family"]]}}
+    out.append({{"context": ctx, "settings": settings, "errors": []}})
+print("PROBE " + json.dumps({{"version": "0.5.23", "pkg": "/x", "launches": out, "seconds": 1.0}}))
 """
 
 
@@ -63,10 +78,12 @@ def _dir(root: Path, name: str, length: int) -> str:
     return str(d)
 
 
-def _ask(py, t, d, env=None):
-    env = env or {}
-    found = ask_sglang.installed(py, env)
-    return ask_sglang.ask(py, t, d, None, None, env, found=found)
+def _argv(t: str, d: str, *more: str) -> list[str]:
+    return ["--model-path", t, "--speculative-draft-model-path", d, *more]
+
+
+def _ask(py, t, d, env=None, *more, found=None):
+    return ask_sglang.ask_launch(py, _argv(t, d, *more), env or {}, found=found)
 
 
 def test_a_repeat_is_read_from_the_cache_without_asking(fake, tmp_path):
@@ -78,6 +95,7 @@ def test_a_repeat_is_read_from_the_cache_without_asking(fake, tmp_path):
     assert count() == 1, "the second identical ask ran the probe"
     assert hit.cached_at and hit.label == f"by SGLang 0.5.23 (cached answer from {hit.cached_at})"
     assert (hit.version, hit.context, hit.aux) == (fresh.version, fresh.context, fresh.aux)
+    assert hit.settings.changes == fresh.settings.changes and hit.settings.cached_at
     assert len(list(probe_cache.folder().glob("*.json"))) == 1
     assert not list(probe_cache.folder().glob(".tmp-*"))  # the write was renamed into place
 
@@ -97,25 +115,56 @@ def test_a_changed_config_byte_is_asked_again(fake, tmp_path, name):
     assert count() == 2  # and the new answer is cached in turn
 
 
-def test_other_inputs_are_part_of_the_key(fake, tmp_path):
+def test_other_inputs_are_part_of_the_key(fake, tmp_path, monkeypatch):
     py, count = fake
     t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
     _ask(py, t, d)
     _ask(py, t, d, {"SGLANG_SOMETHING": "1"})  # an environment variable SGLang may read
     assert count() == 2
+    # the launch's own arguments SGLang reads
+    _ask(py, t, d, {}, "--json-model-override-args", '{"max_position_embeddings": 2048}')
+    _ask(py, t, d, {}, "--context-length", "4096")
+    assert count() == 4
     found = ask_sglang.installed(py, {})
-    ask_sglang.ask(py, t, d, 4096, None, {}, found=found)  # another request
-    assert count() == 3
-    ask_sglang.ask(py, t, d, None, None, {}, found={**found, "transformers": "5.1"})
-    assert count() == 4
+    _ask(py, t, d, found={**found, "transformers": "5.1"})
+    _ask(py, t, d, found={**found, "src": "a patched file"})  # the installed files' signature
+    assert count() == 6
+    other = tmp_path / "elsewhere"  # a relative path means something else elsewhere
+    other.mkdir()
+    monkeypatch.chdir(other)
+    _ask(py, t, d)
+    assert count() == 7
+    monkeypatch.chdir(tmp_path)
     _ask(py, t, d, {"SGLANG_SOMETHING": "1"})
-    assert count() == 4
+    assert count() == 8  # (the working directory is tmp_path now, not where it was asked)
+    _ask(py, t, d, {"SGLANG_SOMETHING": "1"})
+    assert count() == 8
     # what the probe never sees (it drops the context-check bypasses) or cannot matter
     _ask(py, t, d, {"SGLANG_SOMETHING": "1", "SGLANG_IS_IN_CI": "1", "NCCL_DEBUG": "INFO"})
-    assert count() == 4
+    assert count() == 8
 
 
-@pytest.mark.parametrize("garbage", [b"", b"{not json", b"\xff\xfe", b'{"format": 1}', b"[]"])
+def test_the_distribution_signature_follows_any_installed_file(tmp_path):
+    """The key signs every file of the installed sglang (RECORD, sizes, mtimes), not only
+    srt/configs and srt/models: get_context_length lives in srt/utils/hf_transformers."""
+    site = tmp_path / "site"
+    pkg = site / "sglang" / "srt" / "utils" / "hf_transformers"
+    pkg.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (pkg / "common.py").write_text("def get_context_length(c): return 2048\n")
+    info = site / "sglang-0.5.23.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
+    (info / "RECORD").write_text("sglang/__init__.py,,\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    before = ask_sglang.installed(sys.executable, env)
+    assert before["sglang"] == "0.5.23" and before["src"]
+    (pkg / "common.py").write_text("def get_context_length(c): return 4096\n")
+    after = ask_sglang.installed(sys.executable, env)
+    assert after["src"] != before["src"]
+
+
+@pytest.mark.parametrize("garbage", [b"", b"{not json", b"\xff\xfe", b'{"format": 2}', b"[]"])
 def test_a_corrupt_entry_is_asked_again(fake, tmp_path, garbage):
     py, count = fake
     t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
@@ -127,6 +176,46 @@ def test_a_corrupt_entry_is_asked_again(fake, tmp_path, garbage):
     assert again.context == fresh.context
     hit, _ = _ask(py, t, d)  # rewritten whole
     assert count() == 2 and hit.cached_at
+
+
+def test_a_failed_probe_is_cached_as_failed_and_says_so(fake, tmp_path):
+    py, count = fake
+    t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
+    (Path(d) / "fail").write_text("")
+    none, why = _ask(py, t, d)
+    assert none is None and count() == 1 and "ImportError: no module named torch" in why
+    again, why = _ask(py, t, d)
+    assert again is None and count() == 1, "the same failing launch was asked again"
+    assert "ImportError: no module named torch" in why and "cached failure from" in why
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2}
+    (Path(t) / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 8192}))
+    for cached in (False, True):  # a new config: asked once, then read back as failed
+        report = run(t, d, R["0.5.23"], [], host_checks=False, sglang_python=py)
+        note = next(f for f in report.findings if f.id == "sglang.unavailable")
+        assert ("cached failure from" in note.message) is cached and count() == 2
+        assert "predicted from the release table" in note.message
+
+
+def test_a_timeout_is_not_cached(fake, tmp_path):
+    py, count = fake
+    t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
+    (Path(d) / "slow").write_text("")
+    for _ in range(2):
+        none, why = ask_sglang.ask_launch(py, _argv(t, d), {}, timeout=1)
+        assert none is None and "timed out" in why
+    assert count() == 2  # the machine's load is no property of the launch
+
+
+def test_many_launches_are_asked_in_one_subprocess_and_stored_each(fake, tmp_path):
+    py, count = fake
+    t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
+    argvs = [_argv(t, d), _argv(t, d, "--context-length", "4096"), _argv(d, t)]
+    got = ask_sglang.ask_launches(py, argvs, {})
+    assert count() == 1 and [a.context["target_own"]["len"] for a, _ in got] == [8192, 8192, 4096]
+    for argv in argvs:
+        hit, _ = ask_sglang.ask_launch(py, argv, {})
+        assert hit.cached_at
+    assert count() == 1
 
 
 def test_the_bypass_asks_every_time_and_stores_nothing(fake, tmp_path, monkeypatch):
@@ -148,9 +237,16 @@ def test_the_cache_holds_no_secret_and_no_unkeyable_answer(fake, tmp_path):
     text = entry.read_text()
     assert "s3cr3t" not in text and "HF_TOKEN" not in text and t not in text
     # a python that answers only its version (no transformers version): never cached
-    ask_sglang.ask(py, t, d, None, None, {}, found={"sglang": "0.5.23"})
-    ask_sglang.ask(py, t, d, None, None, {}, found={"sglang": "0.5.23"})
+    _ask(py, t, d, found={"sglang": "0.5.23"})
+    _ask(py, t, d, found={"sglang": "0.5.23"})
     assert count() == 3
+    # a hub id for the model: what it resolves to is not keyed here
+    assert (
+        probe_cache.key(
+            py, ask_sglang.installed(py, {}), ask_sglang.PROBE, ["--model-path", "org/model"], {}
+        )
+        is None
+    )
 
 
 def test_preflight_says_the_verdicts_are_a_cached_answer(fake, tmp_path):
@@ -174,6 +270,23 @@ def test_preflight_says_the_verdicts_are_a_cached_answer(fake, tmp_path):
     assert next(f for f in first.findings if f.id == "sglang.asked").data["cached_at"] is None
     verdicts = {f.data["verdict"] for f in second.findings if f.id.startswith("context.")}
     assert verdicts == {f"by SGLang 0.5.23 (cached answer from {when})"}, second.render()
+    view = next(f for f in second.findings if f.id == "sglang.settings")
+    assert "max_running_requests: unset -> 48, by `_handle_eagle_family`" in view.message
+
+
+def test_the_dry_run_prints_what_sglang_sets_on_its_own(fake, tmp_path):
+    py, count = fake
+    t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
+    shown = settings_view.lines(R["0.5.23"], _argv(t, d), {}, python=py)
+    assert shown[0] == "# SGLang sets on its own (by SGLang 0.5.23):"
+    assert "#   max_running_requests: unset -> 48, by `_handle_eagle_family`" in shown
+    assert count() == 1
+    # not the installed release, or no local model: nothing is asked, and it says why
+    other = settings_view.lines(R["0.5.10.post1"], _argv(t, d), {}, python=py)
+    hub = settings_view.lines(R["0.5.23"], _argv("org/model", d), {}, python=py)
+    assert count() == 1 and all(line.startswith("#") for line in other + hub)
+    assert "has SGLang 0.5.23, the launch is for 0.5.10.post1" in " ".join(other)
+    assert "is not a local directory" in " ".join(hub)
 
 
 def _verdicts(report) -> list:
@@ -193,6 +306,7 @@ def _verdicts(report) -> list:
 @pytest.mark.harness  # asks the harness's SGLang 0.5.23
 def test_a_hit_gives_exactly_sglangs_fresh_verdicts(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE_EXT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("EAGLE_EXT_CPU", "1")  # the CPU harness's launch environment
     monkeypatch.delenv(probe_cache.BYPASS, raising=False)
     runs = []
     real = ask_sglang._probe
@@ -226,14 +340,21 @@ def test_a_hit_gives_exactly_sglangs_fresh_verdicts(tmp_path, monkeypatch):
     )
 
     def once():
-        return run(str(t), str(d), R["0.5.23"], [], host_checks=False, sglang_python=str(PYTHON))
+        t0 = time.monotonic()
+        out = run(
+            str(t),
+            str(d),
+            R["0.5.23"],
+            ["--device", "cpu"],
+            host_checks=False,
+            sglang_python=str(PYTHON),
+        )
+        return out, time.monotonic() - t0
 
-    fresh = once()
-    hit = once()
+    fresh, cold = once()
+    hit, warm = once()
+    print(f"\npreflight with the probe: cold {cold:.1f} s, warm (cache hit) {warm:.2f} s")
     assert len(runs) == 1, "the identical second preflight asked SGLang again"
     assert next(f for f in hit.findings if f.id == "sglang.asked").data["cached_at"]
     assert _verdicts(hit) == _verdicts(fresh), hit.render()
-    assert "context.draft-shorter" in {f.id for f in hit.findings}
-    monkeypatch.setenv(probe_cache.BYPASS, "0")
-    again = once()
-    assert len(runs) == 2 and _verdicts(again) == _verdicts(fresh)
+    assert {"context.draft-shorter", "sglang.settings"} <= {f.id for f in hit.findings}

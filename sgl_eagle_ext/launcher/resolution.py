@@ -42,6 +42,8 @@ class Resolution:
     changes: list[Change] = field(default_factory=list)
     error: str | None = None  # SGLang refused these arguments: its own message
     cached_at: str | None = None  # when SGLang gave this answer, if from the cache
+    # False where the release does not record which hook changed a field (Change.by "")
+    attributed: bool = True
 
     @property
     def label(self) -> str:
@@ -49,3 +51,12 @@ class Resolution:
             cached = f" (cached answer from {self.cached_at})" if self.cached_at else ""
             return f"by SGLang {self.version}{cached}"
         return f"predicted from the release table for SGLang {self.version}"
+
+    def lines(self) -> list[str]:
+        """The settings view: one line per setting SGLang sets on its own."""
+        if self.error:
+            return [f"SGLang {self.version} refuses these arguments: {self.error}"]
+        out = [c.line() for c in self.changes]
+        if not self.attributed and out:
+            out.append(f"(SGLang {self.version} does not record which step set each)")
+        return out or ["(none)"]

@@ -1,10 +1,19 @@
-"""Run sglang_probe.py in the python that will start SGLang and read its verdicts.
+"""Ask the SGLang that will run the server about one exact launch (sglang_probe.py).
 
-Preflight asks the installed release itself when it is the release being launched:
-its ModelConfig derives the context lengths (its transformers, class defaults, rope
-handling) and the target class's own set_eagle3_layers_to_capture gives the capture
-indices. Anything else (no SGLang there, another release, a failure or a timeout)
-leaves the verdicts to the project's rules, with one line saying why.
+One question per launch: the python that will start the server runs sglang_probe.py
+on the launch's final SGLang argument list, in the launch's environment and working
+directory. Its one answer (Answer) holds SGLang's parser + resolution of those
+arguments (the settings it changes on its own, and which hook changed them), its
+ModelConfig of the target and the draft built from that record (override arguments
+applied), the class its model loader picks for the target, the capture layers of
+that class, and every exception on the way in SGLang's own words.
+
+Answers are cached (probe_cache): a repeat of the same launch on the same installed
+files is read from disk; a failed probe is cached as failed, and says so.
+
+    settings_for(python, argv, env) -> Resolution | None     (the arm-fairness check)
+    ask_launch(python, argv, env)   -> (Answer | None, why)  (preflight, dry run)
+    ask_launches(python, [argv...], env)                     (one subprocess for many)
 """
 
 from __future__ import annotations
@@ -15,26 +24,32 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_eagle_ext.common import proctree
+from sgl_eagle_ext.common.contract import CPU_ENV
 from sgl_eagle_ext.launcher.preflight import probe_cache
+from sgl_eagle_ext.launcher.resolution import Change, Resolution
 
 PROBE = Path(__file__).with_name("sglang_probe.py")
 TAG = "PROBE "
-TIMEOUT_S = 240.0  # importing SGLang's model registry takes ~10-20 s on a busy CPU
+TIMEOUT_S = 240.0  # importing SGLang's model registry takes ~10-40 s on a busy CPU
 
 
 @dataclass
 class Answer:
-    """SGLang's own verdicts for one target/draft pair (None where it gave none)."""
+    """SGLang's own answer about one launch (None / empty where it gave none)."""
 
     version: str
     seconds: float
-    context: dict = field(default_factory=dict)
-    aux: dict | None = None
+    context: dict = field(default_factory=dict)  # lengths: target_own/target/draft_own/draft
+    aux: dict | None = None  # the target class's capture answer (EAGLE-3 launches)
     cached_at: str | None = None  # when SGLang gave this answer, if it came from the cache
+    settings: Resolution | None = None  # its parser + resolution of the argument list
+    errors: list[dict] = field(default_factory=list)  # each: step, type, message, file
+    target_class: dict | None = None  # {"arch", "class", "module"}: what its loader picks
 
     @property
     def label(self) -> str:
@@ -42,10 +57,20 @@ class Answer:
             return f"by SGLang {self.version} (cached answer from {self.cached_at})"
         return f"by SGLang {self.version}"
 
+    @property
+    def target(self) -> dict:
+        """SGLang's ModelConfig of the target: len, layers, hidden, vocab, arch."""
+        return self.context.get("target_own") or {}
+
+    @property
+    def draft(self) -> dict:
+        return self.context.get("draft_own") or {}
+
 
 # Line 1: the sglang version (nothing if absent). Line 2 (JSON): what else the probe's
-# answer depends on, for its cache: transformers / torch versions and a stat signature of
-# the sglang sources the probe runs (a patch changes them, not the version). Nothing is
+# answer depends on, for its cache: transformers / torch versions and a signature of
+# the SGLang distribution's installed files (its RECORD, and the size and mtime of
+# every file of the package: a patch changes them, not the version). Nothing is
 # imported: importlib.metadata and find_spec read files only.
 _INSTALLED = """
 import hashlib, importlib.metadata as m, importlib.util as u, json, os
@@ -55,27 +80,29 @@ def v(d):
 s = v('sglang')
 if s:
     print(s)
+    h = hashlib.sha256((m.distribution('sglang').read_text('RECORD') or '').encode())
     spec = u.find_spec('sglang')
-    sig = []
+    n = 0
     for root in list(spec.submodule_search_locations or []) if spec else []:
-        for sub in ('srt/configs', 'srt/models'):
-            for dp, dn, fn in os.walk(os.path.join(root, sub)):
-                dn.sort()
-                for f in sorted(fn):
-                    if f.endswith('.py'):
-                        st = os.stat(os.path.join(dp, f))
-                        sig.append([os.path.join(dp, f), st.st_size, st.st_mtime_ns])
-    src = hashlib.sha256(json.dumps(sig).encode()).hexdigest() if sig else None
+        for dp, dn, fn in os.walk(root):
+            dn[:] = sorted(d for d in dn if d != '__pycache__')
+            for f in sorted(fn):
+                st = os.stat(os.path.join(dp, f))
+                h.update(f'{dp}/{f}:{st.st_size}:{st.st_mtime_ns}'.encode())
+                n += 1
+    src = h.hexdigest() if n else None
     print(json.dumps({'transformers': v('transformers'), 'torch': v('torch'), 'src': src}))
 """
 
 
-def installed(python: str, env: dict | None = None) -> dict:
+def installed(python: str, env: Mapping[str, str] | None = None) -> dict:
     """What `python` would import: {"sglang": version, "transformers": ..., "torch": ...,
-    "src": signature of sglang's model sources}; {} when it has no SGLang or cannot run.
-    Read from its files in one short subprocess (~0.1-0.3 s), never imported."""
+    "src": signature of the sglang distribution's files}; {} when it has no SGLang or
+    cannot run. Read from its files in one short subprocess, never imported."""
     try:
-        out = proctree.run_in_group([python, "-c", _INSTALLED], 30, env=env)
+        out = proctree.run_in_group(
+            [python, "-c", _INSTALLED], 60, env=None if env is None else dict(env)
+        )
     except (OSError, subprocess.SubprocessError):
         return {}
     lines = out.stdout.strip().splitlines()
@@ -91,70 +118,142 @@ def installed(python: str, env: dict | None = None) -> dict:
     return found
 
 
-def installed_version(python: str, env: dict | None = None) -> str | None:
+def installed_version(python: str, env: Mapping[str, str] | None = None) -> str | None:
     """The sglang release `python` would import (read from its files, not imported)."""
     return installed(python, env).get("sglang")
 
 
-def probe_env(env: dict | None) -> dict:
-    """The launch environment, minus what would bend SGLang's verdicts or import ours."""
+def probe_env(env: Mapping[str, str] | None) -> dict:
+    """The launch environment, minus what would bend SGLang's verdicts, plus what the
+    server entry itself sets up before SGLang loads (in_sglang/serve.py): on the CPU
+    harness, its required variables and the sgl_kernel stand-in first on the path."""
     base = dict(os.environ if env is None else env)
     for name in ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_IS_IN_CI"):
         base.pop(name, None)
     base.setdefault("HF_HUB_OFFLINE", "1")
+    if base.get(CPU_ENV) == "1":
+        from sgl_eagle_ext.cpu import harness
+
+        base.update(harness.REQUIRED_ENV)
+        parts = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
+        parts = [harness.STANDIN_DIR] + [p for p in parts if p != harness.STANDIN_DIR]
+        base["PYTHONPATH"] = os.pathsep.join(parts)
     return base
 
 
-def ask(
-    python: str,
-    target_dir: str,
-    draft_dir: str | None,
-    context_length: int | None,
-    aux: dict | None,
-    env: dict | None = None,
-    timeout: float = TIMEOUT_S,
-    found: dict | None = None,
-) -> tuple[Answer | None, str]:
-    """(SGLang's answer, '') or (None, why it could not be asked).
-
-    found: installed(python, env), when the caller has it. With it (and the cache not
-    bypassed by EAGLE_EXT_PROBE_CACHE=0), an answer SGLang gave before on exactly the
-    same inputs is read from probe_cache instead of asked again."""
-    request = {
-        "context": [{"target": target_dir, "draft": draft_dir, "context_length": context_length}],
-        "aux": [aux] if aux else [],
-    }
-    t0 = time.monotonic()
-    name = None
-    if found and probe_cache.enabled(env):
-        try:
-            name = probe_cache.key(python, found, PROBE, request, probe_env(env))
-        except Exception:
-            name = None  # an unreadable config: SGLang is asked and says what it makes of it
-        hit = probe_cache.load(name) if name else None
-        if hit is not None:
-            out, when = hit
-            return _answer(out, time.monotonic() - t0, when), ""
-    out, why = _probe(python, request, env, timeout)
-    if out is None:
-        return None, why
-    if name:
-        probe_cache.store(name, out)
-    return _answer(out, time.monotonic() - t0), ""
-
-
-def _answer(out: dict, seconds: float, cached_at: str | None = None) -> Answer:
-    return Answer(
-        out["version"],
-        seconds,
-        out["context"][0] if out["context"] else {},
-        out["aux"][0] if out["aux"] else None,
-        cached_at,
+def _resolution(version: str, got: dict, cached_at: str | None) -> Resolution | None:
+    s = got.get("settings")
+    if not isinstance(s, dict):
+        return None
+    err = s.get("error")
+    return Resolution(
+        version=version,
+        source="sglang",
+        fields=dict(s.get("fields") or {}),
+        changes=[Change(*c) for c in s.get("changes") or []],
+        error=f"{err['type']}: {err['message']}" if err else None,
+        cached_at=cached_at,
+        attributed=bool(s.get("attributed", True)),
     )
 
 
-def _probe(python: str, request: dict, env: dict | None, timeout: float):
-    """(the probe's JSON answer, '') or (None, why)."""
+def _answer(version: str, got: dict, seconds: float, cached_at: str | None = None) -> Answer:
+    return Answer(
+        version=version,
+        seconds=seconds,
+        context=got.get("context") or {},
+        aux=got.get("aux"),
+        cached_at=cached_at,
+        settings=_resolution(version, got, cached_at),
+        errors=list(got.get("errors") or []),
+        target_class=got.get("target_class"),
+    )
+
+
+def ask_launches(
+    python: str,
+    argvs: Sequence[Sequence[str]],
+    env: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT_S,
+    found: dict | None = None,
+) -> list[tuple[Answer | None, str]]:
+    """SGLang's answer for each launch: (Answer, '') or (None, why it could not be asked).
+
+    The launches not in the cache are asked in ONE subprocess (SGLang imported once).
+    found: installed(python, env), when the caller has it. A failure to ask (a crash,
+    no answer) is cached as failed for the same key and says so when read back; a
+    timeout is not cached (it depends on the machine's load)."""
+    env = probe_env(env)
+    found = installed(python, env) if found is None else found
+    t0 = time.monotonic()
+    keys = [
+        probe_cache.key(python, found, PROBE, list(a), env) if probe_cache.enabled(env) else None
+        for a in argvs
+    ]
+    out: list[tuple[Answer | None, str] | None] = [None] * len(argvs)
+    todo = []
+    for i, name in enumerate(keys):
+        hit = probe_cache.load(name) if name else None
+        if hit is None:
+            todo.append(i)
+            continue
+        got, when = hit
+        if "failed" in got:
+            out[i] = (
+                None,
+                f"{got['failed']} (cached failure from {when}: the same launch on "
+                f"the same files; {probe_cache.BYPASS}=0 asks again)",
+            )
+        else:
+            out[i] = (_answer(got["version"], got, time.monotonic() - t0, when), "")
+    if todo:
+        request = {"launches": [{"argv": list(argvs[i])} for i in todo]}
+        t1 = time.monotonic()
+        reply, why, cacheable = _probe(python, request, env, timeout)
+        per = (time.monotonic() - t1) / len(todo)
+        for j, i in enumerate(todo):
+            if reply is None:
+                out[i] = (None, why)
+                if keys[i] and cacheable:
+                    probe_cache.store(keys[i], {"version": found.get("sglang", ""), "failed": why})
+                continue
+            got = reply["launches"][j]
+            got["version"] = reply["version"]
+            if keys[i]:
+                probe_cache.store(keys[i], got)
+            out[i] = (_answer(reply["version"], got, per), "")
+    return [o for o in out if o is not None]
+
+
+def ask_launch(
+    python: str,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT_S,
+    found: dict | None = None,
+) -> tuple[Answer | None, str]:
+    """SGLang's answer about one launch: (Answer, '') or (None, why it could not be asked)."""
+    return ask_launches(python, [argv], env, timeout, found)[0]
+
+
+def settings_for(python: str, argv: list[str], env: dict) -> Resolution | None:
+    """The settings SGLang will run this launch with, by SGLang itself.
+
+    python: the interpreter that will start the server; argv: the launch's final SGLang
+    argument list (plan.argv, without secret flags); env: the server's environment.
+    Returns SGLang's Resolution (source="sglang"): every resolved ServerArgs field,
+    the changes it makes on its own (field, before, after, the hook that made it), or
+    .error with SGLang's own message when it refuses these arguments. None when that
+    python has no SGLang or could not be asked (the caller predicts from the release
+    table instead). Cached like every probe answer: repeats cost a file read."""
+    if not installed_version(python, env):
+        return None
+    answer, _why = ask_launch(python, argv, env)
+    return answer.settings if answer is not None else None
+
+
+def _probe(python: str, request: dict, env: dict, timeout: float):
+    """(the probe's JSON answer, '', _) or (None, why, cacheable)."""
     with tempfile.TemporaryDirectory(prefix="sgl-eagle-ext-probe-") as tmp:
         path = Path(tmp) / "request.json"
         path.write_text(json.dumps(request))
@@ -162,18 +261,26 @@ def _probe(python: str, request: dict, env: dict | None, timeout: float):
             proc = proctree.run_in_group(  # its group killed on timeout, every way out
                 [python, str(PROBE), str(path)],
                 timeout,
-                env=probe_env(env),
-                cwd=tmp,
+                env=env,
+                # the launch's own directory: a relative --model-path means what it
+                # will mean to the server
+                cwd=os.getcwd(),
             )
         except subprocess.TimeoutExpired:
-            return None, f"asking SGLang timed out after {timeout:.0f} s"
+            return None, f"asking SGLang timed out after {timeout:.0f} s", False
         except OSError as e:
-            return None, f"could not run {python}: {e.strerror or e}"
+            return None, f"could not run {python}: {e.strerror or e}", False
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(TAG)]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"asking SGLang failed (exit {proc.returncode}): {tail[:200]}"
-    return json.loads(lines[-1][len(TAG) :]), ""
+        return None, f"asking SGLang failed (exit {proc.returncode}): {tail[:300]}", True
+    try:
+        reply = json.loads(lines[-1][len(TAG) :])
+    except ValueError:
+        return None, "asking SGLang failed: its answer was not JSON", True
+    if not isinstance(reply.get("launches"), list):
+        return None, "asking SGLang failed: the answer holds no launches", True
+    return reply, "", True
 
 
 def default_python() -> str:

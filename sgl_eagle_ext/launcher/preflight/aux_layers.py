@@ -204,12 +204,20 @@ def check(
     """sglang: ask_sglang.Answer whose .aux holds the release's own capture indices
     (its set_eagle3_layers_to_capture, run) and, where its decoder loop ran on stand-in
     layers, which boundaries arrive; else the rules of the release table decide."""
-    n, bad = target.number(
-        "num_hidden_layers", required=True, why=" (needed to place the aux layers)"
-    )
     aux, found = read_ids(draft)
-    if bad:
-        return found + [bad]
+    asked = (sglang.aux if sglang is not None else None) or {}
+    if "refused" in asked:  # SGLang refuses the target class at startup: reported as such
+        return found
+    loaded = sglang.target.get("layers") if sglang is not None else None
+    if isinstance(loaded, int) and not isinstance(loaded, bool):
+        n = loaded  # SGLang's ModelConfig: e.g. LongCat-Flash's num_layers
+    else:
+        key_n = "num_hidden_layers"
+        if target.text.get(key_n) is None and target.text.get("num_layers") is not None:
+            key_n = "num_layers"  # LongCat-Flash names it so; its config class maps it
+        n, bad = target.number(key_n, required=True, why=" (needed to place the aux layers)")
+        if bad:
+            return found + [bad]
     n = int(n)
     arch = target.architecture
     fam = family(arch)
@@ -218,7 +226,6 @@ def check(
     key = f"eagle_config.{IDS_KEY}"
 
     eff = effective(ids, n, rule)
-    asked = (sglang.aux if sglang is not None else None) or {}
     if applied:  # our patches change the release's rule: SGLang's pristine answer is moot
         asked = {}
     verdict = "predicted from the release table"

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.cli_args import split_extra
 from sgl_eagle_ext.common.errors import cli
+from sgl_eagle_ext.common.server_argv import ServerArgv
+from sgl_eagle_ext.launcher import presets
 from sgl_eagle_ext.launcher.preflight import run
 
 PROG = "sgl_eagle_ext.preflight"
@@ -65,6 +68,12 @@ def parser() -> argparse.ArgumentParser:
         help="the python that will start SGLang (default: this one); preflight asks the "
         "SGLang it imports when that is the release checked",
     )
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="the launch runs with the CPU harness overlay (launch --cpu): --device cpu "
+        "and its environment, in which SGLang is asked",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="hide info-level notes")
     return p
@@ -83,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if value is not None:
             server_args += [flag, str(value)]
+    env = None
+    if args.cpu:  # what `launch --cpu` adds (launch/overlays/cpu.toml)
+        from sgl_eagle_ext.launcher import plan
+
+        cpu = plan.apply_overlay(presets.load(name="baseline"), "cpu")
+        env = {**os.environ, **cpu.env}
+        if not ServerArgv(server_args).value("device"):
+            server_args += ["--device", "cpu"]
     report = run(
         args.model_path,
         args.draft_model_path,
@@ -95,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         overlay_root=args.overlay_dir,
         ask=not args.rules_only,
         sglang_python=args.sglang_python,
+        env=env,
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=1))

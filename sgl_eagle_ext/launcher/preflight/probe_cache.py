@@ -1,14 +1,17 @@
 """On-disk cache of SGLang's answers to sglang_probe.py (seconds of CPU per launch saved).
 
-An entry is found by a sha256 of everything the answer depends on: the SGLang python's
-path, the sglang / transformers / torch versions it imports and a stat signature of the
-sglang model and config sources it would run (patches change them, not the version),
-the probe script's bytes, the request, every file in each directory the request names
-(bytes for small files: config.json, generation_config.json, quantization configs, ...;
-name, size and mtime for weights) and the environment variables SGLang or transformers
-could read. Only that hash and SGLang's answer are stored (no paths of the key, no
-environment values: no secret can land in the cache). A missing, corrupt or foreign
-entry is a miss; writes are atomic. EAGLE_EXT_PROBE_CACHE=0 bypasses it.
+One entry per launch, found by a sha256 of everything the answer depends on: the SGLang
+python's path, the sglang / transformers / torch versions it imports and a signature of
+the sglang distribution's installed files (its RECORD and every file's size and mtime:
+a patch changes them, not the version), the probe script's bytes, the launch's SGLang
+argument list, its working directory, every local file or directory that list names
+(a model directory: bytes of its small files, config.json, generation_config.json,
+quantization configs, ...; name, size and mtime of weights) and the environment
+variables SGLang or transformers could read. Only that hash and SGLang's answer are
+stored (no paths of the key, no environment values, secret-looking fields masked by
+the probe: no secret can land in the cache). A failed probe is stored as failed, with
+its error. A missing, corrupt or foreign entry is a miss; writes are atomic.
+EAGLE_EXT_PROBE_CACHE=0 bypasses it.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from sgl_eagle_ext.common.server_argv import ServerArgv
+
 BYPASS = "EAGLE_EXT_PROBE_CACHE"  # "0": always ask SGLang afresh (and store nothing)
-FORMAT = 1
+FORMAT = 2  # 2: one entry per launch (its argument list), failures kept
 BIG = 16 << 20  # files above this (weights) are keyed by name, size and mtime, not bytes
 # Environment variables that can change what SGLang or transformers answer. Values are
 # hashed into the key, never stored; names that look like secrets are left out.
@@ -74,33 +79,53 @@ def _env_part(env: Mapping[str, str]) -> dict:
     }
 
 
+def _path_signature(token: str) -> list | None:
+    """A local file or directory an argument names: its signature (None: not a path)."""
+    if not token or token.startswith("-") or len(token) > 4096:
+        return None
+    p = Path(token).expanduser()
+    try:
+        if p.is_dir():
+            return [os.path.realpath(p), _dir_signature(str(p))]
+        if p.is_file():
+            st = p.stat()
+            sig = (
+                [st.st_size, st.st_mtime_ns]
+                if st.st_size > BIG
+                else hashlib.sha256(p.read_bytes()).hexdigest()
+            )
+            return [os.path.realpath(p), sig]
+    except OSError:
+        return None
+    return None
+
+
 def key(
-    python: str, installed: Mapping, probe: Path, request: dict, env: Mapping[str, str]
+    python: str, installed: Mapping, probe: Path, argv: list[str], env: Mapping[str, str]
 ) -> str | None:
-    """The entry's name, or None when the answer cannot be keyed (not cached)."""
+    """The entry's name for one launch, or None when its answer cannot be keyed."""
     if not installed.get("sglang") or "transformers" not in installed or not installed.get("src"):
         return None
-    dirs = {}
-    for case in request.get("context", []):
-        dirs[case["target"]] = None
-        if case.get("draft"):
-            dirs[case["draft"]] = None
-    for case in request.get("aux", []):
-        if case.get("config"):
-            dirs[case["config"]] = None
-    for d in dirs:
-        sig = _dir_signature(d)
-        if sig is None:
-            return None
-        dirs[d] = [os.path.realpath(d), sig]
+    named = ServerArgv(argv)
+    for flag in ("model-path", "speculative-draft-model-path"):
+        given = named.value(flag)
+        if given is not None and _path_signature(given) is None:
+            return None  # a hub id: what it resolves to is not keyed here
+    paths = {}
+    for token in argv:
+        for part in (token, token.partition("=")[2]):  # --flag=PATH too
+            sig = _path_signature(part)
+            if sig is not None:
+                paths[part] = sig
     material = {
         "format": FORMAT,
         "python": python,
         "python_real": os.path.realpath(python),
         "installed": dict(installed),
         "probe": hashlib.sha256(probe.read_bytes()).hexdigest(),
-        "request": request,
-        "dirs": dirs,
+        "argv": list(argv),
+        "cwd": os.path.realpath(os.getcwd()),
+        "paths": paths,
         "env": _env_part(env),
     }
     blob = json.dumps(material, sort_keys=True, default=str).encode()
@@ -108,7 +133,8 @@ def key(
 
 
 def load(name: str) -> tuple[dict, str] | None:
-    """(SGLang's stored answer, when it was asked) or None (absent, unreadable, corrupt)."""
+    """(SGLang's stored answer, when it was asked) or None (absent, unreadable, corrupt).
+    A stored failure is {"version", "failed": why}."""
     try:
         entry = json.loads((folder() / f"{name}.json").read_text())
         if entry.get("format") != FORMAT or entry.get("key") != name:
@@ -129,7 +155,7 @@ def store(name: str, answer: dict) -> None:
         "format": FORMAT,
         "key": name,
         "asked_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "answer": {k: answer[k] for k in ("version", "context", "aux", "seconds") if k in answer},
+        "answer": answer,
     }
     tmp = None
     try:

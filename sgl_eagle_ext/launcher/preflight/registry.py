@@ -42,3 +42,46 @@ def architectures(pkg: Path) -> tuple[frozenset[str], frozenset[str]]:
         if "eagle3" in file.stem:
             drafts |= names
     return frozenset(every), frozenset(drafts)
+
+
+METHOD = "set_eagle3_layers_to_capture"
+
+
+@functools.cache
+def capturing(pkg: Path) -> frozenset[str]:
+    """Classes of srt/models that define METHOD or inherit it from a class that does
+    (base classes matched by name): the targets an EAGLE-3 startup accepts, for dry
+    runs without that release installed (predicted; the installed one is asked)."""
+    bases: dict[str, set[str]] = {}
+    has: set[str] = set()
+    for file in sorted((Path(pkg) / "srt" / "models").glob("*.py")):
+        try:
+            tree = ast.parse(file.read_text(encoding="utf-8-sig"), str(file))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            names = {
+                b.id if isinstance(b, ast.Name) else b.attr
+                for b in node.bases
+                if isinstance(b, (ast.Name, ast.Attribute))
+            }
+            bases.setdefault(node.name, set()).update(names)
+            for item in node.body:
+                defined = isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    item.name == METHOD
+                )
+                assigned = isinstance(item, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == METHOD for t in item.targets
+                )
+                if defined or assigned:
+                    has.add(node.name)
+    grew = True
+    while grew:  # inherited through any chain of named bases
+        grew = False
+        for name, parents in bases.items():
+            if name not in has and parents & has:
+                has.add(name)
+                grew = True
+    return frozenset(has)

@@ -20,7 +20,7 @@ from sgl_eagle_ext.launcher.preflight import (
     shapes,
     sizes,
 )
-from sgl_eagle_ext.launcher.preflight.findings import INFO, WARNING, Finding, Report
+from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding, Report
 
 
 def _int(text: str | None, default: int) -> int:
@@ -72,62 +72,194 @@ def applied_patches(release: releases.Release) -> tuple[set[str] | None, Finding
     )
 
 
-def ask_release(
-    target: model_dirs.ModelDir,
-    draft: model_dirs.ModelDir | None,
-    release: releases.Release,
-    user_len: str | None,
-    env: Mapping[str, str],
-    python: str | None,
-    eagle3: bool,
-) -> tuple[ask_sglang.Answer | None, Finding]:
-    """SGLang's own verdicts when `python` imports the release being launched."""
-    python = python or ask_sglang.default_python()
-    found = ask_sglang.installed(python, dict(env))
-    installed = found.get("sglang")
-    dry = "verdicts predicted from the release table"
-    if installed is None:
-        return None, Finding("sglang.dry-run", INFO, f"no SGLang in {python}: {dry}.")
-    if installed != release.version:
-        return None, Finding(
-            "sglang.dry-run",
-            INFO,
-            f"{python} has SGLang {installed}, the launch is for {release.version}: {dry}.",
+def probe_argv(
+    target_dir: str, draft_dir: str | None, server_args: list[str], eagle3: bool
+) -> list[str]:
+    """The launch's SGLang arguments with the pair in them (preflight's own CLI takes the
+    pair as flags of its own): what the server will be started with."""
+    argv = ServerArgv(server_args)
+    out = list(server_args)
+    if argv.model_path is None:
+        out += ["--model-path", target_dir]
+    if draft_dir is not None and argv.draft_model_path is None:
+        out += ["--speculative-draft-model-path", draft_dir]
+        if eagle3 and argv.speculative_algorithm is None:
+            out += ["--speculative-algorithm", "EAGLE3"]
+    return out
+
+
+# SGLang's refusals, by the step of the probe that met them: (finding id, what it asked)
+_STEPS = {
+    "settings": ("sglang.refused", "its argument parser and resolution"),
+    "plugins": ("sglang.refused", "its plugins"),
+    "probe": ("sglang.refused", "the probe"),
+    "target": ("config.sglang-refused", "its ModelConfig of the target"),
+    "draft": ("config.sglang-refused", "its ModelConfig of the draft"),
+    "registry": ("arch.sglang-refused", "its model loader's class lookup"),
+    "capture": ("aux.sglang-refused", "the target class's EAGLE-3 capture setup"),
+}
+
+
+def _fix_for(err: dict) -> str:
+    """The fix for one of SGLang's refusals: what its own message asks for."""
+    text = err.get("message", "")
+    if "trust_remote_code" in text or "trust-remote-code" in text or "custom code" in text:
+        return (
+            "if you trust the model repository's code, launch with `-- --trust-remote-code` "
+            "(SGLang then runs its configuration code); else use a model SGLang supports natively"
         )
-    aux = None
-    n = target.text.get("num_hidden_layers")
-    if eagle3 and draft is not None and isinstance(n, int) and target.architecture:
-        ids, _ = aux_layers.read_ids(draft)
-        aux = {"arch": target.architecture, "n": n, "ids": ids.ids, "config": str(target.path)}
-    length = context.parse_length(user_len) if user_len is not None else None
-    answer, why = ask_sglang.ask(
-        python,
-        str(target.path),
-        str(draft.path) if draft is not None and draft.config is not None else None,
-        length,
-        aux,
-        dict(env),
-        found=found,
+    if "unrecognized arguments" in text or "invalid choice" in text or "expected one" in text:
+        return "correct the SGLang argument named above (python -m sglang.launch_server --help)"
+    if "No accelerator" in text:
+        return (
+            "run preflight on the server's host, or add `--device cpu` for a CPU launch "
+            "(--skip sglang.refused if this host is not the server's)"
+        )
+    if err.get("step") == "capture":
+        return (
+            "use a target family whose SGLang class captures EAGLE-3 aux states "
+            "(set_eagle3_layers_to_capture), or a speculative algorithm without aux states"
+        )
+    return "correct what SGLang's message names (the file above, or the launch's arguments)"
+
+
+def refusals(answer: ask_sglang.Answer) -> list[Finding]:
+    """Every exception SGLang raised about this launch: its words, the file, the fix."""
+    found, seen = [], set()
+    # a length refusal is the context check's, with its explanation and fixes
+    lengths = {(answer.context.get(k) or {}).get("error") for k in ("target", "draft")}
+    for err in answer.errors:
+        text = f"{err.get('type')}: {err.get('message')}"
+        if text in seen or err.get("message") in lengths:
+            continue
+        seen.add(text)
+        fid, what = _STEPS.get(err.get("step"), ("sglang.refused", "the probe"))
+        file = err.get("file")
+        if file and Path(file).is_dir():
+            file = str(Path(file) / "config.json")
+        found.append(
+            Finding(
+                fid,
+                ERROR,
+                f"SGLang {answer.version} refuses this launch ({what}; {answer.label}): {text}",
+                _fix_for(err),
+                file=file,
+                data={"verdict": answer.label, "step": err.get("step"), "type": err.get("type")},
+            )
+        )
+    return found
+
+
+def settings_view(answer: ask_sglang.Answer) -> Finding | None:
+    """What SGLang sets on its own for this launch (the settings view), as one note."""
+    res = answer.settings
+    if res is None or res.error:
+        return None
+    return Finding(
+        "sglang.settings",
+        INFO,
+        f"settings SGLang {res.version} sets on its own for this launch ({res.label}):\n        "
+        + "\n        ".join(res.lines()),
+        data={
+            "verdict": res.label,
+            "changes": [[c.field, c.before, c.after, c.by] for c in res.changes],
+        },
     )
-    if answer is None:
-        return None, Finding("sglang.unavailable", WARNING, f"{why}; {dry}.")
+
+
+def _asked_note(answer: ask_sglang.Answer, python: str) -> Finding:
+    parts = []
+    if answer.settings is not None and not answer.settings.error:
+        parts.append("its parser and resolution of the launch's arguments")
+    if "len" in answer.context.get("target_own", {}):
+        parts.append("its ModelConfig of " + ("target and draft" if answer.draft else "the target"))
+    if answer.target_class:
+        parts.append(f"its model loader's class ({answer.target_class.get('class')})")
+    if isinstance((answer.aux or {}).get("layers_to_capture"), list):
+        parts.append("that class's set_eagle3_layers_to_capture")
     when = (
         f"cached answer from {answer.cached_at} on these exact inputs, read in"
         if answer.cached_at
         else "in"
     )
-    return answer, Finding(
+    said = "; ".join(parts) if parts else "nothing it could answer"
+    refused = (
+        f"; it refused {len(answer.errors)} step(s), listed as errors" if answer.errors else ""
+    )
+    return Finding(
         "sglang.asked",
         INFO,
-        f"context-length and aux-layer verdicts by SGLang {answer.version} itself ({python}: its "
-        f"ModelConfig and the target class's set_eagle3_layers_to_capture, no weights; "
-        f"{when} {answer.seconds:.1f} s).",
+        f"verdicts by SGLang {answer.version} itself ({python}, no weights; {when} "
+        f"{answer.seconds:.1f} s): {said}{refused}. Anything else here is predicted "
+        f"from the release table.",
         data={
             "seconds": round(answer.seconds, 2),
             "version": answer.version,
             "cached_at": answer.cached_at,
         },
     )
+
+
+def ask_release(
+    argv: list[str],
+    release: releases.Release,
+    env: Mapping[str, str],
+    python: str | None,
+) -> tuple[ask_sglang.Answer | None, list[Finding]]:
+    """SGLang's own answer about this launch when `python` imports the release launched."""
+    python = python or ask_sglang.default_python()
+    found = ask_sglang.installed(python, dict(env))
+    installed = found.get("sglang")
+    dry = "verdicts predicted from the release table"
+    if installed is None:
+        return None, [Finding("sglang.dry-run", INFO, f"no SGLang in {python}: {dry}.")]
+    if installed != release.version:
+        return None, [
+            Finding(
+                "sglang.dry-run",
+                INFO,
+                f"{python} has SGLang {installed}, the launch is for {release.version}: {dry}.",
+            )
+        ]
+    answer, why = ask_sglang.ask_launch(python, argv, dict(env), found=found)
+    if answer is None:
+        return None, [Finding("sglang.unavailable", WARNING, f"{why}; {dry}.")]
+    notes = [_asked_note(answer, python), *refusals(answer), settings_view(answer)]
+    return answer, [n for n in notes if n is not None]
+
+
+def _check_fix(report: Report, argv: list[str], release, env, python) -> None:
+    """--fix wrote an overlay: the same SGLang is asked about the launch on it before
+    the report may say OK."""
+    retargeted = report.retarget(argv)
+    answer, notes = ask_release(retargeted, release, env, python)
+    fixed = next(
+        (f for f in report.findings if f.id == "context.draft-shorter" and f.severity == INFO),
+        None,
+    )
+    draft_verdict = (answer.context.get("draft") or {}) if answer is not None else {}
+    refused = [n for n in notes if n.severity == ERROR] if answer is not None else []
+    if "error" in draft_verdict:
+        refused.append(
+            Finding(
+                "context.draft-shorter",
+                ERROR,
+                f"SGLang {answer.version} still refuses the overlay's draft ({answer.label}): "
+                f"{draft_verdict['error']}",
+                "fix the draft's config by hand; the overlay did not satisfy SGLang",
+                file=str(report.overlay / "config.json"),
+            )
+        )
+    if not refused:
+        if answer is not None and fixed is not None:
+            fixed.message += f" SGLang {answer.version} accepts the overlay ({answer.label})."
+        return
+    for f in refused:
+        f.message = f"--fix wrote {report.overlay}, but: {f.message}"
+    if fixed is not None:
+        report.findings.remove(fixed)
+    report.add(*refused)
+    report.overlay = None
 
 
 def run(
@@ -172,21 +304,22 @@ def run(
     applied, note = applied_patches(release)
     report.add(note)
     answer = None
+    launch_argv = None
     if ask and target.config is not None:
-        answer, note = _safely(
+        launch_argv = probe_argv(
+            target_dir, draft_dir if draft is not None else None, server_args, eagle3
+        )
+        answer, notes = _safely(
             report,
             "sglang",
-            (None, None),
+            (None, []),
             ask_release,
-            target,
-            draft,
+            launch_argv,
             release,
-            argv.value("context-length"),
             env,
             sglang_python,
-            eagle3,
         )
-        report.add(note)
+        report.add(*notes)
 
     found, report.overlay = _safely(
         report,
@@ -204,14 +337,27 @@ def run(
         answer,
     )
     report.add(*found)
+    if report.overlay is not None and answer is not None:
+        _safely(report, "fix", None, _check_fix, report, launch_argv, release, env, sglang_python)
     report.add(*_safely(report, "rope", [], context.check_rope, target, draft))
     if target.config is not None:
         report.add(
-            *_safely(report, "arch", [], shapes.architectures, target, draft, release, pkg, eagle3)
+            *_safely(
+                report,
+                "arch",
+                [],
+                shapes.architectures,
+                target,
+                draft,
+                release,
+                pkg,
+                eagle3,
+                answer,
+            )
         )
 
     if eagle3 and target.config is not None and draft.config is not None:
-        found, fc_count = _safely(report, "shape", ([], None), shapes.check, target, draft)
+        found, fc_count = _safely(report, "shape", ([], None), shapes.check, target, draft, answer)
         report.add(*found)
         # Off: the classic flag, or any of the settings the release spells it as.
         graphs_off = argv.has("disable-cuda-graph") or any(

@@ -3,22 +3,25 @@
     SGLANG_PYTHON sglang_probe.py REQUEST.json      -> one line: PROBE {json}
 
 Runs inside the python that will start the server, so it imports only SGLang, its
-transformers and the standard library (never sgl_eagle_ext). It answers:
+transformers and the standard library (never sgl_eagle_ext). Nothing heavy starts:
+no weights are read, no model is built, no server process is spawned.
 
-  context: the release's ModelConfig on the target and the draft directories (its
-      AutoConfig, class defaults and rope handling included, no weights): the
-      target's context length, the draft's own, and whether the draft check (the
-      ValueError every TP worker raises) passes at the target's length;
-  aux: the target class's own set_eagle3_layers_to_capture, run on an instance
-      built without weights or __init__ (a recorder stands in for the sub-modules
-      it reaches; a delegation to an inner model is followed into that class), and
-      the decoder loop run on stand-in layers to see which captures arrive;
-  families: every registered architecture whose class defines
-      set_eagle3_layers_to_capture (and the model modules that failed to import).
+One question per launch ("launches": [{"argv": [...]}, ...]): the launch's final SGLang
+argument list, asked in the launch's environment and working directory. The answer:
 
-Request (JSON): {"context": [{"target": DIR, "draft": DIR|null, "context_length": int|null}],
-                 "aux": [{"arch": str, "n": int, "ids": [int]|null, "config": DIR|null}],
-                 "families": bool}
+  settings: SGLang's own parser (prepare_server_args) and resolution (resolve_once, or
+      the dataclass __post_init__ of releases without it) on that argument list: every
+      resolved field, and which field SGLang changed, from what, by which hook;
+  target / draft: ModelConfig.from_server_args on that record (so --json-model-override-
+      args, --context-length, --trust-remote-code, --revision, --dtype ... apply), the
+      draft with the target's context length as the draft worker gets it;
+  target_class: the class SGLang's model loader picks (get_model_architecture: its
+      registry, with its own fallbacks);
+  aux: for EAGLE-3, that class's set_eagle3_layers_to_capture run on the draft's ids
+      (a class without it is refused, as SGLang refuses it at startup);
+  errors: every exception on the way (any type), with SGLang's message and the step.
+
+Legacy requests (the oracle tests): "context", "aux", "families", "family_cases".
 """
 
 from __future__ import annotations
@@ -165,25 +168,8 @@ def _inner_classes(cls) -> list:
 
 
 def resolve(arch: str):
-    """The model class SGLang registers for `arch`. The module defining it is imported
-    alone when its file is found (the full registry imports every model: seconds)."""
-    import sglang.srt.models as models
-
-    needle = f"class {arch}("
-    for folder in models.__path__:
-        for name in sorted(os.listdir(folder)):
-            if not name.endswith(".py"):
-                continue
-            try:
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    if needle not in f.read():
-                        continue
-                mod = importlib.import_module(f"sglang.srt.models.{name[:-3]}")
-            except Exception:
-                continue
-            cls = getattr(mod, arch, None)
-            if isinstance(cls, type):
-                return cls
+    """The model class SGLang's own registry resolves `arch` to (importing every model
+    module, as the server does: a few seconds)."""
     from sglang.srt.models.registry import ModelRegistry
 
     return ModelRegistry.resolve_model_cls([arch])[0]
@@ -438,6 +424,343 @@ def family_cases(fams: dict, req: dict, root: str) -> dict:
     return out
 
 
+# -- one launch: SGLang's own answer for the exact argument list ----------------------------
+# Fields whose name has one of these words (api_key, ssl_keyfile_password, watermark_key,
+# hf_token ...) are masked: an answer is cached, a secret never is.
+SECRET_WORDS = frozenset({"key", "keys", "password", "secret", "token", "passphrase"})
+
+
+def _jsonable(value):
+    """A JSON-able copy of a resolved value (records as dicts, anything else as text)."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        pass
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _jsonable(getattr(value, k)) for k in value.__dataclass_fields__}
+    if hasattr(value, "__struct_fields__"):
+        return {k: _jsonable(getattr(value, k)) for k in value.__struct_fields__}
+    if hasattr(value, "value") and type(value).__module__ != "builtins":  # an Enum
+        return _jsonable(value.value)
+    return str(value)
+
+
+def _error(step: str, e: BaseException, file: str | None = None) -> dict:
+    """An exception as SGLang raised it: its type, its own message, the step it ended."""
+    text = str(e).strip() or repr(e)
+    if isinstance(e, SystemExit):  # argparse: its message went to stderr (captured)
+        text = getattr(e, "sgl_message", "") or f"the argument parser exited ({e.code})"
+    read = _config_read(e)
+    return {
+        "step": step,
+        "type": type(e).__name__,
+        "message": text[:1500],
+        "file": read[0] if read else file,
+        "draft": read[1] if read else None,
+    }
+
+
+_PATH_NAMES = ("model_path", "pretrained_model_name_or_path", "model_name_or_path", "path")
+
+
+def _config_read(e: BaseException) -> tuple[str, bool] | None:
+    """(the model directory, whether as a draft) SGLang or transformers was reading when
+    `e` was raised: the innermost frame whose own arguments name a local directory."""
+    tb = e.__traceback__
+    found = None
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        for name in _PATH_NAMES:
+            value = local.get(name)
+            if isinstance(value, str) and os.path.isdir(value):
+                found = (value, bool(local.get("is_draft_model")))
+                break
+        tb = tb.tb_next
+    return found
+
+
+def _fields(obj) -> list[str]:
+    if hasattr(obj, "__dataclass_fields__"):
+        return list(obj.__dataclass_fields__)
+    return list(getattr(type(obj), "__struct_fields__", ()))
+
+
+def _masked(name: str, value):
+    if value is not None and SECRET_WORDS & set(name.lower().split("_")):
+        return "***"
+    return value
+
+
+@contextlib.contextmanager
+def _traced_post_init(cls, log: dict):
+    """Releases without resolve_once resolve in the dataclass's __post_init__: snapshot
+    the parsed fields before it and note, per field, the last method that wrote it."""
+    own_post = cls.__dict__.get("__post_init__")
+    own_set = cls.__dict__.get("__setattr__")
+    if own_post is None:
+        yield
+        return
+    parent_set = cls.__setattr__
+
+    def tracer(self, name, value):
+        log.setdefault("by", {})[name] = sys._getframe(1).f_code.co_name
+        parent_set(self, name, value)
+
+    def post_init(self):
+        log["raw"] = {f: getattr(self, f, None) for f in _fields(self)}
+        cls.__setattr__ = tracer
+        try:
+            own_post(self)
+        finally:
+            if own_set is None:
+                del cls.__setattr__
+            else:
+                cls.__setattr__ = own_set
+
+    cls.__post_init__ = post_init
+    try:
+        yield
+    finally:
+        cls.__post_init__ = own_post
+
+
+def _parse(argv: list[str]):
+    """SGLang's own parser on the launch's arguments (its prepare_server_args)."""
+    import io
+
+    from sglang.srt import server_args as sa_mod
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf):
+            return sa_mod.prepare_server_args(list(argv))
+    except SystemExit as e:  # argparse's "error: ..." line is SGLang's refusal
+        lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
+        e.sgl_message = lines[-1] if lines else ""
+        raise
+
+
+def settings(argv: list[str]) -> tuple[object, dict]:
+    """(the resolved ServerArgs or None, {"fields", "changes", "attributed", "error"})."""
+    from sglang.srt.server_args import ServerArgs
+
+    out: dict = {"fields": {}, "changes": [], "attributed": True, "error": None}
+    log: dict = {}
+    with _traced_post_init(ServerArgs, log):
+        try:
+            sa = _parse(argv)
+        except BaseException as e:
+            out["error"] = _error("settings", e)
+            return None, out
+    if hasattr(sa, "resolve_once"):
+        raw_before = {f: getattr(sa, f, None) for f in _fields(sa)}
+        try:
+            sa.resolve_once()
+        except BaseException as e:
+            out["error"] = _error("settings", e)
+            return None, out
+        raw = getattr(sa, "_raw_input", None) or raw_before
+        by: dict = {}
+        for source, declared in getattr(sa, "_resolved_overrides", None) or ():
+            for name in declared:
+                by[name] = source
+        out["attributed"] = hasattr(sa, "_resolved_overrides")
+        resolved = sa.resolved_dict() if hasattr(sa, "resolved_dict") else None
+        after = resolved or {f: getattr(sa, f, None) for f in _fields(sa)}
+    else:  # resolved in __post_init__ (0.5.10-0.5.16)
+        raw, by = log.get("raw", {}), log.get("by", {})
+        out["attributed"] = bool(by)
+        after = {f: getattr(sa, f, None) for f in _fields(sa)}
+    for name, value in after.items():
+        if name.startswith("_"):
+            continue
+        now = _jsonable(_masked(name, value))
+        out["fields"][name] = now
+        before = _jsonable(_masked(name, raw.get(name)))
+        if name in raw and before != now:
+            source = by.get(name, "")
+            out["changes"].append([name, before, now, "" if source == "__init__" else source])
+    return sa, out
+
+
+def _config_kwargs(build, length):
+    """from_server_args' context length: its argument (0.5.19+) or the record's own."""
+    import inspect
+
+    from sglang.srt.configs.model_config import ModelConfig
+
+    if length is None:
+        return build, {}
+    if "context_length" in inspect.signature(ModelConfig.from_server_args).parameters:
+        return build, {"context_length": length}
+    sa = copy.copy(build)
+    sa.context_length = length
+    return sa, {}
+
+
+def _launch_config(sa, path: str | None, draft: bool, length: int | None) -> dict:
+    """SGLang's ModelConfig for the target (path None) or the draft, from the record."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    kw: dict = {}
+    if draft:
+        kw = {"model_path": path, "is_draft_model": True}
+        revision = getattr(sa, "speculative_draft_model_revision", None)
+        if revision:
+            kw["model_revision"] = revision
+    record, extra = _config_kwargs(sa, length)
+    mc = ModelConfig.from_server_args(record, **kw, **extra)
+    text = mc.hf_text_config
+    eagle = getattr(mc.hf_config, "eagle_config", None)
+    eagle = eagle if isinstance(eagle, dict) else {}
+    return {
+        "mc": mc,
+        "len": int(mc.context_len),
+        "layers": getattr(mc, "num_hidden_layers", getattr(text, "num_hidden_layers", None)),
+        "hidden": getattr(mc, "hidden_size", getattr(text, "hidden_size", None)),
+        "vocab": getattr(mc, "vocab_size", getattr(text, "vocab_size", None)),
+        "arch": (getattr(mc.hf_config, "architectures", None) or [None])[0],
+        "ids": eagle.get("eagle_aux_hidden_state_layer_ids"),
+        "use_aux": eagle.get("use_aux_hidden_state", True),
+    }
+
+
+def _plain_config(got: dict) -> dict:
+    return {k: v for k, v in got.items() if k != "mc"}
+
+
+def _own_length(mc) -> int:
+    """The length SGLang derives from the config alone (its get_context_length)."""
+    return int(sys.modules[type(mc).__module__].get_context_length(mc.hf_text_config))
+
+
+def _capture(cls, arch: str, target: dict, draft: dict) -> dict:
+    """What SGLang's startup does with the draft's ids on the target class."""
+    n, ids = target.get("layers"), draft.get("ids")
+    if not hasattr(cls, "set_eagle3_layers_to_capture"):
+        bare = cls.__new__(cls)
+        try:  # SGLang's own startup step (0.5.23+), else its plain method call
+            try:
+                from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
+                    configure_aux_hidden_state_capture,
+                )
+            except ImportError:
+                bare.set_eagle3_layers_to_capture(ids)
+            else:
+                configure_aux_hidden_state_capture(
+                    model=bare,
+                    eagle_use_aux_hidden_state=True,
+                    eagle_aux_hidden_state_layer_ids=ids,
+                    dflash_use_aux_hidden_state=False,
+                    dflash_target_layer_ids=None,
+                    is_dspark=False,
+                )
+        except BaseException as e:
+            return {"refused": _error("capture", e)}
+        return {
+            "refused": {
+                "step": "capture",
+                "type": "",
+                "file": None,
+                "message": f"{arch} has no set_eagle3_layers_to_capture",
+            }
+        }
+    if not isinstance(n, int):
+        return {"unresolved": "the target's layer count is unknown to SGLang's ModelConfig"}
+    try:
+        out = capture_indices(cls, arch, n, ids, target["mc"].hf_config)
+    except Exception as e:  # what SGLang's own method does with these ids
+        return {"raised": f"{type(e).__name__}: {e}"[:300]}
+    cap = out.get("layers_to_capture")
+    if cap:
+        out["boundaries"] = _boundary_run(cls, n, [c for c in cap if c in (0, n)] or [0, n])
+    return out
+
+
+def launch_case(case: dict) -> dict:
+    """Every answer SGLang gives about one launch (see the module docstring)."""
+    argv = list(case["argv"])
+    out: dict = {"errors": []}
+    if case.get("plugins", True):
+        try:  # what launch_server does first on releases with plugins
+            from sglang.srt.plugins import load_plugins
+        except ImportError:
+            pass
+        else:
+            try:
+                load_plugins()
+            except BaseException as e:
+                out["errors"].append(_error("plugins", e))
+    sa, out["settings"] = settings(argv)
+    quiet = False  # resolution refused: the model answers below are context, not verdicts
+    if out["settings"]["error"]:
+        out["errors"].append(out["settings"]["error"])
+        try:  # its ModelConfig on the parsed record: what resolution itself was building
+            sa, quiet = _parse(argv), True
+        except BaseException:
+            sa = None
+    if sa is None:
+        return out
+    errors = [] if quiet else out["errors"]
+    model = getattr(sa, "model_path", None)
+    draft_path = getattr(sa, "speculative_draft_model_path", None)
+    algorithm = str(getattr(sa, "speculative_algorithm", None) or "").upper()
+    ctx: dict = {}
+    try:
+        own = _launch_config(sa, None, False, 1)
+        ctx["target_own"] = {**_plain_config(own), "len": _own_length(own["mc"])}
+        target = _launch_config(sa, None, False, None)
+        ctx["target"] = _plain_config(target)
+    except BaseException as e:
+        err = _error("target", e, model)
+        if "target_own" in ctx:  # the length check: ModelConfig refused --context-length
+            ctx["target"] = {"error": err["message"]}
+        else:
+            errors.append(err)
+        target = None
+    out["context"] = ctx
+    draft = None
+    if draft_path and "target_own" in ctx:
+        effective = (ctx["target"].get("len") if target else None) or getattr(
+            sa, "context_length", None
+        )
+        try:
+            own = _launch_config(sa, draft_path, True, 1)
+            ctx["draft_own"] = {**_plain_config(own), "len": _own_length(own["mc"])}
+        except BaseException as e:
+            errors.append(_error("draft", e, draft_path))
+        else:
+            try:
+                draft = _launch_config(sa, draft_path, True, effective)
+                ctx["draft"] = _plain_config(draft)
+            except ValueError as e:  # the draft check every TP worker runs
+                ctx["draft"] = {"error": str(e)[:600]}
+                draft = own
+            except BaseException as e:
+                errors.append(_error("draft", e, draft_path))
+    if target is None:
+        return out
+    try:
+        from sglang.srt.model_loader.utils import get_model_architecture
+
+        cls, arch = get_model_architecture(target["mc"])
+        out["target_class"] = {"arch": arch, "class": cls.__name__, "module": cls.__module__}
+    except BaseException as e:
+        errors.append(_error("registry", e, model))
+        return out
+    if algorithm == "EAGLE3" and draft is not None and draft.get("use_aux", True):
+        out["aux"] = _capture(cls, arch, target, draft)
+        if "refused" in out["aux"]:
+            errors.append({**out["aux"]["refused"], "file": model})
+    if quiet:  # only what SGLang's ModelConfig said; the refusal above is the verdict
+        out = {k: v for k, v in out.items() if k in ("errors", "settings", "context")}
+    return out
+
+
 def main() -> None:
     t0 = time.monotonic()
     with open(sys.argv[1]) as f:
@@ -445,6 +768,16 @@ def main() -> None:
     import sglang
 
     out: dict = {"version": sglang.__version__, "pkg": os.path.dirname(sglang.__file__)}
+    if "launches" in req:
+        out["launches"] = []
+        for case in req["launches"]:
+            t1 = time.monotonic()
+            try:
+                got = launch_case(case)
+            except BaseException as e:  # a bug here is still one answer, never a crash
+                got = {"errors": [_error("probe", e)]}
+            got["seconds"] = round(time.monotonic() - t1, 2)
+            out["launches"].append(got)
     out["context"] = [context_case(c) for c in req.get("context", [])]
     out["aux"] = [aux_case(c) for c in req.get("aux", [])]
     if req.get("families"):

@@ -16,7 +16,10 @@ def architectures(
     release: releases.Release,
     pkg: Path | None,
     eagle3: bool,
+    sglang=None,
 ) -> list[Finding]:
+    """sglang: ask_sglang.Answer; where SGLang's model loader picked the target's class,
+    that answer replaces the registry read from source."""
     found: list[Finding] = []
     if target.config is not None and target.text_prefix:
         found.append(
@@ -45,6 +48,22 @@ def architectures(
             )
         )
     t_arch = target.architecture
+    picked = (sglang.target_class or {}) if sglang is not None else {}
+    if picked.get("arch"):  # SGLang's own loader answered: the source read is moot
+        known = None
+        if picked["arch"] != t_arch and str(picked["arch"]).startswith("Transformers"):
+            found.append(
+                target.finding(
+                    "arch.target-unknown",
+                    ERROR if eagle3 else WARNING,
+                    f"SGLang {sglang.version} has no model class {t_arch}: its loader falls "
+                    f"back to {picked['arch']} ({sglang.label}), which cannot capture EAGLE-3 "
+                    f"aux states.",
+                    "use a release that supports this model",
+                    "architectures",
+                    text=False,
+                )
+            )
     if known is not None and t_arch and t_arch not in known:
         found.append(
             target.finding(
@@ -53,6 +72,26 @@ def architectures(
                 f"SGLang {release.version} has no model class {t_arch} ({origin}): it would fall "
                 f"back to the Transformers backend, which cannot capture EAGLE-3 aux states.",
                 "use a release that supports this model",
+                "architectures",
+                text=False,
+            )
+        )
+    if (
+        eagle3
+        and known is not None
+        and t_arch in known
+        and t_arch not in registry.capturing(pkg)
+        and t_arch not in release.eagle3_drafts
+    ):
+        found.append(
+            target.finding(
+                "aux.no-capture",
+                ERROR,
+                f"SGLang {release.version}'s {t_arch} has no {registry.METHOD} ({origin}; "
+                f"predicted): EAGLE-3 startup refuses this target (it cannot hand the draft "
+                f"its aux hidden states).",
+                "use a target family whose SGLang class captures EAGLE-3 aux states, or a "
+                "speculative algorithm without aux states",
                 "architectures",
                 text=False,
             )
@@ -87,13 +126,37 @@ def fc_aux_count(draft: ModelDir, tensors: dict) -> int | None:
     return fc[1][1] // hidden_in if fc[1][1] % hidden_in == 0 else None
 
 
-def check(target: ModelDir, draft: ModelDir) -> tuple[list[Finding], int | None]:
+def _size(md: ModelDir, key: str, loaded: dict, name: str):
+    """A size field, as SGLang's ModelConfig loaded it where SGLang answered (class
+    defaults included: Gemma-3's text_config relies on its vocab_size default), else
+    as the file says. A vocab_size absent from the file is a class default the rules
+    do not know (Gemma-3's text_config): that comparison is left out with a note, never
+    a refusal SGLang would not make; every other size is required."""
+    if md.text.get(key) is None:
+        if isinstance(loaded.get(name), int):
+            return loaded[name], None
+        if key != "vocab_size":
+            return md.number(key, required=True)
+        return None, md.finding(
+            "shape.unchecked",
+            INFO,
+            f"the {md.role} config has no '{key}' (its class default applies): the "
+            f"{key} comparison is not made without SGLang to load it (predicted).",
+            None,
+            key,
+        )
+    return md.number(key, required=True)
+
+
+def check(target: ModelDir, draft: ModelDir, sglang=None) -> tuple[list[Finding], int | None]:
     """Findings, and the checkpoint's fc aux-state count (None when unknown)."""
     found: list[Finding] = []
-    t_hidden, bad1 = target.number("hidden_size", required=True)
-    t_vocab, bad2 = target.number("vocab_size", required=True)
-    d_hidden, bad3 = draft.number("hidden_size", required=True)
-    d_vocab, bad4 = draft.number("vocab_size", required=True)
+    t_seen = sglang.target if sglang is not None else {}
+    d_seen = sglang.draft if sglang is not None else {}
+    t_hidden, bad1 = _size(target, "hidden_size", t_seen, "hidden")
+    t_vocab, bad2 = _size(target, "vocab_size", t_seen, "vocab")
+    d_hidden, bad3 = _size(draft, "hidden_size", d_seen, "hidden")
+    d_vocab, bad4 = _size(draft, "vocab_size", d_seen, "vocab")
     d_target_hidden, bad5 = draft.number("target_hidden_size")
     draft_vocab, bad6 = draft.number("draft_vocab_size")
     found += [b for b in (bad1, bad2, bad3, bad4, bad5, bad6) if b]
