@@ -110,10 +110,10 @@ def _fix_for(err: dict) -> str:
         )
     if "unrecognized arguments" in text or "invalid choice" in text or "expected one" in text:
         return "correct the SGLang argument named above (python -m sglang.launch_server --help)"
-    if "No accelerator" in text:
+    if no_device(err):
         return (
-            "run preflight on the server's host, or add `--device cpu` for a CPU launch "
-            "(--skip sglang.refused if this host is not the server's)"
+            "run preflight on the server's host for SGLang's own settings, or add "
+            "`--device cpu` (`--cpu`) for a CPU launch"
         )
     if err.get("step") == "capture":
         return (
@@ -121,6 +121,12 @@ def _fix_for(err: dict) -> str:
             "(set_eagle3_layers_to_capture), or a speculative algorithm without aux states"
         )
     return "correct what SGLang's message names (the file above, or the launch's arguments)"
+
+
+def no_device(err: dict) -> bool:
+    """SGLang refused only because this host has no accelerator (a GPU launch checked
+    on another machine): a fact about where preflight runs, not about the launch."""
+    return "No accelerator" in str(err.get("message", ""))
 
 
 def refusals(answer: ask_sglang.Answer) -> list[Finding]:
@@ -137,6 +143,19 @@ def refusals(answer: ask_sglang.Answer) -> list[Finding]:
         file = err.get("file")
         if file and Path(file).is_dir():
             file = str(Path(file) / "config.json")
+        if no_device(err):  # not a refusal of the launch: say what is predicted instead
+            found.append(
+                Finding(
+                    "sglang.no-device",
+                    WARNING,
+                    f"SGLang {answer.version} cannot resolve this GPU launch on this host "
+                    f"({what}; {answer.label}): {text} Its settings and any verdict that "
+                    f"needs them are predicted from the release table here.",
+                    _fix_for(err),
+                    data={"verdict": answer.label, "step": err.get("step")},
+                )
+            )
+            continue
         found.append(
             Finding(
                 fid,

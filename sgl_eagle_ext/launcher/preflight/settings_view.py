@@ -42,9 +42,11 @@ def resolve(
         why = f"--model-path {model} is not a local directory here"
     else:
         answer, failed = ask_sglang.ask_launch(python, list(argv), env)
-        if answer is not None and answer.settings is not None:
-            return answer.settings, ""
-        why = failed or "SGLang gave no settings"
+        settings = answer.settings if answer is not None else None
+        if settings is not None and not (settings.error and "No accelerator" in settings.error):
+            return settings, ""
+        # a GPU launch asked on a host without one: SGLang's device hooks refuse it
+        why = (settings.error if settings is not None else failed) or "SGLang gave no settings"
     predict = getattr(resolution, "predicted_settings", None)
     if predict is None:
         return None, why
