@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from sgl_eagle_ext.common.contract import NCCL_EXTRA, NCCL_PREFIXES, NCCL_TAG
+from sgl_eagle_ext.in_sglang_base import registry
 
 
 def rank_line(rank, env=os.environ) -> str:
@@ -18,3 +19,16 @@ def rank_line(rank, env=os.environ) -> str:
 
 def report_rank(rank) -> None:
     print(rank_line(rank), flush=True)  # before SGLang configures logging: plain stdout
+
+
+# Every rank of a launcher-started server, first of all (a rank that hangs later has
+# told its settings). Not through the plugin: only the launcher reads these lines.
+FEATURE = registry.register(
+    registry.Feature(
+        NCCL_TAG,
+        enabled=lambda env: True,
+        hooks={registry.SCHEDULER: lambda ctx: report_rank(ctx.tp_rank)},
+        order=registry.REPORT,
+        plugin=False,
+    )
+)

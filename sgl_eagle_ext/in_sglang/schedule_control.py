@@ -21,8 +21,8 @@ flight; os.replace, so a read never sees half a file), and each rank stats it at
 verify (a few microseconds on the host, against milliseconds of GPU work; the parsed
 content is cached by mtime, size and inode). Nothing here touches the GPU.
 
-Installed by injection.py in every scheduler process when EAGLE_EXT_SCHEDULE_FILE is
-set, through the patching base (patching.py): idempotent, reversible, fail closed (an
+Installed in every scheduler process (its FEATURE in the in-process registry) when
+EAGLE_EXT_SCHEDULE_FILE is set, through the patching base (patching.py): idempotent, reversible, fail closed (an
 unknown release, a missing anchor or a bad file leaves SGLang's own controller in
 charge, with one log line; rank 0 tells what every rank does alike). SGLang logs each switch ("Switch adaptive
 runtime state: steps a -> b"); the profile windows carry the steps they ran.
@@ -38,7 +38,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
-from sgl_eagle_ext.in_sglang import patching
+from sgl_eagle_ext.in_sglang_base import patching, registry
 
 
 def _line(msg: str) -> None:
@@ -253,3 +253,13 @@ def uninstall() -> None:
 def install_from_env(env) -> bool:
     path = env.get(SCHEDULE_FILE_ENV, "").strip()
     return install(path) if path else False
+
+
+FEATURE = registry.register(
+    registry.Feature(
+        SCHEDULE_FILE_ENV,
+        enabled=lambda env: bool(env.get(SCHEDULE_FILE_ENV, "").strip()),
+        hooks={registry.SCHEDULER: lambda ctx: install_from_env(ctx.env)},
+        order=registry.CONTROL,
+    )
+)
