@@ -1,6 +1,6 @@
-"""python -m sgl_eagle_ext.tune --live: one weight load, every (concurrency, steps) measured.
+"""python -m sgl_eagle_ext.tune live: one weight load, every (concurrency, steps) measured.
 
-    python -m sgl_eagle_ext.tune --live --model-path M --draft-model-path D \
+    python -m sgl_eagle_ext.tune live --model-path M --draft-model-path D \
         [--preset-file F] [--levels 1,2,4,8,16,32,64] [--max-steps 5] [--budget-minutes N] \
         [--results tune-live/results.jsonl] [--baseline-arm] [--also-trees] [-- SGLANG ARGS]
 
@@ -52,15 +52,13 @@ from sgl_eagle_ext.tools.tune import live_report
 from sgl_eagle_ext.tools.tune.live_driver import Driver, ProfileTail, Tally
 from sgl_eagle_ext.tools.tune.live_results import Key, Results, fit, schedule
 
-PROG = "sgl_eagle_ext.tune --live"
+PROG = "sgl_eagle_ext.tune live"  # (the earlier spelling `tune --live` works too)
 TREE_PRESETS = ("eagle3-2step",)
 EXIT_INTERRUPTED = 130
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m sgl_eagle_ext.tune --live", description=__doc__.split("\n")[0]
-    )
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument("--model-path", required=True)
     p.add_argument("--draft-model-path", required=True)
     p.add_argument("--preset-file", type=Path, help="your preset (default: eagle3-adaptive)")
@@ -486,7 +484,7 @@ def run(argv: list[str]) -> int:
             f"SGLang {release.version}: the schedule controller has no anchor in this "
             "release (tune --live needs run-time step switching with 0 steps).",
             fix="use SGLang 0.5.23, or tune offline from profiled logs (python -m "
-            "sgl_eagle_ext.tune LOGS)",
+            "sgl_eagle_ext.tune logs LOG...)",
         )
     prompt_set = prompts.load(args.prompts)
     out_dir = args.results.parent
