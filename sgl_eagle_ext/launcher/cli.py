@@ -19,7 +19,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, paths, releases, safe_files, secret_flags
+from sgl_eagle_ext.common import http, nccl_line, paths, releases, safe_files, secret_flags
 from sgl_eagle_ext.common.cli_args import number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
@@ -303,7 +303,7 @@ class NcclReports:
         self.ranks: dict[str, dict[str, str]] = {}
 
     def __call__(self, line: str) -> None:
-        parsed = nccl.parse_line(line)
+        parsed = nccl_line.parse_line(line)
         if parsed:
             self.ranks[parsed[0]] = parsed[1]
 
