@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_eagle_ext.launcher.preflight import probe_cache
+from sgl_eagle_ext.launcher.preflight.sglang_probe import TAG
 
 PROBE = Path(__file__).with_name("sglang_probe.py")
-TAG = "PROBE "
 TIMEOUT_S = 240.0  # importing SGLang's model registry takes ~10-20 s on a busy CPU
 
 
