@@ -25,6 +25,7 @@ from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
 from sgl_eagle_ext.common.server_process import ServerProcess, run_supervised, serve_until_exit
+from sgl_eagle_ext.common.table import L, Table
 from sgl_eagle_ext.launcher import bind_watch, nccl, plan, presets, readiness
 
 PROG = "sgl_eagle_ext.launch"
@@ -337,8 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
     if args.list_presets:
-        for name, file in sorted(presets.shipped().items()):
-            print(f"{name:16} {presets.load(name=name).description}  ({file})")
+        listing = Table(L("preset", 16), L("description"), L("file", sep="  "))
+        rows = [
+            (name, presets.load(name=name).description, f"({file})")
+            for name, file in sorted(presets.shipped().items())
+        ]
+        print("\n".join(listing.render(rows, header=False)))
         return 0
 
     launch = plan.build(request_from_args(args, extra))

@@ -43,9 +43,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sgl_eagle_ext.common import adaptive_config, releases
+from sgl_eagle_ext.common import adaptive_config, chain, releases
 from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import arms, probe, prompts
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.tune import live_report
@@ -113,32 +116,35 @@ def live_preset(args, out_dir: Path, levels: list[int], steps: list[int]) -> Pat
     )
     base = str(args.preset_file.resolve()) if args.preset_file else "eagle3-adaptive"
     top = max(steps)
-    text = f"""# written by {PROG}
-extends = {json.dumps(base)}
-[server]
-speculative-algorithm = "EAGLE3"
-speculative-eagle-topk = 1
-speculative-num-steps = {top}
-speculative-num-draft-tokens = {top + 1}
-speculative-adaptive = true
-speculative-adaptive-config = {json.dumps(str(table.resolve()))}
-# graphs for every candidate step count, but only up to the largest level measured
-cuda-graph-max-bs = {max(levels)}
-[env]
-EAGLE3_PROFILE = "1"
-EAGLE3_PROFILE_FILE = {json.dumps(str((out_dir / "profile-{rank}.jsonl").resolve()))}
-EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(schedule_file(out_dir).resolve()))}
-"""
-    path = out_dir / "live-preset.toml"
-    path.write_text(text)
-    return path
+    return presets.write(
+        out_dir / "live-preset.toml",
+        comment=f"written by {PROG}",
+        extends=base,
+        server={
+            "speculative-algorithm": "EAGLE3",
+            "speculative-eagle-topk": 1,
+            "speculative-num-steps": top,
+            "speculative-num-draft-tokens": chain.draft_tokens(top),
+            "speculative-adaptive": True,
+            "speculative-adaptive-config": str(table.resolve()),
+            "cuda-graph-max-bs": max(levels),
+        },
+        notes={
+            "cuda-graph-max-bs": "graphs for every candidate step count, but only up to the "
+            "largest level measured"
+        },
+        env={
+            profile_names.ENV: "1",
+            profile_names.ENV_FILE: str((out_dir / "profile-{rank}.jsonl").resolve()),
+            SCHEDULE_FILE_ENV: str(schedule_file(out_dir).resolve()),
+        },
+    )
 
 
 def arm_preset(args, out_dir: Path, name: str) -> str:
     """A separate fixed server: baseline (no speculation) or a tree preset."""
     if name != "baseline" or not args.preset_file:
         return name
-    path = out_dir / "baseline-preset.toml"
     off = [
         "speculative-algorithm",
         "speculative-eagle-topk",
@@ -147,9 +153,10 @@ def arm_preset(args, out_dir: Path, name: str) -> str:
         "speculative-adaptive",
         "speculative-adaptive-config",
     ]
-    path.write_text(
-        f"extends = {json.dumps(str(args.preset_file.resolve()))}\n[server]\n"
-        + "".join(f"{k} = false\n" for k in off)
+    path = presets.write(
+        out_dir / "baseline-preset.toml",
+        extends=str(args.preset_file.resolve()),
+        server=dict.fromkeys(off, False),
     )
     return str(path)
 

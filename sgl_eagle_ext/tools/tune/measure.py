@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgl_eagle_ext.common import chain
 from sgl_eagle_ext.profiling.record import BAD_LINE, checked, find_record, read_lines
 from sgl_eagle_ext.profiling.report import DECODE_BATCH
 
@@ -96,7 +97,7 @@ def add_window(cells: dict, rec: dict, spec: dict | None = None) -> tuple[int, i
         topk = spec.get("speculative_eagle_topk")
         steps = spec.get("speculative_num_steps")
         if topk == 1 or steps is None:
-            steps = max(dt, key=dt.get) - 1
+            steps = chain.steps_of(max(dt, key=dt.get))
     cell = cells.setdefault((bs, steps), Cell())
     n = rec["cycles"]
     cell.cycles += n
