@@ -13,23 +13,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, nccl_line, paths, releases, safe_files, secret_flags
+from sgl_eagle_ext.common import http, paths, releases, safe_files, secret_flags
 from sgl_eagle_ext.common.cli_args import number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
 from sgl_eagle_ext.common.server_process import ServerProcess, run_supervised, serve_until_exit
 from sgl_eagle_ext.common.table import L, Table
-from sgl_eagle_ext.launcher import bind_watch, nccl, plan, presets, readiness
+from sgl_eagle_ext.launcher import bind_watch, nccl, plan, presets, readiness, running
+from sgl_eagle_ext.launcher.running import check_model_dir
 
 PROG = "sgl_eagle_ext.launch"
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 SPEC_CHECK_PROMPT = "The quick brown fox"
 LOW_ACCEPT = 1.2  # below this the draft is barely contributing
 # Releases whose CUDA graphs capture the default aux layers (patches/: cuda-graph-aux-layers).
@@ -168,38 +167,6 @@ def checked_log_path(args, preset_name: str) -> Path:
     return path
 
 
-def check_model_dir(flag: str, path: str) -> None:
-    try:
-        _check_model_dir(flag, path)
-    except OSError as e:  # e.g. a directory this user may not read
-        raise UserError(
-            f"{flag} {path}: cannot be read ({e.strerror or e}).",
-            fix="check the directory's permissions (the server must read config.json and "
-            "the weights)",
-        ) from None
-
-
-def _check_model_dir(flag: str, path: str) -> None:
-    p = Path(path).expanduser()
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise UserError(
-                f"{flag} {path}: the directory has no config.json.",
-                fix="point it at the model directory itself (config.json, weights)",
-            )
-        return
-    if p.exists():
-        raise UserError(
-            f"{flag} {path}: not a directory.", fix="give the model directory, not a file inside it"
-        )
-    if HUB_ID.match(path) and not path.startswith((".", "/", "~")):
-        return  # a Hugging Face id: SGLang downloads it
-    raise UserError(
-        f"{flag} {path}: no such directory.",
-        fix="check the path (the directory holding config.json and the weights)",
-    )
-
-
 def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
     """The launcher's own arguments as a launch request (the demo's pair built here)."""
     model_path, draft_model_path = args.model_path, args.draft_model_path
@@ -250,29 +217,15 @@ def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
 
 def run_preflight(args, launch: plan.LaunchPlan, env: dict) -> plan.LaunchPlan:
     """Preflight before anything starts; returns the plan with the (possibly
-    retargeted) arguments."""
-    from sgl_eagle_ext.launcher import preflight
-
-    report = preflight.run(
-        launch.model_path,
-        launch.draft_model_path,
-        launch.release,
-        launch.argv,
+    retargeted) arguments (launcher/running.py: the same for servers started in process)."""
+    return running.preflight(
+        launch,
+        env,
         fix=args.fix,
-        skip=[*args.skip, "host.port"],
-        env={**os.environ, **env},
-        hardware=launch.preset.hardware or None,
+        skip=args.skip,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+        prog=PROG,
     )
-    print(report.render(notes=False), file=sys.stderr, flush=True)
-    for f in report.findings:  # whose verdicts these are (SGLang's own, or the rules')
-        if f.id in ("sglang.asked", "sglang.dry-run"):
-            print(f"{PROG}: preflight: {f.message}", file=sys.stderr, flush=True)
-    if not report.ok:
-        raise UserError(
-            "preflight found errors (listed above); nothing was started.",
-            fix="apply a fix shown above, or pass --skip ID to waive a finding",
-        )
-    return launch.with_argv(report.retarget(list(launch.argv)))
 
 
 def spec_check(base_url: str, api_key: str | None) -> None:
@@ -297,16 +250,8 @@ def spec_check(base_url: str, api_key: str | None) -> None:
         print(f"{PROG}: spec check: accept length {acc:.2f}", flush=True)
 
 
-class NcclReports:
-    """Collects each rank's EAGLE_EXT_NCCL line from the server output."""
-
-    def __init__(self):
-        self.ranks: dict[str, dict[str, str]] = {}
-
-    def __call__(self, line: str) -> None:
-        parsed = nccl_line.parse_line(line)
-        if parsed:
-            self.ranks[parsed[0]] = parsed[1]
+class NcclReports(running.NcclReports):
+    """Collects each rank's EAGLE_EXT_NCCL line from the server output; prints the table."""
 
     def print(self, expected: dict[str, str]) -> None:
         if not self.ranks:

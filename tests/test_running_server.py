@@ -1,0 +1,94 @@
+"""launcher.start(plan) -> RunningServer (launcher/running.py), on a stand-in server
+(tests/fakes/fake_sglang.py, started as the plan's server command): readiness from
+/health_generate on our own process tree, each rank's NCCL line collected, the log
+written, a failed start stopped and reported with its log's last lines, and stop()
+ending the tree. (The real server through the same code: the launcher's server tests.)"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sgl_eagle_ext.common import nccl_line, ports
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.server_process import EXIT_SERVER_FAILED, StartupFailed
+from sgl_eagle_ext.launcher import plan, running
+
+FAKE = Path(__file__).resolve().parent / "fakes" / "fake_sglang.py"
+V23 = "0.5.23"
+
+
+def launch(port: int) -> plan.LaunchPlan:
+    return plan.build(
+        plan.LaunchRequest(
+            preset="baseline",
+            model_path="org/some-model",  # not read: the stand-in serves no model
+            sglang_version=V23,
+            extra=("--port", str(port)),
+        )
+    )
+
+
+def stand_in(port: int, nccl_env: dict[str, str], exit_first: bool = False) -> list[str]:
+    """A server command: one NCCL line per 'rank', then the fake SGLang (or an exit)."""
+    code = (
+        "import os, runpy, sys\n"
+        f"for rank in (0, 1):\n"
+        f"    print({nccl_line.format_line('RANK', 0, nccl_env)!r}.replace('RANK', str(rank)),"
+        " flush=True)\n"
+        + ("sys.exit(7)\n" if exit_first else "")
+        + f"sys.argv = [{str(FAKE)!r}, '--port', '{port}']\n"
+        f"runpy.run_path({str(FAKE)!r}, run_name='__main__')\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_start_waits_for_readiness_collects_nccl_and_stop_ends_the_tree(tmp_path):
+    port = ports.pick()
+    log = tmp_path / "server.log"
+    srv = running.start(
+        launch(port),
+        running.StartOptions(log_path=log, preflight=False),
+        command=stand_in(port, {"NCCL_PROTO": "LL", "PATH": "/bin"}),
+    )
+    with srv:
+        assert srv.alive() and srv.url == f"http://127.0.0.1:{port}"
+        assert srv.nccl == {"0": {"NCCL_PROTO": "LL"}, "1": {"NCCL_PROTO": "LL"}}
+        table, warnings = srv.nccl_table()
+        assert "rank 0" in table and "rank 1" in table
+        print(f"ready in {srv.startup_s:.1f} s")
+        pid = srv.pid
+    assert not srv.alive() and srv.returncode() is not None
+    assert not psutil.pid_exists(pid)  # stopped and reaped
+    assert "fake SGLang on" in log.read_text()
+
+
+def test_a_server_that_dies_while_starting_is_reported_and_stopped(tmp_path):
+    port = ports.pick()
+    with pytest.raises(StartupFailed) as e:
+        running.start(
+            launch(port),
+            running.StartOptions(log_path=tmp_path / "s.log", preflight=False),
+            command=stand_in(port, {}, exit_first=True),
+        )
+    assert e.value.code == EXIT_SERVER_FAILED
+    assert "exited with code 7" in str(e.value)
+    assert "EAGLE_EXT_NCCL rank=1" in str(e.value)  # the log's last lines come with it
+
+
+def test_a_taken_port_is_refused_before_anything_starts(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(UserError):
+            running.start(
+                launch(port),
+                running.StartOptions(log_path=tmp_path / "s.log", preflight=False),
+                command=[sys.executable, "-c", "raise SystemExit('must not run')"],
+            )
+    assert not (tmp_path / "s.log").exists()
