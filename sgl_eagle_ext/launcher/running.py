@@ -179,14 +179,55 @@ def server_env(launch: plan.LaunchPlan, secrets: Mapping[str, str]) -> tuple[dic
     return env, every
 
 
-def start(
+class Starting:
+    """A server whose process runs but is not ready yet (launch()); wait() makes it a
+    RunningServer, stop() ends it (from another thread too)."""
+
+    def __init__(self, launch, options, server, bind, reports, url, api_key, env):
+        self.launch, self.options, self.server = launch, options, server
+        self._bind, self._reports, self.url, self.api_key = bind, reports, url, api_key
+        self._env = env
+
+    def wait(self) -> RunningServer:
+        """Block until ready (readiness.wait_ready); on any failure the tree is stopped
+        first, then the error raised (StartupFailed: with the log's last lines)."""
+        try:
+            took = readiness.wait_ready(
+                self.server,
+                self.url,
+                self.launch.port,
+                api_key=self.api_key,
+                stall_timeout=self.options.stall_timeout,
+                startup_timeout=self.options.startup_timeout,
+            )
+            self._bind.check()
+        except BaseException as e:  # StartupFailed, Ctrl-C while it loads: the tree first
+            if isinstance(e, StartupFailed):
+                tail = "\n  ".join(list(self.server.tail)[-8:])
+                e.args = (f"{e.args[0]}; last log lines:\n  {tail}" if tail else e.args[0],)
+            self.server.stop()
+            raise
+        return RunningServer(
+            self.launch,
+            self.server,
+            self.url,
+            self.api_key,
+            self._reports,
+            took,
+            nccl.expected(self._env),
+        )
+
+    def stop(self, grace: float = 20.0) -> set[int]:
+        return self.server.stop(grace)
+
+
+def launch(
     launch: plan.LaunchPlan,
     options: StartOptions,
     *,
     command: Sequence[str] | None = None,
-) -> RunningServer:
-    """Start the server of `launch` and wait until it is ready (see the module's text).
-    `command`: another server command for the same plan (tests: a stand-in server)."""
+) -> Starting:
+    """Everything before the wait: the checks, preflight, the server process started."""
     env, secrets = server_env(launch, options.secrets)
     api_key = secrets.get("api-key")
     for flag, value in (
@@ -209,23 +250,18 @@ def start(
         echo=options.echo,
         listeners=[reports, bind],
     )
+    bind.arm(server)
+    server.start()
     url = f"http://{http.probe_host(host)}:{port}"
-    try:
-        bind.arm(server)
-        server.start()
-        took = readiness.wait_ready(
-            server,
-            url,
-            port,
-            api_key=api_key,
-            stall_timeout=options.stall_timeout,
-            startup_timeout=options.startup_timeout,
-        )
-        bind.check()
-    except BaseException as e:  # StartupFailed, Ctrl-C while it loads: stop the tree first
-        if isinstance(e, StartupFailed):
-            tail = "\n  ".join(list(server.tail)[-8:])
-            e.args = (f"{e.args[0]}; last log lines:\n  {tail}" if tail else e.args[0],)
-        server.stop()
-        raise
-    return RunningServer(launch, server, url, api_key, reports, took, nccl.expected(env))
+    return Starting(launch, options, server, bind, reports, url, api_key, env)
+
+
+def start(
+    launch_plan: plan.LaunchPlan,
+    options: StartOptions,
+    *,
+    command: Sequence[str] | None = None,
+) -> RunningServer:
+    """Start the server of `launch_plan` and wait until it is ready (see the module's
+    text). `command`: another server command for the same plan (tests: a stand-in)."""
+    return launch(launch_plan, options, command=command).wait()
