@@ -202,10 +202,10 @@ class Starting:
             )
             self._bind.check()
         except BaseException as e:  # StartupFailed, Ctrl-C while it loads: the tree first
+            self.server.stop()  # (its log reader finished: the tail is complete)
             if isinstance(e, StartupFailed):
                 tail = "\n  ".join(list(self.server.tail)[-8:])
                 e.args = (f"{e.args[0]}; last log lines:\n  {tail}" if tail else e.args[0],)
-            self.server.stop()
             raise
         return RunningServer(
             self.launch,
