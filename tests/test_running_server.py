@@ -92,3 +92,74 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path):
                 command=[sys.executable, "-c", "raise SystemExit('must not run')"],
             )
     assert not (tmp_path / "s.log").exists()
+
+
+# -- bench's arms (tools/bench/arms.py): the same start, in a thread ------------------
+
+
+@pytest.fixture
+def stand_in_arms(monkeypatch):
+    """arms' servers are the stand-in (the plan, checks and readiness stay real)."""
+    from sgl_eagle_ext.tools.bench import arms
+
+    real = running.launch
+    commands = {}
+
+    def launch_stand_in(plan_, options):
+        return real(plan_, options, command=commands.get(plan_.port))
+
+    monkeypatch.setattr(running, "launch", launch_stand_in)
+    return arms, commands
+
+
+def arm_plan(arms, port: int, log: Path):
+    p = launch(port)
+    return arms.ArmPlan("A", "baseline", ["--preset", "baseline"], {}, launch=p, log_file=log)
+
+
+def test_an_arm_starts_in_process_and_stops_its_whole_tree(stand_in_arms, tmp_path):
+    arms, commands = stand_in_arms
+    port = ports.pick()
+    commands[port] = stand_in(port, {"NCCL_PROTO": "LL"})
+    proc = arms.LauncherProcess(arm_plan(arms, port, tmp_path / "a.log"))
+    try:
+        assert proc.wait_ready(60) == f"http://127.0.0.1:{port}"
+        pid = proc.proc.pid
+        assert proc.alive() and psutil.pid_exists(pid)
+        assert any("NCCL_PROTO" in line for line in proc.lines)  # the rank table, kept
+    finally:
+        proc.stop()
+    assert proc.stopped_cleanly and not psutil.pid_exists(pid)
+    assert "fake SGLang on" in (tmp_path / "a.log").read_text()
+
+
+def test_an_arm_whose_server_dies_or_is_refused_fails_with_its_kind(stand_in_arms, tmp_path):
+    arms, commands = stand_in_arms
+    port = ports.pick()
+    commands[port] = stand_in(port, {}, exit_first=True)
+    proc = arms.LauncherProcess(arm_plan(arms, port, tmp_path / "a.log"))
+    with pytest.raises(arms.ArmFailed) as e:
+        proc.wait_ready(60)
+    assert e.value.kind == "exited" and "exited with code 7" in str(e.value)
+    proc.stop()
+    with socket.socket() as s:  # the port taken: the launcher's refusal, exit 2
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        proc = arms.LauncherProcess(arm_plan(arms, taken, tmp_path / "b.log"))
+        with pytest.raises(arms.ArmFailed) as e:
+            proc.wait_ready(60)
+    assert e.value.kind == "refused" and e.value.code == 2
+    assert proc.stop() is None and proc.proc is None  # nothing was started
+
+
+def test_an_arm_stopped_while_it_starts_leaves_nothing(stand_in_arms, tmp_path):
+    arms, commands = stand_in_arms
+    port = ports.pick()
+    # a server that never becomes ready (it sleeps): stopped by the caller's timeout
+    commands[port] = [sys.executable, "-c", "import time; time.sleep(600)"]
+    proc = arms.LauncherProcess(arm_plan(arms, port, tmp_path / "a.log"))
+    with pytest.raises(arms.ArmFailed) as e:
+        proc.wait_ready(3)
+    assert e.value.kind == "not_ready"
+    assert proc.stopped_cleanly and not proc.alive()
