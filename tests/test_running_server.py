@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from sgl_eagle_ext.common import nccl_line, ports
+from sgl_eagle_ext.common import http, nccl_line, ports
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_process import EXIT_SERVER_FAILED, StartupFailed
 from sgl_eagle_ext.launcher import plan, running
@@ -125,7 +126,11 @@ def test_an_arm_starts_in_process_and_stops_its_whole_tree(stand_in_arms, tmp_pa
     try:
         assert proc.wait_ready(60) == f"http://127.0.0.1:{port}"
         pid = proc.proc.pid
+        # the server outlives its start: the parent-death signal follows the thread that
+        # started it, which therefore lives until stop()
+        time.sleep(1.5)
         assert proc.alive() and psutil.pid_exists(pid)
+        assert http.request(f"{proc.url}/health").status == 200
         assert any("NCCL_PROTO" in line for line in proc.lines)  # the rank table, kept
     finally:
         proc.stop()

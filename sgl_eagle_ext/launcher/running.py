@@ -181,7 +181,9 @@ def server_env(launch: plan.LaunchPlan, secrets: Mapping[str, str]) -> tuple[dic
 
 class Starting:
     """A server whose process runs but is not ready yet (launch()); wait() makes it a
-    RunningServer, stop() ends it (from another thread too)."""
+    RunningServer, stop() ends it (from another thread too). The server gets SIGTERM
+    when the THREAD that called launch() ends (Linux's parent-death signal follows the
+    thread): call it from a thread that outlives the server."""
 
     def __init__(self, launch, options, server, bind, reports, url, api_key, env):
         self.launch, self.options, self.server = launch, options, server

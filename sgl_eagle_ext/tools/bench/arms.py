@@ -154,6 +154,7 @@ class LauncherProcess:
         self._stop_asked = False
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self._release = threading.Event()  # set by stop(): the starting thread may end
         threading.Thread(target=self._start, name=f"arm-{plan.label}", daemon=True).start()
 
     def _say(self, text: str) -> None:
@@ -188,6 +189,10 @@ class LauncherProcess:
             self._say(table)
             for w in warnings:
                 self._say(f"warning: NCCL: {w}")
+            self._done.set()
+            # The server's parent-death signal follows the thread that started it (Linux:
+            # PR_SET_PDEATHSIG is per thread): this thread lives until stop().
+            self._release.wait()
         except UserError as e:  # the launcher's refusal (code 2: its input; the run exits 2)
             self.error = ArmFailed(
                 f"preset {p.preset}: {e.message}" + (f" ({e.fix})" if e.fix else ""),
@@ -229,11 +234,14 @@ class LauncherProcess:
         with self._lock:
             self._stop_asked = True
             starting = self._starting
-        if starting is None:
-            return None
-        if self.left is None:
-            self.left = starting.stop(STOP_GRACE)
-        return starting.server.returncode()
+        try:
+            if starting is None:
+                return None
+            if self.left is None:
+                self.left = starting.stop(STOP_GRACE)
+            return starting.server.returncode()
+        finally:
+            self._release.set()
 
     @property
     def stopped_cleanly(self) -> bool:
