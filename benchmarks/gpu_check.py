@@ -4,7 +4,7 @@
 
 A synthetic EAGLE cycle (draft steps as small matmuls replayed from a CUDA graph,
 the target's verify forward, accept on the GPU, draft-extend) is wrapped through the
-project's own patching base (sgl_eagle_ext/in_sglang/patching.py) and timed with the
+project's own patching base (sgl_eagle_ext/in_sglang_base/patching.py) and timed with the
 recorder's own clock (profiling/recorder/clock.py), role by role as the recorder wraps
 SGLang's EAGLE worker (the marks of profiling/phases.py). Checks:
 
@@ -423,7 +423,7 @@ def main() -> int:
     import torch
 
     try:
-        from sgl_eagle_ext.in_sglang import patching
+        from sgl_eagle_ext.in_sglang_base import patching
         from sgl_eagle_ext.profiling import phases
         from sgl_eagle_ext.profiling.recorder.clock import CudaEventClock
     except Exception as e:  # e.g. wrapt or packaging missing on this machine

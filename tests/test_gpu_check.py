@@ -225,7 +225,7 @@ class FakeTorch:
 def test_the_cuda_path_runs_end_to_end_on_a_stand_in(gc, monkeypatch, capsys):
     import torch
 
-    from sgl_eagle_ext.in_sglang import patching
+    from sgl_eagle_ext.in_sglang_base import patching
     from sgl_eagle_ext.profiling import phases
     from sgl_eagle_ext.profiling.recorder.clock import CudaEventClock
 
@@ -259,7 +259,7 @@ def test_the_cuda_path_runs_end_to_end_on_a_stand_in(gc, monkeypatch, capsys):
 def test_a_sync_in_the_hot_path_fails_the_check(gc, monkeypatch):
     import torch
 
-    from sgl_eagle_ext.in_sglang import patching
+    from sgl_eagle_ext.in_sglang_base import patching
     from sgl_eagle_ext.profiling import phases
     from sgl_eagle_ext.profiling.recorder.clock import CudaEventClock
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import nccl_line, releases
 from sgl_eagle_ext.in_sglang import nccl_report
 from sgl_eagle_ext.launcher import nccl
 
@@ -15,9 +15,11 @@ PRESET = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "16777216"}
 def test_rank_line_round_trip():
     env = {**PRESET, "PATH": "/bin", "CUDA_DEVICE_MAX_CONNECTIONS": "8"}
     line = "[2026-11-29 10:00:00 TP1] " + nccl_report.rank_line(1, env)
-    rank, seen = nccl.parse_line(line)
+    rank, seen = nccl_line.parse_line(line)
     assert rank == "1" and seen == {**PRESET, "CUDA_DEVICE_MAX_CONNECTIONS": "8"}
-    assert nccl.parse_line("Decode batch, #running-req: 1") is None
+    assert nccl_line.parse_line("Decode batch, #running-req: 1") is None
+    # the launcher's expectation is the same selection the rank reports
+    assert nccl.expected(env) == seen
 
 
 def test_table_flags_a_rank_that_differs():

@@ -1,4 +1,4 @@
-"""The patching base (in_sglang/patching.py) every wrapper on SGLang goes through:
+"""The patching base (in_sglang_base/patching.py) every wrapper on SGLang goes through:
 all anchors first, idempotent install, symmetric uninstall, one line and nothing
 installed when one anchor is missing, no wrapper work during CUDA-graph capture.
 On a small module of its own (the features' tests run it on SGLang's classes:
@@ -13,7 +13,7 @@ import types
 import pytest
 import wrapt
 
-from sgl_eagle_ext.in_sglang import patching
+from sgl_eagle_ext.in_sglang_base import patching
 
 MOD = "sgl_eagle_ext_patching_target"
 

@@ -54,7 +54,7 @@ for case in req["launches"]:
     settings = {{"fields": {{"max_running_requests": 48}}, "attributed": True, "error": None,
                 "changes": [["max_running_requests", None, 48, "_handle_eagle_family"]]}}
     out.append({{"context": ctx, "settings": settings, "errors": []}})
-print("PROBE " + json.dumps({{"version": "0.5.23", "pkg": "/x", "launches": out, "seconds": 1.0}}))
+print({tag!r} + json.dumps({{"version": "0.5.23", "pkg": "/x", "launches": out, "seconds": 1.0}}))
 """
 
 
@@ -65,7 +65,7 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.delenv(probe_cache.BYPASS, raising=False)
     count = tmp_path / "probe-runs"
     py = tmp_path / "python"
-    py.write_text(FAKE.format(python=sys.executable, count=str(count)))
+    py.write_text(FAKE.format(python=sys.executable, count=str(count), tag=ask_sglang.TAG))
     py.chmod(0o755)
     return str(py), lambda: len(count.read_text().splitlines()) if count.exists() else 0
 
@@ -358,3 +358,24 @@ def test_a_hit_gives_exactly_sglangs_fresh_verdicts(tmp_path, monkeypatch):
     assert next(f for f in hit.findings if f.id == "sglang.asked").data["cached_at"]
     assert _verdicts(hit) == _verdicts(fresh), hit.render()
     assert {"context.draft-shorter", "sglang.settings"} <= {f.id for f in hit.findings}
+
+
+def test_the_probe_tag_is_defined_once_and_importing_the_probe_changes_nothing(monkeypatch):
+    """ask_sglang reads the answer line's tag from the probe itself; importing the probe
+    (for that) leaves the launcher's environment and sys.path alone."""
+    import importlib
+    import os
+
+    from sgl_eagle_ext.launcher.preflight import sglang_probe
+
+    monkeypatch.setenv("SGLANG_IS_IN_CI", "1")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    path = list(sys.path)
+    importlib.reload(sglang_probe)
+    assert os.environ.get("SGLANG_IS_IN_CI") == "1" and "HF_HUB_OFFLINE" not in os.environ
+    assert sys.path == path
+    assert ask_sglang.TAG == sglang_probe.TAG
+    sources = [
+        ROOT / "sgl_eagle_ext/launcher/preflight" / f for f in ("ask_sglang.py", "sglang_probe.py")
+    ]
+    assert sum(s.read_text().count('TAG = "') for s in sources) == 1

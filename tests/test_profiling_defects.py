@@ -225,7 +225,7 @@ def test_flush_signal_writes_the_window_even_mid_poll(caplog):
     import os
     import signal
 
-    from sgl_eagle_ext.in_sglang.profile_flush import FLUSH_SIGNAL
+    from sgl_eagle_ext.in_sglang_base.profile_flush import FLUSH_SIGNAL
 
     prof = Profiler(ON, HostClock(), rank_fn=lambda: 0)
     for _ in range(3):
@@ -262,7 +262,7 @@ def test_server_asks_only_schedulers_to_flush(tmp_path):
     parent = (
         "import subprocess, sys, time\n"
         "from pathlib import Path\n"
-        "from sgl_eagle_ext.in_sglang import profile_flush\n"
+        "from sgl_eagle_ext.in_sglang_base import profile_flush\n"
         "child, tmp = sys.argv[1], Path(sys.argv[2])\n"
         "marks = {t: tmp / t.replace(':', '_') for t in ('sglang::scheduler_TP0', 'other')}\n"
         "procs = [subprocess.Popen([sys.executable, '-c', child, t, str(m)])\n"

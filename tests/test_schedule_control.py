@@ -13,8 +13,8 @@ import pytest
 import wrapt
 
 from sgl_eagle_ext.common import releases, schedule_file
-from sgl_eagle_ext.in_sglang import patching
 from sgl_eagle_ext.in_sglang import schedule_control as sc
+from sgl_eagle_ext.in_sglang_base import patching
 
 # SGLang's own controller: the harness (fails with one line without it, never skips)
 pytestmark = pytest.mark.harness

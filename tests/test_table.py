@@ -55,6 +55,11 @@ def test_bad_tables_are_refused():
     with pytest.raises(ValueError):
         Table()
     with pytest.raises(ValueError):
-        Col("x", align="^")
+        Col("x", align="=")
     with pytest.raises(ValueError, match="2 cells for 3 columns"):
         Table(Col("a"), Col("b"), Col("c")).row(1, 2)
+
+
+def test_a_centred_column():
+    t = Table(Col("n", 2, "d"), Col("cell", 8, align="^", sep=" |"))
+    assert t.render([(1, "ab")], rule="-") == [" n |  cell", "-" * 10, " 1 |   ab"]

@@ -37,7 +37,7 @@ def profile_enabled(env) -> bool:
 
 # A scheduler writes its profile window now on this signal (its handler:
 # profiling/recorder/instrument.py), sent by whoever is about to SIGKILL it: SGLang's
-# kill_process_tree (in_sglang/profile_flush.py) or the launcher's stop
+# kill_process_tree (in_sglang_base/profile_flush.py) or the launcher's stop
 # (common/server_process.py). Schedulers are the processes whose title holds
 # SCHEDULER_TITLE (setproctitle, every release).
 FLUSH_SIGNAL_NAME = "SIGUSR2"  # SGLang uses neither SIGUSR1 nor SIGUSR2

@@ -21,12 +21,12 @@ class Col:
     width: int = 0  # at least this wide (and as wide as the title)
     fmt: str = ""  # format spec for numbers, e.g. ".2f", "d", "g"
     unit: str = ""  # appended to a formatted value: "x", "%"
-    align: str = ">"  # ">" right (numbers), "<" left (names)
+    align: str = ">"  # ">" right (numbers), "<" left (names), "^" centred (grid cells)
     sep: str = " "  # the text before this column (not before the first)
 
     def __post_init__(self):
-        if self.align not in "<>" or len(self.align) != 1:
-            raise ValueError(f"column {self.title!r}: align is '<' or '>'")
+        if self.align not in "<>^" or len(self.align) != 1:
+            raise ValueError(f"column {self.title!r}: align is '<', '>' or '^'")
 
 
 def L(title: str, width: int = 0, **kw) -> Col:

@@ -1,7 +1,8 @@
 """CPU harness: what a real SGLang server needs to run EAGLE-3 on a CPU-only box.
 
 `install_server()` runs in the HTTP server process before SGLang is imported;
-`install_scheduler()` runs first in every (spawned) scheduler process. Both are
+`install_scheduler()` runs first in every (spawned) scheduler process (both through
+this module's FEATURE in the in-process registry, when EAGLE_EXT_CPU=1). Both are
 idempotent. Each fix checks its anchor in SGLang and logs one line when the
 anchor is missing, instead of failing somewhere deeper. Releases with the v1
 EAGLE worker (0.5.10.post1) get the extra fixes of v1_fixes.py; torchvision on
@@ -18,6 +19,9 @@ import os
 import sys
 from pathlib import Path
 
+from sgl_eagle_ext.common.contract import CPU_ENV
+from sgl_eagle_ext.in_sglang_base import registry
+
 logger = logging.getLogger("sgl_eagle_ext.cpu")
 
 STANDIN_DIR = str(Path(__file__).resolve().parent / "standin")
@@ -29,7 +33,7 @@ REQUIRED_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TRITON_INTERPRET": "1"}
 _done: set[str] = set()
 
 
-def _say(msg: str) -> None:
+def say(msg: str) -> None:
     # Before SGLang configures logging, a plain stderr line is the reliable one.
     print(f"[sgl_eagle_ext.cpu] {msg}", file=sys.stderr, flush=True)
 
@@ -52,7 +56,7 @@ def _check_standin() -> None:
 
     expected = os.path.join(STANDIN_DIR, "sgl_kernel", "__init__.py")
     if not os.path.isfile(expected):
-        _say(f"anchor missing: stand-in not found at {expected}")
+        say(f"anchor missing: stand-in not found at {expected}")
         return
     mod = sys.modules.get("sgl_kernel")
     if mod is not None:
@@ -61,10 +65,10 @@ def _check_standin() -> None:
         spec = importlib.util.find_spec("sgl_kernel")
         origin = spec.origin if spec else None
     if origin is None or os.path.realpath(origin) != os.path.realpath(expected):
-        _say(f"anchor missing: sgl_kernel resolves to {origin}, not the stand-in {expected}")
+        say(f"anchor missing: sgl_kernel resolves to {origin}, not the stand-in {expected}")
 
 
-def _installed_release():
+def installed_release():
     """The release table's row for the installed SGLang, None if unknown."""
     from sgl_eagle_ext.common import releases
 
@@ -77,7 +81,7 @@ def _check_tree_kernels(release) -> None:
     has them (Release.tree_kernels), else its own PyTorch reference; say which."""
     module = release.tree_kernels if release else "sglang.kernels.ops.speculative.spec_tree"
     if module is None:
-        _say(
+        say(
             f"SGLang {release.version} ships no Triton tree kernels: tree build/verify use "
             "the stand-in's PyTorch reference (sgl_kernel/tree_ref.py)"
         )
@@ -85,14 +89,14 @@ def _check_tree_kernels(release) -> None:
     try:
         spec_tree = importlib.import_module(module)
     except ImportError as exc:
-        _say(
+        say(
             f"anchor missing: {module} ({exc}); tree build/verify fall back to the "
             "PyTorch reference"
         )
         return
     for name in ("sgl_build_tree_kernel_triton", "verify_tree_greedy_triton"):
         if not hasattr(spec_tree, name):
-            _say(
+            say(
                 f"anchor missing: {module}.{name}; tree build/verify fall back to the "
                 "PyTorch reference"
             )
@@ -103,9 +107,9 @@ def _set_required_env() -> None:
         current = os.environ.get(name)
         if current is None:
             os.environ[name] = value
-            _say(f"{name} was unset; set to {value}")
+            say(f"{name} was unset; set to {value}")
         elif current != value:
-            _say(f"{name}={current!r}; the CPU route needs {value!r}")
+            say(f"{name}={current!r}; the CPU route needs {value!r}")
 
 
 def install_server() -> None:
@@ -113,7 +117,7 @@ def install_server() -> None:
     if "server" in _done:
         return
     if "triton" in sys.modules:
-        _say("anchor missing: triton imported before the harness; TRITON_INTERPRET may not apply")
+        say("anchor missing: triton imported before the harness; TRITON_INTERPRET may not apply")
     _set_required_env()
     _put_standin_first()
     _check_standin()
@@ -135,20 +139,20 @@ def _force_full_tree_mask(release) -> None:
     try:
         from sglang.srt.speculative import eagle_utils
     except ImportError as exc:
-        _say(
+        say(
             f"anchor missing: sglang.srt.speculative.eagle_utils ({exc}); tree-mask fix not applied"
         )
         return
     original = getattr(eagle_utils, "default_tree_mask_mode", None)
     mode_enum = getattr(eagle_utils, "TreeMaskMode", None)
     if original is None and release is not None and release.spec_worker == "v1":
-        _say(
+        say(
             f"tree mask: SGLang {release.version}'s v1 worker builds FULL_MASK itself "
             "(no default_tree_mask_mode); nothing to force"
         )
         return
     if original is None or not hasattr(mode_enum, "FULL_MASK"):
-        _say(
+        say(
             "anchor missing: eagle_utils.default_tree_mask_mode / TreeMaskMode.FULL_MASK; "
             "tree-mask fix not applied"
         )
@@ -165,9 +169,7 @@ def _force_full_tree_mask(release) -> None:
         if name.startswith("sglang.") and getattr(mod, "default_tree_mask_mode", None) is original:
             mod.default_tree_mask_mode = default_tree_mask_mode
             rebound.append(name)
-    _say(
-        f"tree mask forced to FULL_MASK for the Triton backend (rebound in {len(rebound)} modules)"
-    )
+    say(f"tree mask forced to FULL_MASK for the Triton backend (rebound in {len(rebound)} modules)")
 
 
 def install_scheduler() -> None:
@@ -176,17 +178,34 @@ def install_scheduler() -> None:
         return
     for name, value in REQUIRED_ENV.items():
         if os.environ.get(name) != value:
-            _say(
+            say(
                 f"{name} is {os.environ.get(name)!r} in the scheduler; the CPU route needs {value!r}"
             )
     _put_standin_first()  # inherited through PYTHONPATH; kept for direct callers
     _check_standin()
-    release = _installed_release()
+    release = installed_release()
     _force_full_tree_mask(release)  # imports eagle_utils, hence spec_tree and sgl_kernel
     _check_standin()
     _check_tree_kernels(release)
-    if release is None or release.spec_worker == "v1":
-        from sgl_eagle_ext.cpu import v1_fixes
+    _done.add("scheduler")  # then the v1 fixes (cpu/v1_fixes.py), their own feature
 
-        v1_fixes.apply(_say)  # each fix checks SGLang's code first
-    _done.add("scheduler")
+
+def enabled(env) -> bool:
+    """The harness's switch, set by the CPU overlay (launch/overlays/cpu.toml)."""
+    return env.get(CPU_ENV) == "1"
+
+
+# Not through the plugin: the server half must run before SGLang is imported, which
+# only the launcher's server entry (in_sglang/serve.py) can do.
+FEATURE = registry.register(
+    registry.Feature(
+        CPU_ENV,
+        enabled=enabled,
+        hooks={
+            registry.SERVER: lambda ctx: install_server(),
+            registry.SCHEDULER: lambda ctx: install_scheduler(),
+        },
+        order=registry.PLATFORM,
+        plugin=False,
+    )
+)

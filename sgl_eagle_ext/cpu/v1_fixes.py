@@ -3,8 +3,10 @@
 
 Each fix finds out from SGLang's own code whether it is needed (so the same
 harness serves every release), patches only then, through the patching base
-(in_sglang/patching.py: all anchors first, idempotent, revert() undoes them), and
-says in one line what it did or which anchor it could not find.
+(in_sglang_base/patching.py: all anchors first, idempotent, revert() undoes them), and
+says in one line what it did or which anchor it could not find. Registered in the
+in-process registry (FEATURE, below): every scheduler of a CPU-harness server, after
+the harness's own fixes, when the release has the v1 worker (or is unknown).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import inspect
 import sys
 
-from sgl_eagle_ext.in_sglang import patching
+from sgl_eagle_ext.cpu import harness
+from sgl_eagle_ext.in_sglang_base import patching, registry
 
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
 LLAMA = "sglang.srt.models.llama"
@@ -146,3 +149,20 @@ def revert() -> None:
     """Every fix undone, newest first."""
     SET_EMBED.uninstall()
     TREE_OPS.uninstall()
+
+
+def _in_scheduler(ctx) -> None:
+    release = harness.installed_release()
+    if release is None or release.spec_worker == "v1":
+        apply(harness.say)  # each fix checks SGLang's code first
+
+
+FEATURE = registry.register(
+    registry.Feature(
+        "v1 fixes",
+        enabled=harness.enabled,  # the CPU harness's switch
+        hooks={registry.SCHEDULER: _in_scheduler},
+        order=registry.PLATFORM + 1,  # after the harness (sgl_kernel stand-in, tree mask)
+        plugin=False,
+    )
+)

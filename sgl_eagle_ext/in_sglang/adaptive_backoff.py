@@ -9,8 +9,8 @@ baseline with a useless draft. Here a probe that fails doubles the number of
 decisions spent at 0 before the next one (up to EAGLE_EXT_ADAPTIVE_BACKOFF); a
 probe that holds resets it. A draft that starts to pay is still found, later.
 
-Installed in each scheduler process by injection.py when EAGLE_EXT_ADAPTIVE_BACKOFF
-is set (the eagle3-adaptive preset sets it). A wrapt wrapper on the release
+Installed in each scheduler process (its FEATURE in the in-process registry,
+in_sglang_base/registry.py) when EAGLE_EXT_ADAPTIVE_BACKOFF is set (the eagle3-adaptive preset sets it). A wrapt wrapper on the release
 table's anchor, through the patching base (patching.py): idempotent, reversible,
 fail closed with one log line. The decision runs on the host every few batches;
 nothing here touches the GPU.
@@ -23,7 +23,7 @@ import weakref
 from dataclasses import dataclass
 
 from sgl_eagle_ext.common.contract import ADAPTIVE_BACKOFF_ENV
-from sgl_eagle_ext.in_sglang import patching
+from sgl_eagle_ext.in_sglang_base import patching, registry
 
 PATCHES = patching.Patches(ADAPTIVE_BACKOFF_ENV, logger="sgl_eagle_ext.adaptive_backoff")
 
@@ -104,3 +104,13 @@ def install_from_env(env) -> bool:
         PATCHES.say(logging.WARNING, f"{ADAPTIVE_BACKOFF_ENV}={text!r} is not a whole number: off")
         return False
     return install(int(text))
+
+
+FEATURE = registry.register(
+    registry.Feature(
+        ADAPTIVE_BACKOFF_ENV,
+        enabled=lambda env: bool(env.get(ADAPTIVE_BACKOFF_ENV)),
+        hooks={registry.SCHEDULER: lambda ctx: install_from_env(ctx.env)},
+        order=registry.CONTROL,
+    )
+)

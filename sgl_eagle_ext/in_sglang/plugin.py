@@ -1,16 +1,17 @@
 """Entry point of the `sglang.srt.plugins` group (SGLang 0.5.13+).
 
 SGLang calls `register()` in every process it starts (HTTP server, scheduler,
-detokenizer, DP controller). We act only when EAGLE3_PROFILE=1 and only when
-called from `run_scheduler_process`, so other processes never import the worker.
+detokenizer, DP controller). We act only when called from `run_scheduler_process`,
+so other processes never import a feature: there we run the in-process registry's
+SCHEDULER stage (in_sglang/features.py), the features that work with a stock
+`python -m sglang.launch_server` (plugin=True: the profiler, the adaptive backoff, the
+schedule controller), each when its switch is set. Under our own server entry they
+already ran (scheduler_entry.py): the registry runs each once per process.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-
-from sgl_eagle_ext.profiling import names
 
 
 def _scheduler_frame(max_depth: int = 12):
@@ -25,18 +26,18 @@ def _scheduler_frame(max_depth: int = 12):
     return None
 
 
-def _called_from_scheduler(max_depth: int = 12) -> bool:
-    return _scheduler_frame(max_depth + 1) is not None
-
-
 def register() -> None:
-    if not names.enabled(os.environ):
-        return
     frame = _scheduler_frame()
     if frame is None:
         return
-    from sgl_eagle_ext.profiling import recorder
+    from sgl_eagle_ext.in_sglang import features
 
-    # run_scheduler_process(server_args, ...) in every release: the flags decide
-    # whether a wrapped EAGLE worker runs at all.
-    recorder.install_from_env(server_args=frame.f_locals.get("server_args"))
+    # run_scheduler_process(server_args, port_args, gpu_id, tp_rank, ...) in every
+    # release: the flags decide, e.g., whether a wrapped EAGLE worker runs at all.
+    local = frame.f_locals
+    features.run(
+        features.SCHEDULER,
+        tp_rank=local.get("tp_rank", "?"),
+        server_args=local.get("server_args"),
+        via_plugin=True,
+    )

@@ -22,8 +22,8 @@ control applies; every rank reads the grants and switches at that verify (Contro
 says why that verify is still ahead of every rank). Per verify a rank stats one file
 (a few microseconds on the host); no collective, nothing on the GPU.
 
-Installed by injection.py in every scheduler process when EAGLE_EXT_SCHEDULE_FILE is
-set, through the patching base (patching.py): idempotent, reversible, fail closed (an
+Installed in every scheduler process (its FEATURE in the in-process registry) when
+EAGLE_EXT_SCHEDULE_FILE is set, through the patching base (patching.py): idempotent, reversible, fail closed (an
 unknown release, a missing anchor or a bad file leaves SGLang's own controller in
 charge, with one log line; rank 0 tells what every rank does alike). SGLang logs each switch ("Switch adaptive
 runtime state: steps a -> b"); the profile windows carry the steps they ran.
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from sgl_eagle_ext.common import schedule_file
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
 from sgl_eagle_ext.common.schedule_file import Control, parse  # noqa: F401 (the format)
-from sgl_eagle_ext.in_sglang import patching
+from sgl_eagle_ext.in_sglang_base import patching, registry
 
 
 def _line(msg: str) -> None:
@@ -344,3 +344,13 @@ def uninstall() -> None:
 def install_from_env(env) -> bool:
     path = env.get(SCHEDULE_FILE_ENV, "").strip()
     return install(path) if path else False
+
+
+FEATURE = registry.register(
+    registry.Feature(
+        SCHEDULE_FILE_ENV,
+        enabled=lambda env: bool(env.get(SCHEDULE_FILE_ENV, "").strip()),
+        hooks={registry.SCHEDULER: lambda ctx: install_from_env(ctx.env)},
+        order=registry.CONTROL,
+    )
+)

@@ -3,6 +3,7 @@
 The launcher runs `python -m sgl_eagle_ext.in_sglang.serve <sglang args>` instead of
 `python -m sglang.launch_server`, so that `scheduler_entry.run_scheduler_process`
 (module level, hence picklable under spawn) runs first in every scheduler process.
+What runs in these processes is the in-process registry's (in_sglang/features.py).
 """
 
 from __future__ import annotations
@@ -18,21 +19,17 @@ def main(argv: list[str] | None = None) -> None:
     # --api-key, --admin-api-key, --ssl-keyfile-password: from the environment, never argv
     argv += secret_flags.argv_from_environment(os.environ)
 
-    from sgl_eagle_ext.in_sglang import injection
+    from sgl_eagle_ext.in_sglang import features
 
-    injection.in_server_process()
+    features.run(features.SERVER)  # before SGLang is imported (the CPU harness)
 
     from sglang.srt.entrypoints import http_server
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
     from sgl_eagle_ext.in_sglang.scheduler_entry import run_scheduler_process
-    from sgl_eagle_ext.profiling import names as profile_names
 
-    if profile_names.enabled(os.environ):  # the last profile window survives a stop
-        from sgl_eagle_ext.in_sglang import profile_flush
-
-        profile_flush.install_parent()
+    features.run(features.LAUNCH)  # SGLang imported (the profiler's flush before its kill)
 
     # What launch_server.py's __main__ and run_server do besides launching, per the
     # release table (the launcher refused an unsupported release, or --force chose
@@ -49,10 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         http_server.launch_server(server_args, run_scheduler_process_func=run_scheduler_process)
     finally:
-        if profile_names.enabled(os.environ):
-            from sgl_eagle_ext.in_sglang import profile_flush
-
-            profile_flush.flush_schedulers()
+        features.run(features.EXIT)  # schedulers still alive (the profiler's last windows)
         kill_process_tree(os.getpid(), include_parent=False)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import sys
 from datetime import datetime
@@ -25,12 +24,20 @@ from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
 from sgl_eagle_ext.common.server_process import ServerProcess, run_supervised, serve_until_exit
-from sgl_eagle_ext.launcher import bind_watch, nccl, plan, presets, readiness, runtime_states
+from sgl_eagle_ext.common.table import L, Table
+from sgl_eagle_ext.launcher import (
+    bind_watch,
+    nccl,
+    plan,
+    presets,
+    readiness,
+    running,
+    runtime_states,
+)
+from sgl_eagle_ext.launcher.running import check_model_dir
 
 PROG = "sgl_eagle_ext.launch"
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 SPEC_CHECK_PROMPT = "The quick brown fox"
-STATES_NOTE = "adaptive.runtime-states"  # preflight/adaptive.py: printed by the launcher too
 LOW_ACCEPT = 1.2  # below this the draft is barely contributing
 # Releases whose CUDA graphs capture the default aux layers (patches/: cuda-graph-aux-layers).
 GRAPH_BUG_RELEASES = ", ".join(r.version for r in releases.RELEASES if r.graph_resets_aux_layers)
@@ -173,38 +180,6 @@ def checked_log_path(args, preset_name: str) -> Path:
     return path
 
 
-def check_model_dir(flag: str, path: str) -> None:
-    try:
-        _check_model_dir(flag, path)
-    except OSError as e:  # e.g. a directory this user may not read
-        raise UserError(
-            f"{flag} {path}: cannot be read ({e.strerror or e}).",
-            fix="check the directory's permissions (the server must read config.json and "
-            "the weights)",
-        ) from None
-
-
-def _check_model_dir(flag: str, path: str) -> None:
-    p = Path(path).expanduser()
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise UserError(
-                f"{flag} {path}: the directory has no config.json.",
-                fix="point it at the model directory itself (config.json, weights)",
-            )
-        return
-    if p.exists():
-        raise UserError(
-            f"{flag} {path}: not a directory.", fix="give the model directory, not a file inside it"
-        )
-    if HUB_ID.match(path) and not path.startswith((".", "/", "~")):
-        return  # a Hugging Face id: SGLang downloads it
-    raise UserError(
-        f"{flag} {path}: no such directory.",
-        fix="check the path (the directory holding config.json and the weights)",
-    )
-
-
 def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
     """The launcher's own arguments as a launch request (the demo's pair built here)."""
     model_path, draft_model_path = args.model_path, args.draft_model_path
@@ -261,29 +236,15 @@ def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
 
 def run_preflight(args, launch: plan.LaunchPlan, env: dict) -> plan.LaunchPlan:
     """Preflight before anything starts; returns the plan with the (possibly
-    retargeted) arguments."""
-    from sgl_eagle_ext.launcher import preflight
-
-    report = preflight.run(
-        launch.model_path,
-        launch.draft_model_path,
-        launch.release,
-        launch.argv,
+    retargeted) arguments (launcher/running.py: the same for servers started in process)."""
+    return running.preflight(
+        launch,
+        env,
         fix=args.fix,
-        skip=[*args.skip, "host.port"],
-        env={**os.environ, **env},
-        hardware=launch.preset.hardware or None,
+        skip=args.skip,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+        prog=PROG,
     )
-    print(report.render(notes=False), file=sys.stderr, flush=True)
-    for f in report.findings:  # whose verdicts these are (SGLang's own, or the rules')
-        if f.id in ("sglang.asked", "sglang.dry-run", STATES_NOTE):
-            print(f"{PROG}: preflight: {f.message}", file=sys.stderr, flush=True)
-    if not report.ok:
-        raise UserError(
-            "preflight found errors (listed above); nothing was started.",
-            fix="apply a fix shown above, or pass --skip ID to waive a finding",
-        )
-    return launch.with_argv(report.retarget(list(launch.argv)))
 
 
 def spec_check(base_url: str, api_key: str | None) -> None:
@@ -308,16 +269,8 @@ def spec_check(base_url: str, api_key: str | None) -> None:
         print(f"{PROG}: spec check: accept length {acc:.2f}", flush=True)
 
 
-class NcclReports:
-    """Collects each rank's EAGLE_EXT_NCCL line from the server output."""
-
-    def __init__(self):
-        self.ranks: dict[str, dict[str, str]] = {}
-
-    def __call__(self, line: str) -> None:
-        parsed = nccl.parse_line(line)
-        if parsed:
-            self.ranks[parsed[0]] = parsed[1]
+class NcclReports(running.NcclReports):
+    """Collects each rank's EAGLE_EXT_NCCL line from the server output; prints the table."""
 
     def print(self, expected: dict[str, str], launch: plan.LaunchPlan | None = None) -> None:
         if not self.ranks:
@@ -365,8 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
     if args.list_presets:
-        for name, file in sorted(presets.shipped().items()):
-            print(f"{name:16} {presets.load(name=name).description}  ({file})")
+        listing = Table(L("preset", 16), L("description"), L("file", sep="  "))
+        rows = [
+            (name, presets.load(name=name).description, f"({file})")
+            for name, file in sorted(presets.shipped().items())
+        ]
+        print("\n".join(listing.render(rows, header=False)))
         return 0
 
     launch = plan.build(request_from_args(args, extra))

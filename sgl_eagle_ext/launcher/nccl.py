@@ -1,7 +1,8 @@
 """NCCL settings that provably reach every rank.
 
 In each scheduler process, before NCCL initialises, the rank prints one line
-with the NCCL-related variables it actually has (in_sglang/nccl_report.py):
+with the NCCL-related variables it actually has (in_sglang/nccl_report.py; the
+line's format: common/nccl_line.py):
 
     EAGLE_EXT_NCCL rank=0 pid=1234 NCCL_ALGO=Ring NCCL_PROTO=LL ...
 
@@ -17,23 +18,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sgl_eagle_ext.common.contract import NCCL_EXTRA, NCCL_PREFIXES, NCCL_TAG
+from sgl_eagle_ext.common import nccl_line
+from sgl_eagle_ext.common.contract import NCCL_PREFIXES
 from sgl_eagle_ext.common.releases import PCIE_ALLREDUCE_ENV, PCIE_ALLREDUCE_TP, Release
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.common.table import Col, L, Table
 
 UNSET = "<unset>"
 NCCL_TAKEN = re.compile(r"NCCL INFO (\S+) set by environment to (\S+)")
-
-
-def parse_line(line: str) -> tuple[str, dict[str, str]] | None:
-    at = line.find(NCCL_TAG + " ")
-    if at < 0:
-        return None
-    fields = dict(tok.split("=", 1) for tok in line[at + len(NCCL_TAG) :].split() if "=" in tok)
-    rank = fields.pop("rank", "?")
-    fields.pop("pid", None)
-    return rank, fields
 
 
 def table(reports: dict[str, dict[str, str]], expected: dict[str, str]) -> tuple[str, list[str]]:
@@ -217,4 +209,4 @@ def debug_summary(folder: Path) -> dict[str, dict[str, str]]:
 
 def expected(env: dict[str, str]) -> dict[str, str]:
     """The NCCL-related part of the environment the launcher gives the server."""
-    return {k: v for k, v in env.items() if k.startswith(NCCL_PREFIXES) or k in NCCL_EXTRA}
+    return nccl_line.selected(env)

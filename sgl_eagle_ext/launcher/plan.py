@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, releases, secret_flags
+from sgl_eagle_ext.common import chain, http, releases, secret_flags
 from sgl_eagle_ext.common.contract import SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_argv import ServerArgv
@@ -273,7 +273,7 @@ def resolve_adaptive(
         # SGLang refuses a starting step outside the table; take its own unset rule
         chosen = union[len(union) // 2]
         preset.server["speculative-num-steps"] = chosen
-        preset.server["speculative-num-draft-tokens"] = chosen + 1
+        preset.server["speculative-num-draft-tokens"] = chain.draft_tokens(chosen)
         return [
             f"note: adaptive config {path} has no {start}-step candidate; "
             f"starting at {chosen} steps (SGLang's choice for this table)"

@@ -1,4 +1,5 @@
-"""Preset files: load, validate, resolve `extends` (launcher/plan.py renders them).
+"""Preset files: load, validate, resolve `extends` (launcher/plan.py renders them);
+and write them (dumps/write: every preset file the project writes, e.g. tune live's).
 
 A preset is a TOML file (the shipped ones live in `launch/`):
 
@@ -13,8 +14,10 @@ A preset is a TOML file (the shipped ones live in `launch/`):
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -199,3 +202,73 @@ def _validate(file: Path, data: dict) -> None:
             )
         if "\x00" in str(value):  # no process environment can hold it
             raise bad(f"[env] '{key}'", "holds a NUL character", "remove the \\u0000")
+
+
+# -- writing -----------------------------------------------------------------------------
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\"}
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quote and backslash escaped, control characters as \\uXXXX."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    raise ValueError(f"a preset value is a string, a number or true/false, not {value!r}")
+
+
+def dumps(
+    *,
+    comment: str = "",
+    description: str | None = None,
+    extends: str | None = None,
+    server: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> str:
+    """A preset file's text (the format above). `comment` heads the file; `notes` puts a
+    comment line above a [server] or [env] key. Read back before it is returned: what a
+    caller writes is what the launcher reads."""
+    notes = notes or {}
+    top = {"description": description, "extends": extends}
+    lines = [f"# {line}" for line in comment.splitlines()]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in top.items() if v is not None]
+    for table, values in (("server", server), ("env", env)):
+        if values:
+            lines.append(f"[{table}]")
+            for key, value in values.items():
+                if key in notes:
+                    lines.append(f"# {notes[key]}")
+                lines.append(f"{key} = {_toml_value(value)}")
+    text = "\n".join(lines) + "\n"
+    expected = {k: v for k, v in top.items() if v is not None}
+    expected |= {t: dict(v) for t, v in (("server", server), ("env", env)) if v}
+    if tomllib.loads(text) != expected:  # a bug here, never the caller's input
+        raise ValueError(f"preset text does not read back as written:\n{text}")
+    return text
+
+
+def write(path: Path, inside: Path | None = None, flag: str = "--out", **fields) -> Path:
+    """Write dumps(**fields) to `path` through the checked writer (common/paths.py: a
+    regular file or absent, inside the tree `inside` when given, one atomic rename)."""
+    from sgl_eagle_ext.common import paths
+
+    return paths.write_text(flag, path, dumps(**fields), inside=inside)

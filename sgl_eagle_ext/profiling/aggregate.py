@@ -43,7 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import accept_length
+from sgl_eagle_ext.common import accept_length, chain
 from sgl_eagle_ext.profiling.record import (
     BAD_LINE,
     ROWS,
@@ -186,7 +186,7 @@ def key_of(w: Window, spec: dict | None = None) -> tuple[int, int] | None:
         spec = spec or {}
         steps = spec.get("speculative_num_steps")
         if spec.get("speculative_eagle_topk") in (1, None) or steps is None:
-            steps = (w.main_draft_tokens or 1) - 1  # a chain: steps + 1 draft tokens
+            steps = chain.steps_of(w.main_draft_tokens or 1)
     return w.main_bs, steps
 
 

@@ -31,10 +31,10 @@ from pathlib import Path
 from sgl_eagle_ext.common import proctree
 from sgl_eagle_ext.common.contract import CPU_ENV
 from sgl_eagle_ext.launcher.preflight import probe_cache
+from sgl_eagle_ext.launcher.preflight.sglang_probe import TAG
 from sgl_eagle_ext.launcher.resolution import Change, Resolution
 
 PROBE = Path(__file__).with_name("sglang_probe.py")
-TAG = "PROBE "
 TIMEOUT_S = 240.0  # importing SGLang's model registry takes ~10-40 s on a busy CPU
 
 

@@ -32,8 +32,10 @@ import sys
 # Run as a script, this file's folder (the preflight's modules: context.py, sizes.py,
 # ...) comes first on sys.path, where a module named like one of the standard library's
 # would shadow it for SGLang's imports: take the folder off before importing anything.
+# (Imported as a module, by ask_sglang.py for TAG, it changes nothing.)
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+if __name__ == "__main__":
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import contextlib  # noqa: E402
 import copy  # noqa: E402
@@ -44,11 +46,17 @@ import re  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 
-# The bypasses of SGLang's context check must not change its verdict here.
-for _var in ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_IS_IN_CI"):
-    os.environ.pop(_var, None)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The answer line's tag, defined here only: ask_sglang.py imports it (this file runs in
+# SGLang's python, where sgl_eagle_ext may not be importable).
 TAG = "PROBE "
+
+
+def _own_environment() -> None:
+    """The bypasses of SGLang's context check must not change its verdict here; no
+    download. Only when run as the probe: before SGLang is imported."""
+    for var in ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_IS_IN_CI"):
+        os.environ.pop(var, None)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 # -- context ---------------------------------------------------------------------------
@@ -792,5 +800,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    _own_environment()
     importlib.invalidate_caches()
     main()

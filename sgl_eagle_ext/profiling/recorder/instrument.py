@@ -1,7 +1,7 @@
 """Version-gated, idempotent, reversible wrappers on SGLang's EAGLE workers.
 
 Modelled on instrumentation libraries (an instrumentor with instrument()/
-uninstrument() on the patching base, in_sglang/patching.py): every anchor comes
+uninstrument() on the patching base, in_sglang_base/patching.py): every anchor comes
 from the release table (releases.WorkerAnchors); if the release is unknown or any
 anchor is missing, nothing is patched and one log line says why (fail closed), and
 SGLang serves as usual. Wrappers only take marks (clock.py) and never synchronize.
@@ -13,8 +13,8 @@ import atexit
 import logging
 
 from sgl_eagle_ext.common import accept_length, releases
-from sgl_eagle_ext.in_sglang import patching
-from sgl_eagle_ext.in_sglang.patching import resolve as resolve_anchor  # noqa: F401 (tests)
+from sgl_eagle_ext.in_sglang_base import patching
+from sgl_eagle_ext.in_sglang_base.patching import resolve as resolve_anchor  # noqa: F401 (tests)
 from sgl_eagle_ext.profiling import phases
 from sgl_eagle_ext.profiling.names import LOGGER, TAG
 from sgl_eagle_ext.profiling.recorder import syncs
@@ -265,11 +265,11 @@ def _instrument(config, version, device_is_cuda, metrics, server_args) -> bool:
 
 
 def _on_flush_signal() -> None:
-    """FLUSH_SIGNAL (in_sglang/profile_flush.py): write the window now. Python runs the
+    """FLUSH_SIGNAL (in_sglang_base/profile_flush.py): write the window now. Python runs the
     handler between bytecodes of the main thread; a poll it interrupts finishes first."""
     import signal
 
-    from sgl_eagle_ext.in_sglang.profile_flush import FLUSH_SIGNAL
+    from sgl_eagle_ext.in_sglang_base.profile_flush import FLUSH_SIGNAL
 
     def handler(signum, frame):
         if PROFILER is not None:

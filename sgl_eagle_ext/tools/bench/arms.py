@@ -1,33 +1,30 @@
 """Arms of an A/B or compare run: presets started in turn through the launcher.
 
-Each arm is `python -m sgl_eagle_ext.launch --preset P ...` as a child process
-in its own session: wait for its `READY in` line, warm up, sweep every level,
-generate the lossless-check outputs, then stop it with SIGTERM (the launcher
-stops the whole server tree) before the next arm starts. Every arm gets the same
+Each arm's server is started in this process from its typed launch plan
+(launcher/running.py: the launcher's own checks, preflight, NCCL lines, readiness),
+no `python -m sgl_eagle_ext.launch` child and no READY line read from its output:
+wait until ready, warm up, sweep every level, generate the lossless-check outputs,
+then stop the whole server tree before the next arm starts. Every arm gets the same
 prompts in the same seeded order, the same lengths and levels.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import ports, proctree
-from sgl_eagle_ext.common.contract import API_KEY_ENV
-from sgl_eagle_ext.common.errors import EXIT_USAGE
+from sgl_eagle_ext.common import ports, secret_flags
+from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
+from sgl_eagle_ext.common.server_process import StartupFailed
 from sgl_eagle_ext.launcher import plan as launch_plan
+from sgl_eagle_ext.launcher import running
 from sgl_eagle_ext.tools.bench import provenance
 
-READY = re.compile(r"READY in [\d.]+ s: (\S+)")
-STOP_TIMEOUT = 120.0
+STOP_GRACE = 60.0  # SIGTERM to the server, then SIGKILL to what is left of its tree
 
 
 class ArmFailed(Exception):
@@ -48,14 +45,17 @@ def free_port() -> int:
 class ArmPlan:
     label: str  # "A", "B", ...
     preset: str
-    launch_args: list[str]  # arguments of `python -m sgl_eagle_ext.launch`
+    launch_args: list[str]  # the same launch as `python -m sgl_eagle_ext.launch` arguments
     facts: dict = field(default_factory=dict)  # provenance: preset, args, env
-    # the servers' key: handed to the launcher in its environment, never on its command line
+    # the servers' key: in the server's environment, never on its command line
     api_key: str | None = field(default=None, repr=False)
     secret_env: dict = field(default_factory=dict, repr=False)  # EAGLE_EXT_ADMIN_API_KEY...
+    launch: launch_plan.LaunchPlan | None = field(default=None, repr=False)  # what starts
+    log_file: Path | None = None
 
     @property
     def command(self) -> list[str]:
+        """The equivalent launcher command (for people: the arm starts in process)."""
         return [sys.executable, "-m", "sgl_eagle_ext.launch", *self.launch_args]
 
 
@@ -117,7 +117,7 @@ def plan_arm(
         "log_file": str(log_file),
     }
     args = [*ours, "--log-file", str(log_file), "--quiet", "--no-spec-check", "--", *server_extra]
-    return ArmPlan(label, p.name.split("+")[0], args, facts)
+    return ArmPlan(label, p.name.split("+")[0], args, facts, launch=plan, log_file=log_file)
 
 
 def launcher_args(request: launch_plan.LaunchRequest, plan: launch_plan.LaunchPlan) -> list[str]:
@@ -140,81 +140,110 @@ def launcher_args(request: launch_plan.LaunchRequest, plan: launch_plan.LaunchPl
 
 
 class LauncherProcess:
-    """One arm's launcher: start, wait for READY, stop with SIGTERM."""
+    """One arm's server, started in this process (launcher/running.py) in a thread, so
+    the caller can show its startup phases and stop it at any moment: start, wait until
+    ready, stop the whole tree."""
 
     def __init__(self, plan: ArmPlan):
         self.plan = plan
-        self.lines: deque[str] = deque(maxlen=400)
+        self.lines: deque[str] = deque(maxlen=400)  # what the start said (preflight...)
         self.url: str | None = None
-        # Own session: a Ctrl-C at the terminal is ours to handle (finish, record, then
-        # stop the arm). Parent-death signal: should this process be killed, the launcher
-        # gets SIGTERM and stops its server tree instead of leaving it running.
-        self.proc = subprocess.Popen(
-            plan.command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-            preexec_fn=proctree.die_with_parent,
-            env={
-                **os.environ,
-                **plan.secret_env,
-                **({API_KEY_ENV: plan.api_key} if plan.api_key else {}),
-            },
-        )
-        self._ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.error: BaseException | None = None
+        self.left: set[int] | None = None  # PIDs alive after stop() (None: not stopped)
+        self._starting: running.Starting | None = None
+        self._stop_asked = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._release = threading.Event()  # set by stop(): the starting thread may end
+        threading.Thread(target=self._start, name=f"arm-{plan.label}", daemon=True).start()
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            line = line.rstrip("\n")
-            self.lines.append(line)
-            m = READY.search(line)
-            if m and not self._ready.is_set():
-                self.url = m.group(1)
-                self._ready.set()
+    def _say(self, text: str) -> None:
+        self.lines.extend(text.splitlines())
+
+    def _options(self) -> running.StartOptions:
+        # as the launcher gathers them: our EAGLE_EXT_* variables, then the arm's own
+        secrets = {
+            **secret_flags.from_environment(os.environ),
+            **secret_flags.from_environment(self.plan.secret_env),
+        }
+        if self.plan.api_key:
+            secrets["api-key"] = self.plan.api_key
+        return running.StartOptions(
+            log_path=self.plan.log_file or Path("logs") / f"arm-{self.plan.label}.log",
+            secrets=secrets,
+            say=self._say,
+        )
+
+    def _start(self) -> None:
+        p = self.plan
+        try:
+            starting = running.launch(p.launch, self._options())
+            with self._lock:
+                stop_now, self._starting = self._stop_asked, starting
+            if stop_now:  # stop() came while preflight ran
+                self.left = starting.stop()
+                return
+            server = starting.wait()
+            self.url = server.url
+            table, warnings = server.nccl_table()  # what the launcher would have printed
+            self._say(table)
+            for w in warnings:
+                self._say(f"warning: NCCL: {w}")
+            self._done.set()
+            # The server's parent-death signal follows the thread that started it (Linux:
+            # PR_SET_PDEATHSIG is per thread): this thread lives until stop().
+            self._release.wait()
+        except UserError as e:  # the launcher's refusal (code 2: its input; the run exits 2)
+            self.error = ArmFailed(
+                f"preset {p.preset}: {e.message}" + (f" ({e.fix})" if e.fix else ""),
+                e.code,
+            )
+        except StartupFailed as e:
+            self.error = ArmFailed(f"preset {p.preset}: {e}")
+        except BaseException as e:  # the thread's failure goes to the caller
+            self.error = ArmFailed(f"preset {p.preset}: {type(e).__name__}: {e}")
+        finally:
+            self._done.set()
 
     def tail(self, n: int = 12) -> str:
-        return "\n  ".join(list(self.lines)[-n:])
+        server = self._starting.server.tail if self._starting else []
+        return "\n  ".join([*self.lines, *server][-n:])
 
     def wait_ready(self, timeout: float) -> str:
-        t0 = time.monotonic()
-        while not self._ready.wait(0.5):
-            if self.proc.poll() is not None:
-                time.sleep(0.3)
-                if self._ready.is_set():
-                    break
-                raise ArmFailed(
-                    f"preset {self.plan.preset}: the launcher exited with code "
-                    f"{self.proc.returncode} before READY:\n  {self.tail()}",
-                    self.proc.returncode,
-                )
-            if time.monotonic() - t0 > timeout:
-                self.stop()
-                raise ArmFailed(
-                    f"preset {self.plan.preset}: not READY after {timeout:.0f} s:\n  {self.tail()}",
-                    kind="not_ready",
-                )
+        if not self._done.wait(timeout or None):
+            self.stop()
+            raise ArmFailed(
+                f"preset {self.plan.preset}: not ready after {timeout:.0f} s:\n  {self.tail()}",
+                kind="not_ready",
+            )
+        if self.error is not None:
+            raise self.error
         return self.url
 
+    @property
+    def proc(self):
+        """The server's process (its pid: the root of the arm's tree)."""
+        return self._starting.server.proc if self._starting else None
+
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self._starting is not None and self._starting.server.alive()
 
     def stop(self) -> int | None:
-        """SIGTERM (the launcher stops its server tree); SIGKILL the group if it hangs."""
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGTERM)
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(10)
-        return self.proc.returncode
+        """The whole server tree stopped (SIGTERM, then SIGKILL for what is left); the
+        server process's exit code."""
+        with self._lock:
+            self._stop_asked = True
+            starting = self._starting
+        try:
+            if starting is None:
+                return None
+            if self.left is None:
+                self.left = starting.stop(STOP_GRACE)
+            return starting.server.returncode()
+        finally:
+            self._release.set()
 
     @property
     def stopped_cleanly(self) -> bool:
-        return self.proc.returncode in (0, 128 + signal.SIGTERM)
+        """Nothing of the server's tree was left after stop()."""
+        return self.left is not None and not self.left

@@ -18,6 +18,7 @@ import sys
 
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError, cli
+from sgl_eagle_ext.common.table import L, Table
 from sgl_eagle_ext.tools import patches
 
 PROG = "sgl_eagle_ext.patches"
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  no patches for this release")
         return 0
     width = max(len(p.id) for p in todo)
+    status = Table(L("patch", width), L("state", 11, sep="  "), L("about", sep="  "), indent="  ")
     if args.action == "check":
         pending = patches.Transaction(tgt.pkg, tgt.pkg / patches.BACKUP_DIR).pending()
         if pending:
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in todo:
             st, out = patches.state(p, tgt)
             docker = "in the Docker image" if p.docker else "not in the Docker image"
-            print(f"  {p.id:{width}}  {st:11}  {p.title} ({docker}; upstream {p.upstream})")
+            print(status.row(p.id, st, f"{p.title} ({docker}; upstream {p.upstream})"))
             if out:
                 print("      " + "\n      ".join(out.splitlines()[-4:]))
             failed += st != patches.APPLIED
@@ -88,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"  refused: {e}", file=sys.stderr)
         return 1
-    for p in todo:
-        print(f"  {p.id:{width}}  {done[p.id]}")
+    done_table = Table(L("patch", width), L("result", sep="  "), indent="  ")
+    print("\n".join(done_table.render([(p.id, done[p.id]) for p in todo], header=False)))
     return 0
 
 

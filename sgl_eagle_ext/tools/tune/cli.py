@@ -1,8 +1,10 @@
-"""python -m sgl_eagle_ext.tune: measure what the adaptive table needs on this host, and write it.
+"""python -m sgl_eagle_ext.tune logs: measure what the adaptive table needs on this host, and write it.
 
-    python -m sgl_eagle_ext.tune logs/eagle3-*.log --baseline-log logs/baseline-*.log \
+    python -m sgl_eagle_ext.tune logs logs/eagle3-*.log --baseline-log logs/baseline-*.log \
         --out launch/adaptive/mine.json
-    python -m sgl_eagle_ext.tune spec.log --baseline-tps 82.2 --grid      # + fixed presets
+    python -m sgl_eagle_ext.tune logs spec.log --baseline-tps 82.2 --grid   # + fixed presets
+
+(`tune LOG...` without the word `logs` is the same command; `tune live` is tools/tune/live.py.)
 
 Inputs are server logs (or EAGLE3_PROFILE_FILE records) of EAGLE-3 servers run with
 EAGLE3_PROFILE=1 under the load to tune for: fixed chains (eagle3-3step, -5step) and
@@ -28,17 +30,42 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sgl_eagle_ext.common import adaptive_config, paths, releases
-from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.cli_args import number, split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.profiling import aggregate
 from sgl_eagle_ext.tools.tune import choose, grid, model
 
 PROG = "sgl_eagle_ext.tune"
+# The commands, and what `tune --help` says of each. The earlier spellings stay:
+# `tune --live ...` is `tune live ...`, `tune LOG...` is `tune logs LOG...`.
+LIVE, LOGS = "live", "logs"
+COMMANDS = {
+    LIVE: "one server, one weight load: every (concurrency, draft steps) cell measured under "
+    "load, then the adaptive table, the fastest fixed preset and a report",
+    LOGS: "offline, from the logs of profiled servers (EAGLE3_PROFILE=1): the adaptive table "
+    "and, with --grid, fixed settings ranked (the default: `tune LOG...`)",
+}
+
+
+def top_parser() -> argparse.ArgumentParser:
+    """`tune --help`: the commands (each parses its own arguments)."""
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description="Tune EAGLE-3 speculative decoding on this host.",
+        epilog="Earlier spellings still work: `tune --live ...` = `tune live ...`, "
+        "`tune LOG...` = `tune logs LOG...`. Each command: `tune COMMAND --help`.",
+    )
+    sub = p.add_subparsers(title="commands", metavar="{live,logs}")
+    for name, text in COMMANDS.items():
+        sub.add_parser(name, help=text, add_help=False)
+    return p
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG} {LOGS}", description=__doc__.split("\n")[0].split(": ", 1)[1]
+    )
     p.add_argument("logs", nargs="+", type=Path, help="EAGLE-3 server logs (EAGLE3_PROFILE=1)")
     base = p.add_mutually_exclusive_group()
     base.add_argument(
@@ -128,14 +155,36 @@ def reasons_table(preds: dict, picks: dict) -> list[str]:
     return lines
 
 
+def command(argv: list[str]) -> tuple[str, list[str]]:
+    """(live or logs, that command's arguments), from the new or the earlier spelling."""
+    if argv[:1] in ([LIVE], [LOGS]):
+        return argv[0], argv[1:]
+    ours, _ = split_extra(argv)
+    if "--live" in ours:  # the earlier spelling of `tune live`
+        i = argv.index("--live")
+        return LIVE, argv[:i] + argv[i + 1 :]
+    return LOGS, argv
+
+
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "--live" in argv[: argv.index("--") if "--" in argv else len(argv)]:
+    if not argv or argv[0] in ("-h", "--help"):
+        top = top_parser()
+        if not argv:
+            top.error("a command is needed: live or logs (see --help)")
+        top.print_help()
+        return 0
+    name, argv = command(argv)
+    if name == LIVE:
         from sgl_eagle_ext.tools.tune import live  # one load, every cell measured
 
-        argv.remove("--live")
         return live.run(argv)
+    return offline(argv)
+
+
+def offline(argv: list[str]) -> int:
+    """`tune logs LOG...`."""
     args = parser().parse_args(argv)
     if args.out:  # refused before the logs are read, not after
         paths.check_writable_file("--out", args.out)
@@ -164,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             "nothing to tune the adaptive chain table from: " + "; ".join(why) + ".",
             fix=(
                 "pass --grid to rank the tree against other fixed settings; for the adaptive "
-                "table pass chain logs (eagle3-3step, eagle3-5step) or run tune --live"
+                "table pass chain logs (eagle3-3step, eagle3-5step) or run tune live"
                 if trees
                 else "run the EAGLE-3 server with EAGLE3_PROFILE=1 under load, then pass its log"
             ),

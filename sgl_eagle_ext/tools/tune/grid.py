@@ -11,6 +11,7 @@ steps + 1.
 
 from __future__ import annotations
 
+from sgl_eagle_ext.common import chain
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.tune import model
 
@@ -49,12 +50,12 @@ def rank(runs, cells, baseline_ms: float | None, max_steps: int) -> list[dict]:
     one = {k: v for k, v in cells.items() if k[0] == 1}
     preds = model.predict(one, {1: baseline_ms} if baseline_ms else {}, max_steps).get(1, [])
     for p in preds:
-        if p.steps == 0 or (p.steps, 1, p.steps + 1) in rows:
+        if p.steps == 0 or (p.steps, 1, chain.draft_tokens(p.steps)) in rows:
             continue
-        rows[(p.steps, 1, p.steps + 1)] = {
+        rows[(p.steps, 1, chain.draft_tokens(p.steps))] = {
             "steps": p.steps,
             "topk": 1,
-            "draft_tokens": p.steps + 1,
+            "draft_tokens": chain.draft_tokens(p.steps),
             "valid": True,
             "accept_len": p.accept_len,
             "cycle_ms": p.cycle_ms,

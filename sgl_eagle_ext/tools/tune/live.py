@@ -1,6 +1,6 @@
-"""python -m sgl_eagle_ext.tune --live: one weight load, every (concurrency, steps) measured.
+"""python -m sgl_eagle_ext.tune live: one weight load, every (concurrency, steps) measured.
 
-    python -m sgl_eagle_ext.tune --live --model-path M --draft-model-path D \
+    python -m sgl_eagle_ext.tune live --model-path M --draft-model-path D \
         [--preset-file F] [--levels 1,2,4,8,16,32,64] [--max-steps 5] [--budget-minutes N] \
         [--results tune-live/results.jsonl] [--baseline-arm] [--also-trees] [-- SGLANG ARGS]
 
@@ -43,25 +43,26 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sgl_eagle_ext.common import adaptive_config, interrupts, paths, proctree, releases
+from sgl_eagle_ext.common import adaptive_config, chain, interrupts, paths, proctree, releases
 from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.schedule_file import write_request
+from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import arms, probe, prompts
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.tune import live_report
 from sgl_eagle_ext.tools.tune.live_driver import Driver, ProfileTail, Tally
 from sgl_eagle_ext.tools.tune.live_results import Key, Results, fit, schedule
 
-PROG = "sgl_eagle_ext.tune --live"
+PROG = "sgl_eagle_ext.tune live"  # (the earlier spelling `tune --live` works too)
 TREE_PRESETS = ("eagle3-2step",)
 EXIT_INTERRUPTED = 130
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m sgl_eagle_ext.tune --live", description=__doc__.split("\n")[0]
-    )
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument("--model-path", required=True)
     p.add_argument("--draft-model-path", required=True)
     p.add_argument("--preset-file", type=Path, help="your preset (default: eagle3-adaptive)")
@@ -119,31 +120,37 @@ def live_preset(args, out_dir: Path, levels: list[int], steps: list[int]) -> Pat
     )
     base = str(args.preset_file.resolve()) if args.preset_file else "eagle3-adaptive"
     top = max(steps)
-    text = f"""# written by {PROG}
-extends = {json.dumps(base)}
-[server]
-speculative-algorithm = "EAGLE3"
-speculative-eagle-topk = 1
-speculative-num-steps = {top}
-speculative-num-draft-tokens = {top + 1}
-speculative-adaptive = true
-speculative-adaptive-config = {json.dumps(str(table.resolve()))}
-# graphs for every candidate step count, but only up to the largest level measured
-cuda-graph-max-bs = {max(levels)}
-[env]
-EAGLE3_PROFILE = "1"
-EAGLE3_PROFILE_FILE = {json.dumps(str((out_dir / "profile-{rank}.jsonl").resolve()))}
-EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(schedule_file(out_dir).resolve()))}
-"""
-    path = out_dir / "live-preset.toml"
-    return paths.write_text("--results (its folder)", path, text, inside=out_dir)
+    return presets.write(
+        out_dir / "live-preset.toml",
+        inside=out_dir,
+        flag="--results (its folder)",
+        comment=f"written by {PROG}",
+        extends=base,
+        server={
+            "speculative-algorithm": "EAGLE3",
+            "speculative-eagle-topk": 1,
+            "speculative-num-steps": top,
+            "speculative-num-draft-tokens": chain.draft_tokens(top),
+            "speculative-adaptive": True,
+            "speculative-adaptive-config": str(table.resolve()),
+            "cuda-graph-max-bs": max(levels),
+        },
+        notes={
+            "cuda-graph-max-bs": "graphs for every candidate step count, but only up to the "
+            "largest level measured"
+        },
+        env={
+            profile_names.ENV: "1",
+            profile_names.ENV_FILE: str((out_dir / "profile-{rank}.jsonl").resolve()),
+            SCHEDULE_FILE_ENV: str(schedule_file(out_dir).resolve()),
+        },
+    )
 
 
 def arm_preset(args, out_dir: Path, name: str) -> str:
     """A separate fixed server: baseline (no speculation) or a tree preset."""
     if name != "baseline" or not args.preset_file:
         return name
-    path = out_dir / "baseline-preset.toml"
     off = [
         "speculative-algorithm",
         "speculative-eagle-topk",
@@ -152,9 +159,14 @@ def arm_preset(args, out_dir: Path, name: str) -> str:
         "speculative-adaptive",
         "speculative-adaptive-config",
     ]
-    text = f"extends = {json.dumps(str(args.preset_file.resolve()))}\n[server]\n"
-    text += "".join(f"{k} = false\n" for k in off)
-    return str(paths.write_text("--results (its folder)", path, text, inside=out_dir))
+    path = presets.write(
+        out_dir / "baseline-preset.toml",
+        inside=out_dir,
+        flag="--results (its folder)",
+        extends=str(args.preset_file.resolve()),
+        server=dict.fromkeys(off, False),
+    )
+    return str(path)
 
 
 def schedule_file(out_dir: Path) -> Path:
@@ -487,7 +499,7 @@ def run(argv: list[str]) -> int:
             f"SGLang {release.version}: the schedule controller has no anchor in this "
             "release (tune --live needs run-time step switching with 0 steps).",
             fix="use SGLang 0.5.23, or tune offline from profiled logs (python -m "
-            "sgl_eagle_ext.tune LOGS)",
+            "sgl_eagle_ext.tune logs LOG...)",
         )
     prompt_set = prompts.load(args.prompts)
     out_dir = args.results.parent

@@ -10,9 +10,11 @@ the same level (no drafting, on the same server: the in-server baseline).
 
 from __future__ import annotations
 
-import json
 from html import escape
 
+from sgl_eagle_ext.common import chain
+from sgl_eagle_ext.common.table import Col, Table
+from sgl_eagle_ext.launcher import presets
 from sgl_eagle_ext.tools.tune import choose
 
 MIN_GAIN = 1.03  # a step count pays only above this (noise margin; tune's --min-gain)
@@ -65,20 +67,22 @@ def _cell_text(rec: dict | None, star: bool) -> str:
 def table_lines(cells: list[dict], steps: list[int]) -> list[str]:
     g = grid(cells)
     width = max([22, *(len(_cell_text(r, True)) + 2 for row in g.values() for r in row.values())])
-    head = f"{'conc':>5} |" + "|".join(f"{f'steps {s}':^{width}}" for s in steps)
-    lines = [
-        "cells: output tok/s, accept length, cycle ms (* = best at that concurrency; "
-        "steps 0 = no drafting, the in-server baseline)",
-        head,
-        "-" * len(head),
-    ]
+    table = Table(
+        Col("conc", 5, "d"),
+        *(
+            Col(f"steps {s}", width, align="^", sep=" |" if i == 0 else "|")
+            for i, s in enumerate(steps)
+        ),
+    )
+    rows = []
     for level, row in g.items():
         top = best(row)
-        lines.append(
-            f"{level:>5} |"
-            + "|".join(f"{_cell_text(row.get(s), s == top):^{width}}" for s in steps)
-        )
-    return lines
+        rows.append((level, *(_cell_text(row.get(s), s == top) for s in steps)))
+    return [
+        "cells: output tok/s, accept length, cycle ms (* = best at that concurrency; "
+        "steps 0 = no drafting, the in-server baseline)",
+        *table.render(rows, rule="-"),
+    ]
 
 
 def verdicts(cells: list[dict]) -> dict[int, tuple[bool | None, str]]:
@@ -186,12 +190,16 @@ def recommended_fixed(cells: list[dict], preset_file: str | None) -> tuple[str, 
             f"recommended fixed preset: baseline (no drafting is fastest at {level} stream(s))",
             None,
         )
-    base = json.dumps(preset_file) if preset_file else '"eagle3-3step"'
-    text = (
-        f"# written by tune --live: the fastest fixed chain at {level} stream(s)\n"
-        f"extends = {base}\n[server]\nspeculative-eagle-topk = 1\n"
-        f"speculative-num-steps = {s}\nspeculative-num-draft-tokens = {s + 1}\n"
-        "speculative-adaptive = false\nspeculative-adaptive-config = false\n"
+    text = presets.dumps(
+        comment=f"written by tune --live: the fastest fixed chain at {level} stream(s)",
+        extends=preset_file or "eagle3-3step",
+        server={
+            "speculative-eagle-topk": 1,
+            "speculative-num-steps": s,
+            "speculative-num-draft-tokens": chain.draft_tokens(s),
+            "speculative-adaptive": False,
+            "speculative-adaptive-config": False,
+        },
     )
     return f"recommended fixed preset: a {s}-step chain (fastest at {level} stream(s))", text
 

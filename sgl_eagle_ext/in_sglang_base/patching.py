@@ -18,7 +18,7 @@ or none:
 
 Usage (a feature module inside SGLang's processes):
 
-    from sgl_eagle_ext.in_sglang import patching
+    from sgl_eagle_ext.in_sglang_base import patching
 
     PATCHES = patching.Patches("EAGLE_EXT_SCHEDULE", logger="sgl_eagle_ext.schedule")
 

@@ -1,7 +1,7 @@
 """The last profile window of a server stopped under load.
 
 SGLang stops its schedulers with kill_process_tree (SIGKILL): their atexit flush never
-runs, and the window in progress is lost. The server process (serve.py) therefore
+runs, and the window in progress is lost. The server process (in_sglang/serve.py) therefore
 asks every scheduler to write its window first: FLUSH_SIGNAL to each process titled
 sglang::scheduler*, then a short grace, then SGLang's own kill. The scheduler side
 (profiling/recorder/instrument.py) handles FLUSH_SIGNAL by writing what it measured.
@@ -15,11 +15,10 @@ import signal
 import sys
 import time
 
-from sgl_eagle_ext.profiling import names
+from sgl_eagle_ext.common.contract import FLUSH_GRACE_S, FLUSH_SIGNAL_NAME, SCHEDULER_TITLE
 
-FLUSH_SIGNAL = getattr(signal, names.FLUSH_SIGNAL_NAME)
-GRACE_S = names.FLUSH_GRACE_S  # long enough for a log line and a JSON line
-SCHEDULER_TITLE = names.SCHEDULER_TITLE
+FLUSH_SIGNAL = getattr(signal, FLUSH_SIGNAL_NAME)
+GRACE_S = FLUSH_GRACE_S  # long enough for a log line and a JSON line
 
 
 def schedulers(parent_pid: int) -> list:
