@@ -779,7 +779,7 @@ def test_the_preflight_probe_leaves_no_orphan_behind_a_wrapper(tmp_path):
     wrapper = tmp_path / "python-wrapper"
     wrapper.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nwait\n")
     wrapper.chmod(0o755)
-    answer, why = ask_sglang._probe(str(wrapper), {"context": [], "aux": []}, None, 2)
+    answer, why, _cacheable = ask_sglang._probe(str(wrapper), {"launches": []}, None, 2)
     assert answer is None and "timed out after 2 s" in why
     child = int(pidfile.read_text())
 
