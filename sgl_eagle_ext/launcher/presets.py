@@ -178,11 +178,15 @@ def _validate(file: Path, data: dict) -> None:
                 "is not a flag name",
                 "write SGLang flags without leading dashes, e.g. tp-size = 8",
             )
-        if not isinstance(value, (str, int, float, bool)):
+        # a list of whole numbers: a flag that takes several (cuda-graph-bs = [1, 2, 4])
+        is_list = isinstance(value, list) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        )
+        if not isinstance(value, (str, int, float, bool)) and not (is_list and value):
             raise bad(
                 f"[server] '{key}'",
                 f"has a {type(value).__name__} value",
-                "use a string, number or true/false",
+                "use a string, number, true/false or a list of whole numbers",
             )
     for key, value in data.get("env", {}).items():
         if not ENV_NAME.match(key):
