@@ -638,6 +638,7 @@ def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
 # =======================================================================================
 
 RANDOM = "<random>"  # a fresh random value per server start
+GPU_MEMORY = "<from the GPU's memory>"  # computed at startup: not predicted
 GRAPH_SIZES = "<decode graph sizes>"  # SGLang's list for plain or speculative decoding
 
 
@@ -657,6 +658,14 @@ class ResolutionRule:
     # False: only when the setting is unset (a default: pin it for every arm). True:
     # SGLang sets it whatever is given (inherent to speculation on this release).
     forced: bool = False
+    default: object = None  # the field's value when the flag is not given
+    # The difference is speculation's own cost on this release (reported, not a stop);
+    # None: as `forced`.
+    inherent: bool | None = None
+
+    @property
+    def is_inherent(self) -> bool:
+        return self.forced if self.inherent is None else self.inherent
 
 
 _SEED = ResolutionRule("random_seed", RANDOM, "_handle_missing_default_values", (), "random-seed")
@@ -665,7 +674,13 @@ _CAP_48 = ResolutionRule(
     "max_running_requests", 48, "_handle_eagle_family", ("eagle",), "max-running-requests"
 )
 _MIXED_OFF = ResolutionRule(
-    "enable_mixed_chunk", False, "_handle_eagle_family", ("eagle",), "enable-mixed-chunk", True
+    "enable_mixed_chunk",
+    False,
+    "_handle_eagle_family",
+    ("eagle",),
+    "enable-mixed-chunk",
+    True,
+    False,
 )
 _GRAPH_BS_FLAT = ResolutionRule(
     "cuda_graph_bs", GRAPH_SIZES, "_generate_cuda_graph_batch_sizes", ("gpu",), "cuda-graph-bs"
@@ -684,8 +699,20 @@ _CPU_OVERLAP_OFF = ResolutionRule(
     ("eagle", "cpu"),
     "disable-overlap-schedule",
     True,
+    False,
 )
 _OLD = "ServerArgs._handle_speculative_decoding"
+# 0.5.10.post1 and 0.5.13.post1 size the KV pool 4 GB smaller for an EAGLE draft's weights
+# and graphs when --mem-fraction-static is unset: memory the draft uses (on CPU too,
+# where the CPU overlay's max-total-tokens sizes the pool for every arm anyway).
+_DRAFT_RESERVE = ResolutionRule(
+    "mem_fraction_static",
+    GPU_MEMORY,
+    "ServerArgs._handle_gpu_memory_settings",
+    ("eagle",),
+    "mem-fraction-static",
+    inherent=True,
+)
 _V2_RULES = (_SEED, _CAP_48, _MIXED_OFF, _GRAPH_BS_NESTED, _CPU_OVERLAP_OFF)
 RESOLUTION_RULES: Mapping[str, tuple[ResolutionRule, ...]] = MappingProxyType(
     {
@@ -702,15 +729,18 @@ RESOLUTION_RULES: Mapping[str, tuple[ResolutionRule, ...]] = MappingProxyType(
                 ("eagle", "spec-v1"),
                 "disable-overlap-schedule",
                 True,
+                False,
             ),
             ResolutionRule(
-                "disable_piecewise_cuda_graph",
+                "disable_piecewise_cuda_graph",  # on CPU it is off for every server
                 True,
                 "ServerArgs._handle_piecewise_cuda_graph",
-                ("spec",),
+                ("spec", "gpu"),
                 "disable-piecewise-cuda-graph",
                 True,
+                False,
             ),
+            _DRAFT_RESERVE,
         ),
         # 0.5.13.post1: SGLANG_ENABLE_SPEC_V2 defaults on (overlap kept on a GPU)
         "0.5.13.post1": (
@@ -718,6 +748,7 @@ RESOLUTION_RULES: Mapping[str, tuple[ResolutionRule, ...]] = MappingProxyType(
             _CAP_48,
             _MIXED_OFF,
             dataclasses.replace(_GRAPH_BS_FLAT, by="ServerArgs._generate_cuda_graph_batch_sizes"),
+            _DRAFT_RESERVE,
         ),
         "0.5.16": (dataclasses.replace(_SEED, by="ServerArgs.__post_init__"), *_V2_RULES[1:]),
         "0.5.19": _V2_RULES,

@@ -103,8 +103,18 @@ def _given(argv: ServerArgv) -> dict[str, object]:
             values.append(tokens[j])
             j += 1
         key = name.replace("-", "_")
+        values = [_number(v) for v in values]
         out[key] = True if not values else values[0] if len(values) == 1 else values
     return out
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def predicted_settings(
@@ -118,14 +128,20 @@ def predicted_settings(
     fields = _given(argv)
     changes = []
     for rule in releases.RESOLUTION_RULES.get(release.version, ()):
-        if not set(rule.when) <= conds:
-            continue
         flag_field = _field(rule.flag, release)
         given = fields.get(flag_field)
+        if not {c for c in rule.when if c in ("cpu", "gpu")} <= conds:
+            continue  # another device: SGLang decides it otherwise (not predicted)
+        if rule.forced and rule.field not in fields:
+            fields[rule.field] = rule.default if given is None else given
+        if not set(rule.when) <= conds:
+            continue
         if given is not None and not rule.forced:
             if rule.value == releases.GRAPH_SIZES:
                 fields[rule.field] = [int(v) for v in _as_list(given)]
             continue
+        if rule.forced and (rule.default if given is None else given) == rule.value:
+            continue  # already what SGLang would force
         value = rule.value
         if value == releases.GRAPH_SIZES:
             max_bs = fields.get(_field("cuda-graph-max-bs", release))
@@ -204,7 +220,7 @@ def resolve_arms(plans: Mapping[str, object], python: str = sys.executable) -> d
         else:
             answers = sglang_settings(python, [(list(p.argv), p.env) for p in plans.values()])
         if isinstance(answers, list):
-            for (label, plan), r in zip(plans.items(), answers, strict=True):
+            for label, r in zip(plans, answers, strict=True):
                 if r is not None and not r.error:
                     out[label] = r
     for label, plan in plans.items():
@@ -230,7 +246,9 @@ class Difference:
                 f"{self.field} differs ({shown}): SGLang forces it on speculative servers "
                 f"({self.inherent}); part of what speculation costs on this release"
             )
-        return f"{self.field} differs between arms ({shown}): pin it with --{self.flag} for every arm"
+        return (
+            f"{self.field} differs between arms ({shown}): pin it with --{self.flag} for every arm"
+        )
 
 
 def _short(v) -> str:
@@ -250,16 +268,16 @@ def differences(resolved: Mapping[str, Resolution], release: releases.Release) -
     labels = list(resolved)
     names = sorted({k for r in resolved.values() for k in r.fields})
     forced = {
-        r.field: r.by for r in releases.RESOLUTION_RULES.get(release.version, ()) if r.forced
+        r.field: r.by for r in releases.RESOLUTION_RULES.get(release.version, ()) if r.is_inherent
     }
     out = []
     for name in names:
         if is_speculative(name) or name in IGNORED:
             continue
         values = {lb: resolved[lb].fields.get(name) for lb in labels}
-        if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) <= 1:
-            if not any(v == releases.RANDOM for v in values.values()):
-                continue
+        same = len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) <= 1
+        if same and releases.RANDOM not in values.values():  # two random seeds differ
+            continue
         out.append(Difference(name, values, _flag_for(name, release), forced.get(name, "")))
     return out
 

@@ -52,11 +52,27 @@ def _flat(fields: dict, prefix: str = "") -> dict:
     return out
 
 
+def _forget_platform() -> None:
+    """SGLang caches what it detects from the environment (is_cpu() reads
+    SGLANG_USE_CPU_ENGINE once): forget it, so each case sees its own environment."""
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith(("sglang.srt.utils", "sglang.srt.platforms", "sglang.srt.environ")):
+            continue
+        for value in list(vars(mod).values()):
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear) and getattr(value, "__module__", "").startswith("sglang"):
+                try:
+                    clear()
+                except Exception:
+                    pass
+
+
 def resolve(argv: list[str], env: dict) -> dict:
     from sglang.srt import server_args as sa
 
     saved = dict(os.environ)
     os.environ.update(env)
+    _forget_platform()
     try:
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
@@ -96,7 +112,8 @@ def resolve(argv: list[str], env: dict) -> dict:
 def main(path: str) -> int:
     from importlib import metadata
 
-    cases = json.load(open(path))
+    with open(path) as f:
+        cases = json.load(f)
     version = metadata.version("sglang")
     out = [{"version": version, **resolve(c["argv"], c.get("env") or {})} for c in cases]
     print(TAG + json.dumps(out), flush=True)
