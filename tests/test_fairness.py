@@ -245,3 +245,89 @@ def test_prediction_agrees_with_sglang(sglang_answers):
         for change in ours.changes:  # what the table says SGLang sets, SGLang set
             assert change.field in theirs.fields, (form, p, change)
     assert checked >= len(answers) * 2
+
+
+# -- bench ab / compare: checked before any server starts ------------------------------
+
+
+def _unpinned_preset(tmp_path: Path, text: str = UNPINNED) -> Path:
+    path = tmp_path / "unpinned-eagle3-3step.toml"
+    path.write_text(f'extends = "eagle3-3step"\n[server]\n{text}')
+    return path
+
+
+def test_bench_ab_stops_unequal_arms_before_any_server(models, tmp_path, capsys, monkeypatch):
+    """The arms resolve differently (predicted for 0.5.21: no subprocess): one message
+    naming the setting and the flag that pins it, exit 2, no launcher started."""
+    from sgl_eagle_ext.tools.bench import arms, cli
+
+    started = []
+    monkeypatch.setattr(arms, "LauncherProcess", lambda plan: started.append(plan))
+    unpinned = _unpinned_preset(tmp_path, "max-running-requests = false\n")
+    argv = ["ab", "--preset-a", "baseline", "--preset-b", str(unpinned)]
+    argv += ["--model-path", models["target"], "--draft-model-path", models["draft"]]
+    argv += ["--sglang-version", "0.5.21", "--results", str(tmp_path / "r.jsonl")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "arms are not comparable: max_running_requests differs between arms (baseline 128, "
+        "unpinned-eagle3-3step 48): pin it with --max-running-requests for every arm; "
+        "resolved predicted from the release table for SGLang 0.5.21." in err
+    )
+    assert "--allow-unequal" in err and "Traceback" not in err
+    assert started == [] and not (tmp_path / "r.jsonl").exists()
+
+
+def test_allow_unequal_records_the_differences_beside_every_figure(
+    models, tmp_path, capsys, monkeypatch
+):
+    """--allow-unequal: the run goes on (fake servers stand in for the launchers) and
+    every sweep record and the summary carry what differed."""
+    from fakes.fake_sglang import Background, FakeSGLang
+
+    from sgl_eagle_ext.tools.bench import arms, cli
+
+    servers = {}
+    real_plan = arms.plan_arm
+
+    def plan_arm(label, preset, **kw):
+        plan = real_plan(label, preset, **kw)
+        servers[plan.preset] = Background(FakeSGLang(delay_ms=1)).__enter__()
+        return plan
+
+    class Launched:
+        def __init__(self, plan):
+            self.plan, self.stopped_cleanly = plan, True
+
+        def wait_ready(self, timeout):
+            return servers[self.plan.preset].url
+
+        def stop(self):
+            return 0
+
+    monkeypatch.setattr(arms, "plan_arm", plan_arm)
+    monkeypatch.setattr(arms, "LauncherProcess", Launched)
+    res = tmp_path / "r.jsonl"
+    argv = ["compare", "--arm", "baseline", "--arm", str(_unpinned_preset(tmp_path))]
+    argv += ["--model-path", models["target"], "--draft-model-path", models["draft"]]
+    argv += ["--sglang-version", "0.5.21", "--allow-unequal", "--concurrency", "1"]
+    argv += ["--num-prompts", "2", "--prompts-per-concurrency", "0", "--max-tokens", "4"]
+    argv += ["--warmup", "0", "--lossless-prompts", "0", "--results", str(res)]
+    argv += ["--log-dir", str(tmp_path / "logs")]
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        for bg in servers.values():
+            bg.stop()
+    out = capsys.readouterr().out
+    assert "UNEQUAL ARMS (--allow-unequal): max_running_requests differs" in out
+    recs = [json.loads(x) for x in res.read_text().splitlines()]
+    assert [r["kind"] for r in recs] == ["sweep", "sweep", "compare"]
+    for r in recs:
+        assert r["arms_equal"] is False
+        unequal = r["arm_settings"]["unequal"]
+        assert unequal["max_running_requests"] == {
+            "baseline": 128,
+            "unpinned-eagle3-3step": 48,
+        }
+        assert "random_seed" in unequal and r["arm_settings"]["allow_unequal"] is True

@@ -23,6 +23,7 @@ from pathlib import Path
 from sgl_eagle_ext.common import ports, proctree
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import EXIT_USAGE
+from sgl_eagle_ext.launcher import fairness
 from sgl_eagle_ext.launcher import plan as launch_plan
 from sgl_eagle_ext.tools.bench import provenance
 
@@ -53,6 +54,7 @@ class ArmPlan:
     # the servers' key: handed to the launcher in its environment, never on its command line
     api_key: str | None = field(default=None, repr=False)
     secret_env: dict = field(default_factory=dict, repr=False)  # EAGLE_EXT_ADMIN_API_KEY...
+    launch: launch_plan.LaunchPlan | None = field(default=None, repr=False)  # what it runs
 
     @property
     def command(self) -> list[str]:
@@ -117,7 +119,22 @@ def plan_arm(
         "log_file": str(log_file),
     }
     args = [*ours, "--log-file", str(log_file), "--quiet", "--no-spec-check", "--", *server_extra]
-    return ArmPlan(label, p.name.split("+")[0], args, facts)
+    return ArmPlan(label, p.name.split("+")[0], args, facts, launch=plan)
+
+
+def check_fair(plans: list[ArmPlan], allow_unequal: bool, say) -> fairness.Verdict | None:
+    """Before any server starts: the arms' resolved settings differ only in speculation
+    (launcher/fairness.py), else UserError (exit 2) unless allow_unequal. Prints the
+    verdict's lines with `say`; the caller records verdict.record() beside its figures.
+    None: an arm without a launch plan (a test's stand-in server), nothing to resolve."""
+    if any(p.launch is None for p in plans):
+        return None
+    names = [p.preset for p in plans]
+    keys = names if len(set(names)) == len(names) else [p.label for p in plans]
+    verdict = fairness.check(dict(zip(keys, (p.launch for p in plans), strict=True)), allow_unequal)
+    for line in verdict.lines():
+        say(line)
+    return verdict
 
 
 def launcher_args(request: launch_plan.LaunchRequest, plan: launch_plan.LaunchPlan) -> list[str]:
