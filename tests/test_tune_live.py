@@ -254,3 +254,34 @@ def test_live_refuses_a_level_the_server_cannot_batch_before_the_load(
     for r in resolved.values():
         assert r.fields["max_running_requests"] == 64
         assert max(r.fields["cuda_graph_config.decode.bs"]) == 64
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("cpu", [False, True], ids=["gpu", "cpu"])
+def test_live_servers_resolved_by_sglang_batch_every_level_alike(pair, tmp_path, capsys, cpu):
+    """SGLang's own resolution (one subprocess, nothing loads) of the run's servers: the
+    live adaptive server, the baseline arm and the tree arm can all batch the largest
+    level and differ only in speculation."""
+    from sgl_eagle_ext.common import releases
+
+    more = ["--baseline-arm", "--also-trees"] + (["--cpu"] if cpu else [])
+    args = live.parser().parse_args(_tune(pair, tmp_path, *more)[1:])
+    levels, out = [1, 2, 16], tmp_path / "tl"
+    out.mkdir()
+    user = [] if cpu else ["--device", "cuda"]  # no GPU here for SGLang to detect
+    extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], cpu, user)
+    preset = str(live.live_preset(args, out, levels, [0, 1, 3]))
+    plans = {"live": live.plan_server(preset, args, out / "l.log", extra)}
+    for name in ("baseline", "eagle3-2step"):
+        plans[name] = live.plan_server(live.arm_preset(args, out, name), args, out / "a.log", extra)
+    settings = live.check_servers(plans, levels, args)
+    said = capsys.readouterr().out
+    assert "by SGLang 0.5.23" in said and settings["fair"], said
+    # the user's own smaller pool is SGLang's answer too, and refused
+    small = [*user, "--max-running-requests", "8"]
+    extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], cpu, small)
+    plans = {"live": live.plan_server(preset, args, out / "l.log", extra)}
+    with pytest.raises(
+        UserError, match=r"--levels 16: max_running_requests resolves to 8 \(by SGLang"
+    ):
+        live.check_servers(plans, levels, args)

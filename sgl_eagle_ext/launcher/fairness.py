@@ -169,6 +169,9 @@ def sglang_settings(
         path = Path(tmp) / "cases.json"
         path.write_text(json.dumps([{"argv": list(a), "env": dict(e)} for a, e in cases]))
         env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+        # this package importable there, as for the server entry the launcher starts
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         try:
             proc = subprocess.run(
                 [python, str(SCRIPT), str(path)],
@@ -202,7 +205,9 @@ def _settings_for():
     return settings_for
 
 
-def resolve_arms(plans: Mapping[str, object], python: str = sys.executable) -> dict:
+def resolve_arms(
+    plans: Mapping[str, object], python: str = sys.executable, notes: list | None = None
+) -> dict:
     """label -> Resolution for every arm's launch plan (launcher/plan.py LaunchPlan):
     SGLang's own where the plans' release is the one installed in `python`, else the
     release table's prediction. Never raises for SGLang's failures: an arm SGLang could
@@ -223,6 +228,11 @@ def resolve_arms(plans: Mapping[str, object], python: str = sys.executable) -> d
             for label, r in zip(plans, answers, strict=True):
                 if r is not None and not r.error:
                     out[label] = r
+                elif notes is not None:
+                    why = r.error if r is not None else "no answer"
+                    notes.append(f"SGLang could not resolve {label} ({why}): predicted instead")
+        elif notes is not None:
+            notes.append(f"{answers}: predicted instead")
     for label, plan in plans.items():
         if label not in out:
             out[label] = predicted_settings(plan.release, plan.argv, {**os.environ, **plan.env})
@@ -288,6 +298,7 @@ class Verdict:
     unequal: list[Difference] = field(default_factory=list)  # stops unless allowed
     inherent: list[Difference] = field(default_factory=list)
     allowed: bool = False  # --allow-unequal
+    notes: list[str] = field(default_factory=list)  # why SGLang's own answer is missing
 
     @property
     def fair(self) -> bool:
@@ -304,6 +315,7 @@ class Verdict:
             head,
             *(f"  unequal: {d.line()}" for d in self.unequal),
             *(f"  note: {d.line()}" for d in self.inherent),
+            *(f"  note: {n}" for n in self.notes),
         ]
 
     def record(self) -> dict:
@@ -341,5 +353,8 @@ def judge(resolved: Mapping[str, Resolution], release, allow_unequal: bool = Fal
 
 def check(plans: Mapping[str, object], allow_unequal: bool = False, python=None) -> Verdict:
     """Resolve every arm's launch plan and judge them (before any server starts)."""
-    resolved = resolve_arms(plans, python or sys.executable)
-    return judge(resolved, next(iter(plans.values())).release, allow_unequal)
+    notes: list[str] = []
+    resolved = resolve_arms(plans, python or sys.executable, notes)
+    verdict = judge(resolved, next(iter(plans.values())).release, allow_unequal)
+    verdict.notes = notes
+    return verdict

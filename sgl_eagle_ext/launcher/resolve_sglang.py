@@ -1,7 +1,8 @@
 """Ask the installed SGLang how it resolves several launches, in one subprocess.
 
 Run as a file by the python that will start the servers (`python resolve_sglang.py
-cases.json`); imports SGLang and the standard library only. For each case
+cases.json`); imports SGLang, the standard library and, as the server entry does before
+SGLang, the project's in-server injection (the CPU harness's stand-ins). For each case
 {"argv": [...], "env": {...}} it builds ServerArgs with SGLang's own parser
 (prepare_server_args) under that environment, runs its resolution (resolve_once() where
 the release has it, else the constructor's __post_init__ already did), and prints one
@@ -52,6 +53,17 @@ def _flat(fields: dict, prefix: str = "") -> dict:
     return out
 
 
+def _as_the_server_entry() -> None:
+    """What the server entry (in_sglang/serve.py) does before SGLang is imported, for
+    this case's environment: on the CPU harness (EAGLE_EXT_CPU=1), the sgl_kernel
+    stand-in and the harness's fixes (idempotent)."""
+    try:
+        from sgl_eagle_ext.in_sglang import injection
+    except ImportError:
+        return  # not importable from here: SGLang says what it lacks
+    injection.in_server_process()
+
+
 def _forget_platform() -> None:
     """SGLang caches what it detects from the environment (is_cpu() reads
     SGLANG_USE_CPU_ENGINE once): forget it, so each case sees its own environment."""
@@ -72,6 +84,7 @@ def resolve(argv: list[str], env: dict) -> dict:
 
     saved = dict(os.environ)
     os.environ.update(env)
+    _as_the_server_entry()
     _forget_platform()
     try:
         err = io.StringIO()

@@ -260,7 +260,8 @@ def check_servers(plans: dict[str, arms.ArmPlan], levels: list[int], args) -> di
     the servers differ only in speculation (--allow-unequal: recorded). Returns the
     settings record."""
     launches = {name: p.launch for name, p in plans.items()}
-    resolved = fairness.resolve_arms(launches)
+    notes: list[str] = []
+    resolved = fairness.resolve_arms(launches, notes=notes)
     for name, r in resolved.items():
         why = unreachable(levels, r)
         if why:
@@ -271,6 +272,7 @@ def check_servers(plans: dict[str, arms.ArmPlan], levels: list[int], args) -> di
             )
     release = next(iter(launches.values())).release
     verdict = fairness.judge(resolved, release, getattr(args, "allow_unequal", False))
+    verdict.notes = notes
     for line in verdict.lines():
         _say(line)
     return verdict.record()
