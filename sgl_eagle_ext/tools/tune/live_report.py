@@ -91,9 +91,9 @@ def verdicts(
     """level -> (drafting pays?, one sentence). Against the baseline server where
     --baseline-arm measured it at that level (the user's question: against the preset
     I would otherwise run), else against 0 steps on this server (a proxy: on a GPU a
-    0-step cycle still runs the draft-extend; on the CPU harness it ran 2x the plain
-    decode before the KV-split fix). Each sentence names what it is against; with the
-    baseline server both ratios are given."""
+    0-step cycle still runs the draft-extend; on the CPU harness it cost 1.7x a plain
+    decode step once both ran the same kernels). Each sentence names what it is
+    against; with the baseline server both ratios are given."""
     plain = {a["level"]: tok_s(a) for a in arms or () if a.get("arm") == "baseline" and tok_s(a)}
     out = {}
     for level, row in grid(cells).items():
