@@ -1,6 +1,7 @@
 """Adaptive speculation against the baseline and the best fixed EAGLE-3 preset, side by side.
 
     .venv/bin/python benchmarks/adaptive_vs_fixed.py [--levels 1,2,4] [--rounds 2] [--fixed eagle3-3step]
+        [--arms baseline,adaptive-never] [--allow-unequal] [-- SGLANG ARGS FOR EVERY ARM]
 
 On the CPU harness (real SGLang 0.5.23, tiny model pair), in one run, each arm is a
 server started through the launcher (`--cpu`, EAGLE3_PROFILE=1) and swept with
@@ -16,7 +17,9 @@ Prints tok/s per arm and level and the two ratios the project holds adaptive to:
 adaptive(never) / baseline at every level (goal >= 0.95) and adaptive(mostly) / best
 fixed at concurrency 1 (goal >= 0.95), plus how many cycles adaptive ran at each step
 count (its profile windows) and SGLang's switch lines. Figures, not assertions: wall-clock
-speeds on a shared CPU are noisy; --repeat runs each sweep more than once.
+speeds on a shared CPU are noisy; --repeat runs each sweep more than once. Before any
+server starts, the arms' resolved settings must differ only in speculation
+(launcher/fairness.py): else it stops (exit 2) unless --allow-unequal.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sgl_eagle_ext.common import ports  # noqa: E402
+from sgl_eagle_ext.common.errors import UserError  # noqa: E402
+from sgl_eagle_ext.launcher import fairness  # noqa: E402
+from sgl_eagle_ext.launcher import plan as launch_plan  # noqa: E402
 from sgl_eagle_ext.profiling import adaptive_log  # noqa: E402
 from sgl_eagle_ext.profiling.aggregate import Profile  # noqa: E402
 
@@ -48,13 +54,40 @@ def free_port() -> int:
     return ports.pick()
 
 
-def start(preset: str, draft: str | None, models: Path, out: Path, round_no: int = 0):
+def launch_request(preset: str, draft: str | None, models: Path, extra=()):
+    return launch_plan.LaunchRequest(
+        preset=preset,
+        cpu=True,
+        model_path=str(models / "target"),
+        draft_model_path=str(models / f"draft-{draft}") if draft else None,
+        extra=tuple(extra),
+    )
+
+
+def check_arms(arms, models: Path, extra, allow_unequal: bool) -> dict:
+    """Before any server starts: the arms' resolved settings differ only in speculation
+    (launcher/fairness.py; exit 2 naming the setting and its flag, unless
+    --allow-unequal, which records the differences with the figures)."""
+    plans = {
+        (p if d is None else f"{p}/{d}"): launch_plan.build(launch_request(p, d, models, extra))
+        for p, d in arms
+    }
+    try:
+        verdict = fairness.check(plans, allow_unequal)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print("\n".join(verdict.lines()), flush=True)
+    return verdict.record()
+
+
+def start(preset: str, draft: str | None, models: Path, out: Path, round_no: int = 0, extra=()):
     log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}.log"
     cmd = [sys.executable, "-m", "sgl_eagle_ext.launch", "--preset", preset, "--cpu"]
     cmd += ["--no-spec-check", "--quiet", "--model-path", str(models / "target")]
     if draft:
         cmd += ["--draft-model-path", str(models / f"draft-{draft}")]
-    cmd += ["--log-file", str(log), "--", "--port", str(free_port())]
+    cmd += ["--log-file", str(log), "--", "--port", str(free_port()), *extra]
     env = {**os.environ, "EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "2"}
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
@@ -114,7 +147,22 @@ def main() -> int:
     p.add_argument("--fixed", default=",".join(FIXED), help="fixed presets to run (mostly draft)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results" / "adaptive_vs_fixed")
     p.add_argument("--models-dir", type=Path, default=None)
-    args = p.parse_args()
+    p.add_argument(
+        "--arms",
+        default="baseline,fixed,adaptive-never,adaptive-mostly",
+        help="which arms to run (a subset of the default list)",
+    )
+    p.add_argument(
+        "--allow-unequal",
+        action="store_true",
+        help="run arms whose resolved settings differ outside speculation (recorded)",
+    )
+    own, extra = (
+        (sys.argv[1 : sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1 :])
+        if "--" in sys.argv
+        else (sys.argv[1:], [])
+    )
+    args = p.parse_args(own)  # after `--`: SGLang arguments for every arm
     from sgl_eagle_ext.cpu import tiny_models
 
     # build() returns where this BUILD_VERSION's files are (a vN subfolder).
@@ -122,16 +170,20 @@ def main() -> int:
     models = Path(built["target"]).parent
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    fixed = [f for f in args.fixed.split(",") if f]
+    wanted = set(args.arms.split(","))
+    fixed = [f for f in args.fixed.split(",") if f] if "fixed" in wanted else []
     arms = [("baseline", None)] + [(f, "mostly") for f in fixed]
-    arms += [("eagle3-adaptive", "never"), ("eagle3-adaptive", "mostly")]
+    arms += [("eagle3-adaptive", d) for d in ("never", "mostly") if f"adaptive-{d}" in wanted]
+    settings = check_arms(arms, models, extra, args.allow_unequal)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "arm-settings.json").write_text(json.dumps(settings, indent=1))
     runs_of: dict[str, list[dict[int, float]]] = {}
     logs: dict[str, list[Path]] = {}
     t0 = time.monotonic()
     for round_no in range(args.rounds):
         for preset, draft in arms:
             name = preset if draft is None else f"{preset}/{draft}"
-            proc, url, log = start(preset, draft, models, args.out, round_no)
+            proc, url, log = start(preset, draft, models, args.out, round_no, extra)
             try:
                 levels = args.fixed_levels if preset in fixed else args.levels
                 for _ in range(args.repeat):
@@ -156,16 +208,21 @@ def main() -> int:
         print(
             f"{name:26}" + "".join(f"{row[c]:10.2f}" if c in row else f"{'-':>10}" for c in levels)
         )
-    best = max(fixed, key=lambda f: table[f"{f}/mostly"].get(1, 0))
     print("\n== ratios")
-    for c in levels:
-        r = table["eagle3-adaptive/never"][c] / table["baseline"][c]
-        print(f"adaptive(never) / baseline      c={c}: {r:5.2f}x  (goal >= 0.95)")
-    r = table["eagle3-adaptive/mostly"][1] / table[f"{best}/mostly"][1]
-    print(f"adaptive(mostly) / {best}(mostly)  c=1: {r:5.2f}x  (goal >= 0.95; best fixed at c=1)")
-    r = table[f"{best}/mostly"][1] / table["baseline"][1]
-    print(f"{best}(mostly) / baseline  c=1: {r:5.2f}x")
-    for name in ("eagle3-adaptive/never", "eagle3-adaptive/mostly"):
+    if not settings["fair"]:
+        print(f"UNEQUAL ARMS (--allow-unequal): {json.dumps(settings['unequal'])}")
+    if "eagle3-adaptive/never" in table:
+        for c in levels:
+            r = table["eagle3-adaptive/never"][c] / table["baseline"][c]
+            print(f"adaptive(never) / baseline      c={c}: {r:5.2f}x  (goal >= 0.95)")
+    if fixed:
+        best = max(fixed, key=lambda f: table[f"{f}/mostly"].get(1, 0))
+        if "eagle3-adaptive/mostly" in table:
+            r = table["eagle3-adaptive/mostly"][1] / table[f"{best}/mostly"][1]
+            print(f"adaptive(mostly) / {best}(mostly)  c=1: {r:5.2f}x  (goal >= 0.95)")
+        r = table[f"{best}/mostly"][1] / table["baseline"][1]
+        print(f"{best}(mostly) / baseline  c=1: {r:5.2f}x")
+    for name in [n for n in ("eagle3-adaptive/never", "eagle3-adaptive/mostly") if n in logs]:
         mix = sum((steps_mix(log) for log in logs[name]), Counter())
         total = sum(mix.values()) or 1
         sw = adaptive_log.AdaptiveLog([], [])
@@ -176,7 +233,7 @@ def main() -> int:
             + ", ".join(f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in sorted(mix.items()))
             + f"; {len(sw.switches)} switches"
         )
-    print(f"\nrecords: {results}; server logs: {args.out}")
+    print(f"\nrecords: {results}; server logs: {args.out}; arms' settings: arm-settings.json")
     return 0
 
 

@@ -7,6 +7,11 @@
    an eagle3-3step server started twice through the launcher.
 
     .venv/bin/python benchmarks/profile_overhead.py [--skip-server] [--repeat 3]
+
+Both servers are the same preset with the same arguments (only EAGLE3_PROFILE differs,
+an environment variable SGLang never reads; the presets pin the random seed): their
+resolved settings are equal by construction, so there is no arm check to run here
+(benchmarks/adaptive_vs_fixed.py, whose arms are different presets, runs one).
 """
 
 from __future__ import annotations

@@ -59,7 +59,11 @@ def test_verdicts_crossover_and_table_from_measured_cells():
         cell(4, 3, 20.0),
     ]
     v = live_report.verdicts(cells)
-    assert v[1] == (True, "c=1: 3 steps pays 1.30x (13.00 vs 10.00 tok/s without drafting).")
+    assert v[1] == (
+        True,
+        "c=1: 3 steps pays 1.30x against 0 steps on this server (13.00 vs 10.00 tok/s).",
+    )
+    assert live_report.verdict_basis(cells).startswith("verdicts against 0 steps on this server")
     assert v[4][0] is False and v[4][1].startswith("c=4: do not draft")
     assert live_report.crossover(v) == (
         "crossover: drafting pays up to 1 stream(s); from 4 do not draft"
@@ -70,6 +74,27 @@ def test_verdicts_crossover_and_table_from_measured_cells():
     assert "3-step chain" in sentence and "speculative-num-steps = 3" in text
     lines = live_report.table_lines(cells, [0, 1, 3])
     assert "13.00 2.00 100*" in lines[3]
+
+
+def test_verdict_uses_the_baseline_arm_and_states_both_ratios():
+    """--baseline-arm: the verdict is against the baseline server (the preset the user
+    would otherwise run), with the in-server 0-step ratio beside it; a level the arm did
+    not measure stays against 0 steps, and the basis line says which is which."""
+    cells = [cell(1, 0, 10.0), cell(1, 3, 13.0), cell(2, 0, 20.0), cell(2, 3, 22.0)]
+    arm = [{"kind": "arm", "arm": "baseline", "level": 1, "client": {"output_tok_s": 12.8}}]
+    tree = [{"kind": "arm", "arm": "eagle3-2step", "level": 2, "client": {"output_tok_s": 9.0}}]
+    v = live_report.verdicts(cells, arm + tree)
+    # 1.30x against 0 steps, but 1.02x against the baseline server: not worth drafting
+    assert v[1] == (
+        False,
+        "c=1: do not draft (the best drafting cell, 3 steps, gives 1.02x against the baseline "
+        "server: 13.00 vs 12.80 tok/s); 1.30x against 0 steps on this server (10.00 tok/s).",
+    )
+    assert v[2][0] is True and "against 0 steps on this server" in v[2][1]
+    assert live_report.verdict_basis(cells, arm + tree) == (
+        "verdicts against the baseline server (--baseline-arm, same load); "
+        "against 0 steps on this server at c=2"
+    )
 
 
 def test_a_draft_never_accepted_never_pays_whatever_the_noise():
@@ -122,3 +147,143 @@ def test_offline_tune_on_a_tree_log_says_why_and_ranks_it_with_grid(tmp_path):
     assert p.returncode == 0, p.stderr
     row = next(ln for ln in p.stdout.splitlines() if "measured (eagle3-2step.log)" in ln)
     assert row.split()[:3] == ["2", "4", "16"]
+
+
+# -- what the servers can batch, before the load ----------------------------------------
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """Config-only target and draft (resolution reads the configs, nothing loads)."""
+    import json
+
+    out = {}
+    base = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 4,
+        "vocab_size": 512,
+        "max_position_embeddings": 2048,
+    }
+    draft = {**base, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}
+    for name, cfg in (("target", base), ("draft", draft)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+        out[name] = str(tmp_path / name)
+    return out
+
+
+def _tune(pair, tmp_path, *more: str) -> list[str]:
+    return [
+        "--live",
+        "--model-path",
+        pair["target"],
+        "--draft-model-path",
+        pair["draft"],
+        "--results",
+        str(tmp_path / "tl" / "results.jsonl"),
+        *more,
+    ]
+
+
+@pytest.fixture
+def no_start(monkeypatch):
+    """Predicted resolution (no SGLang subprocess), and no server may start."""
+    from sgl_eagle_ext.launcher.preflight import ask_sglang
+    from sgl_eagle_ext.tools.bench import arms
+
+    monkeypatch.setattr(ask_sglang, "installed_version", lambda python, env=None: None)
+
+    def refuse(plan):
+        raise AssertionError(f"a server was started: {plan.preset}")
+
+    monkeypatch.setattr(arms, "LauncherProcess", refuse)
+
+
+def test_live_pins_a_pool_and_graphs_for_the_largest_level():
+    from sgl_eagle_ext.common import releases
+
+    r = releases.BY_VERSION["0.5.23"]
+    pins = live.server_pins([1, 64], r, cpu=False, extra=["--port", "1"])
+    assert pins[:4] == ["--port", "1", "--max-running-requests", "64"]
+    i = pins.index("--cuda-graph-bs-decode")
+    assert pins[pins.index("--cuda-graph-max-bs-decode") + 1] == "64"
+    assert pins[i + 1 : i + 4] == ["1", "2", "3"] and pins[-1] == "64"
+    # the user's own value stays (and is checked), graphs are not pinned on CPU
+    mine = ["--max-running-requests", "32"]
+    assert live.server_pins([1, 64], r, cpu=True, extra=mine) == mine
+
+
+def test_live_refuses_a_level_the_server_cannot_batch_before_the_load(
+    pair, tmp_path, capsys, no_start
+):
+    """The user's own pool of 32 with a level of 64: no batch of 64 would ever run (its
+    rounds would count 0 cycles): refused with the fix before anything starts."""
+    from sgl_eagle_ext.tools.tune import cli as tune_cli
+
+    argv = _tune(pair, tmp_path, "--levels", "1,64", "--", "--max-running-requests", "32")
+    assert tune_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--levels 64: max_running_requests resolves to 32 (predicted from the release table "
+        "for SGLang 0.5.23), so no batch of 64 ever runs (the live server)." in err
+    )
+    assert "fix: drop those levels, or pass -- --max-running-requests 64" in err
+    assert "Traceback" not in err
+    # left to tune --live: the pool and the graphs reach 64 on every server, and the
+    # servers (live, baseline arm, tree arm) differ only in speculation
+    from sgl_eagle_ext.launcher import fairness
+
+    args = live.parser().parse_args(_tune(pair, tmp_path, "--baseline-arm", "--also-trees")[1:])
+    levels, out = [1, 64], tmp_path / "tl"
+    from sgl_eagle_ext.common import releases
+
+    extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], False, [])
+    plans = {
+        "live": live.plan_server(
+            str(live.live_preset(args, out, levels, [0, 1, 3])), args, out / "l.log", extra
+        )
+    }
+    for name in ("baseline", "eagle3-2step"):
+        plans[name] = live.plan_server(live.arm_preset(args, out, name), args, out / "a.log", extra)
+    settings = live.check_servers(plans, levels, args)
+    assert settings["fair"] and settings["unequal"] == {}
+    resolved = fairness.resolve_arms({k: p.launch for k, p in plans.items()})
+    for r in resolved.values():
+        assert r.fields["max_running_requests"] == 64
+        assert max(r.fields["cuda_graph_config.decode.bs"]) == 64
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("cpu", [False, True], ids=["gpu", "cpu"])
+def test_live_servers_resolved_by_sglang_batch_every_level_alike(pair, tmp_path, capsys, cpu):
+    """SGLang's own resolution (one subprocess, nothing loads) of the run's servers: the
+    live adaptive server, the baseline arm and the tree arm can all batch the largest
+    level and differ only in speculation."""
+    from sgl_eagle_ext.common import releases
+
+    more = ["--baseline-arm", "--also-trees"] + (["--cpu"] if cpu else [])
+    args = live.parser().parse_args(_tune(pair, tmp_path, *more)[1:])
+    levels, out = [1, 2, 16], tmp_path / "tl"
+    out.mkdir()
+    user = [] if cpu else ["--device", "cuda"]  # no GPU here for SGLang to detect
+    extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], cpu, user)
+    preset = str(live.live_preset(args, out, levels, [0, 1, 3]))
+    plans = {"live": live.plan_server(preset, args, out / "l.log", extra)}
+    for name in ("baseline", "eagle3-2step"):
+        plans[name] = live.plan_server(live.arm_preset(args, out, name), args, out / "a.log", extra)
+    settings = live.check_servers(plans, levels, args)
+    said = capsys.readouterr().out
+    assert "by SGLang 0.5.23" in said and settings["fair"], said
+    # the user's own smaller pool is SGLang's answer too, and refused
+    small = [*user, "--max-running-requests", "8"]
+    extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], cpu, small)
+    plans = {"live": live.plan_server(preset, args, out / "l.log", extra)}
+    with pytest.raises(
+        UserError, match=r"--levels 16: max_running_requests resolves to 8 \(by SGLang"
+    ):
+        live.check_servers(plans, levels, args)

@@ -12,6 +12,7 @@ the spelling a given release accepts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -659,3 +660,133 @@ def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:
     older = [r for r in RELEASES if version_key(r.version) <= key]
     row = older[-1] if older else RELEASES[0]
     return row, f"{how}; unsupported, --force: using the rules of {row.version}"
+
+
+# =======================================================================================
+# Resolution rules (predicted): the settings SGLang fills in on its own and fills in
+# differently for a plain and a speculative launch. launcher/fairness.py applies them
+# where the release is not installed (labelled "predicted"); where it is, SGLang's own
+# resolution answers instead, and tests/test_fairness.py checks these rules against it
+# on the harness releases. Read from each release's source (0.5.13.post1-0.5.21 from
+# their pristine wheels).
+# =======================================================================================
+
+RANDOM = "<random>"  # a fresh random value per server start
+GPU_MEMORY = "<from the GPU's memory>"  # computed at startup: not predicted
+GRAPH_SIZES = "<decode graph sizes>"  # SGLang's list for plain or speculative decoding
+
+
+@dataclass(frozen=True)
+class ResolutionRule:
+    """One setting SGLang resolves on its own. `when` lists conditions that must all
+    hold (launcher/fairness.py evaluates them on the final argument list and
+    environment): "eagle" (EAGLE/EAGLE3/NEXTN/STANDALONE), "spec" (any algorithm),
+    "cpu" (--device cpu), "gpu" (any other device), "spec-v1"
+    (SGLANG_ENABLE_SPEC_V2 unset or false)."""
+
+    field: str  # the release's ServerArgs field (dotted inside a nested config)
+    value: object  # what SGLang sets; RANDOM / GRAPH_SIZES as above
+    by: str  # the SGLang hook that sets it
+    when: tuple[str, ...]
+    flag: str  # the classic flag that pins it for every arm
+    # False: only when the setting is unset (a default: pin it for every arm). True:
+    # SGLang sets it whatever is given (inherent to speculation on this release).
+    forced: bool = False
+    default: object = None  # the field's value when the flag is not given
+    # The difference is speculation's own cost on this release (reported, not a stop);
+    # None: as `forced`.
+    inherent: bool | None = None
+
+    @property
+    def is_inherent(self) -> bool:
+        return self.forced if self.inherent is None else self.inherent
+
+
+_SEED = ResolutionRule("random_seed", RANDOM, "_handle_missing_default_values", (), "random-seed")
+_SEED_OLD = dataclasses.replace(_SEED, by="ServerArgs.__post_init__")
+_CAP_48 = ResolutionRule(
+    "max_running_requests", 48, "_handle_eagle_family", ("eagle",), "max-running-requests"
+)
+_MIXED_OFF = ResolutionRule(
+    "enable_mixed_chunk",
+    False,
+    "_handle_eagle_family",
+    ("eagle",),
+    "enable-mixed-chunk",
+    True,
+    False,
+)
+_GRAPH_BS_FLAT = ResolutionRule(
+    "cuda_graph_bs", GRAPH_SIZES, "_generate_cuda_graph_batch_sizes", ("gpu",), "cuda-graph-bs"
+)
+_GRAPH_BS_NESTED = ResolutionRule(
+    "cuda_graph_config.decode.bs",
+    GRAPH_SIZES,
+    "generate_decode_cuda_graph_batch_sizes",
+    ("gpu",),
+    "cuda-graph-bs",
+)
+_CPU_OVERLAP_OFF = ResolutionRule(
+    "disable_overlap_schedule",
+    True,
+    "_disable_overlap_schedule_for_cpu",
+    ("eagle", "cpu"),
+    "disable-overlap-schedule",
+    True,
+    False,
+)
+_OLD = "ServerArgs._handle_speculative_decoding"
+# 0.5.10.post1 and 0.5.13.post1 size the KV pool 4 GB smaller for an EAGLE draft's weights
+# and graphs when --mem-fraction-static is unset: memory the draft uses (on CPU too,
+# where the CPU overlay's max-total-tokens sizes the pool for every arm anyway).
+_DRAFT_RESERVE = ResolutionRule(
+    "mem_fraction_static",
+    GPU_MEMORY,
+    "ServerArgs._handle_gpu_memory_settings",
+    ("eagle",),
+    "mem-fraction-static",
+    inherent=True,
+)
+_V2_RULES = (_SEED, _CAP_48, _MIXED_OFF, _GRAPH_BS_NESTED, _CPU_OVERLAP_OFF)
+RESOLUTION_RULES: Mapping[str, tuple[ResolutionRule, ...]] = MappingProxyType(
+    {
+        "0.5.10.post1": (
+            _SEED_OLD,
+            dataclasses.replace(_CAP_48, by=_OLD),
+            dataclasses.replace(_MIXED_OFF, by=_OLD),
+            dataclasses.replace(_GRAPH_BS_FLAT, by="ServerArgs._generate_cuda_graph_batch_sizes"),
+            # the v1 worker has no overlap scheduler (SGLANG_ENABLE_SPEC_V2 defaults off)
+            ResolutionRule(
+                "disable_overlap_schedule",
+                True,
+                _OLD,
+                ("eagle", "spec-v1"),
+                "disable-overlap-schedule",
+                True,
+                False,
+            ),
+            ResolutionRule(
+                "disable_piecewise_cuda_graph",  # on CPU it is off for every server
+                True,
+                "ServerArgs._handle_piecewise_cuda_graph",
+                ("spec", "gpu"),
+                "disable-piecewise-cuda-graph",
+                True,
+                False,
+            ),
+            _DRAFT_RESERVE,
+        ),
+        # 0.5.13.post1: SGLANG_ENABLE_SPEC_V2 defaults on (overlap kept on a GPU)
+        "0.5.13.post1": (
+            dataclasses.replace(_SEED, by="ServerArgs.__post_init__"),
+            _CAP_48,
+            _MIXED_OFF,
+            dataclasses.replace(_GRAPH_BS_FLAT, by="ServerArgs._generate_cuda_graph_batch_sizes"),
+            _DRAFT_RESERVE,
+        ),
+        "0.5.16": (dataclasses.replace(_SEED, by="ServerArgs.__post_init__"), *_V2_RULES[1:]),
+        "0.5.19": _V2_RULES,
+        "0.5.21": _V2_RULES,
+        "0.5.23": _V2_RULES,
+    }
+)

@@ -307,6 +307,8 @@ def render_server_args(preset: Preset, release: releases.Release, extra: list[st
                     args += [f"--{flag}", val]
         elif value is True:
             args.append(f"--{release.flag(key)}")
+        elif isinstance(value, list):  # a flag taking several values (nargs="+")
+            args += [f"--{release.flag(key)}", *(str(v) for v in value)]
         else:
             args += [f"--{release.flag(key)}", str(value)]
     return args + list(extra)

@@ -157,6 +157,10 @@ def _extends_target(file: Path, target: str) -> Path:
     return files[target]
 
 
+# SGLang flags that take several whole numbers (nargs="+"), in classic spelling
+LIST_FLAGS = frozenset({"cuda-graph-bs", "cuda-graph-bs-prefill"})
+
+
 def _validate(file: Path, data: dict) -> None:
     def bad(where: str, what: str, fix: str) -> UserError:
         return UserError(f"preset file {file}: {where}: {what}.", fix=fix)
@@ -181,11 +185,18 @@ def _validate(file: Path, data: dict) -> None:
                 "is not a flag name",
                 "write SGLang flags without leading dashes, e.g. tp-size = 8",
             )
-        if not isinstance(value, (str, int, float, bool)):
+        # a list of whole numbers, for a flag that takes several (cuda-graph-bs = [1, 2, 4])
+        is_list = (
+            key in LIST_FLAGS
+            and isinstance(value, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        )
+        if not isinstance(value, (str, int, float, bool)) and not (is_list and value):
             raise bad(
                 f"[server] '{key}'",
                 f"has a {type(value).__name__} value",
-                "use a string, number or true/false",
+                "use a string, number or true/false"
+                + (" (or a list of whole numbers)" if key in LIST_FLAGS else ""),
             )
     for key, value in data.get("env", {}).items():
         if not ENV_NAME.match(key):

@@ -20,8 +20,8 @@ from pathlib import Path
 from sgl_eagle_ext.common import ports, secret_flags
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.common.server_process import StartupFailed
+from sgl_eagle_ext.launcher import fairness, running
 from sgl_eagle_ext.launcher import plan as launch_plan
-from sgl_eagle_ext.launcher import running
 from sgl_eagle_ext.tools.bench import provenance
 
 STOP_GRACE = 60.0  # SIGTERM to the server, then SIGKILL to what is left of its tree
@@ -118,6 +118,21 @@ def plan_arm(
     }
     args = [*ours, "--log-file", str(log_file), "--quiet", "--no-spec-check", "--", *server_extra]
     return ArmPlan(label, p.name.split("+")[0], args, facts, launch=plan, log_file=log_file)
+
+
+def check_fair(plans: list[ArmPlan], allow_unequal: bool, say) -> fairness.Verdict | None:
+    """Before any server starts: the arms' resolved settings differ only in speculation
+    (launcher/fairness.py), else UserError (exit 2) unless allow_unequal. Prints the
+    verdict's lines with `say`; the caller records verdict.record() beside its figures.
+    None: an arm without a launch plan (a test's stand-in server), nothing to resolve."""
+    if any(p.launch is None for p in plans):
+        return None
+    names = [p.preset for p in plans]
+    keys = names if len(set(names)) == len(names) else [p.label for p in plans]
+    verdict = fairness.check(dict(zip(keys, (p.launch for p in plans), strict=True)), allow_unequal)
+    for line in verdict.lines():
+        say(line)
+    return verdict
 
 
 def launcher_args(request: launch_plan.LaunchRequest, plan: launch_plan.LaunchPlan) -> list[str]:

@@ -48,7 +48,8 @@ from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.schedule_file import write_request
-from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.launcher import fairness, presets
+from sgl_eagle_ext.launcher import plan as launch_plan
 from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import arms, probe, prompts
 from sgl_eagle_ext.tools.bench import sweep as sw
@@ -73,6 +74,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--results", type=Path, default=Path("tune-live/results.jsonl"))
     p.add_argument("--baseline-arm", action="store_true", help="also a plain baseline server")
     p.add_argument("--also-trees", action="store_true", help="also the tree presets' servers")
+    p.add_argument(
+        "--allow-unequal",
+        action="store_true",
+        help="run servers whose resolved settings differ outside speculation (recorded)",
+    )
     p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request")
     p.add_argument("--warmup-tokens", type=int, default=16, help="per warm-up request")
     p.add_argument("--request-cycles", type=int, default=300, help="per cell (see above)")
@@ -133,12 +139,8 @@ def live_preset(args, out_dir: Path, levels: list[int], steps: list[int]) -> Pat
             "speculative-num-draft-tokens": chain.draft_tokens(top),
             "speculative-adaptive": True,
             "speculative-adaptive-config": str(table.resolve()),
-            "cuda-graph-max-bs": max(levels),
         },
-        notes={
-            "cuda-graph-max-bs": "graphs for every candidate step count, but only up to the "
-            "largest level measured"
-        },
+        # the batch limits every server of this run shares come as arguments (server_pins)
         env={
             profile_names.ENV: "1",
             profile_names.ENV_FILE: str((out_dir / "profile-{rank}.jsonl").resolve()),
@@ -186,9 +188,9 @@ class Schedule:
         write_request(self.path, self.seq, **fields)
 
 
-def start_server(preset: str, args, log_file: Path, extra: list[str]) -> arms.LauncherProcess:
-    """The one place that builds and starts a launch (bench's arm code, as it is)."""
-    plan = arms.plan_arm(
+def plan_server(preset: str, args, log_file: Path, extra: list[str]) -> arms.ArmPlan:
+    """The one place that builds a launch of this run (bench's arm code, as it is)."""
+    return arms.plan_arm(
         "tune",
         preset,
         cpu=args.cpu,
@@ -200,6 +202,92 @@ def start_server(preset: str, args, log_file: Path, extra: list[str]) -> arms.La
         log_file=log_file,
         extra=extra,
     )
+
+
+def server_pins(levels: list[int], release, cpu: bool, extra: list[str]) -> list[str]:
+    """SGLang arguments every server of the run gets (after the user's own, which win):
+    a request pool and decode CUDA graphs up to the largest level, the same for every
+    server, so each level can be batched whole and no server is capped otherwise (unset,
+    SGLang caps an EAGLE server at 48 requests; the presets pin 128)."""
+    top = max(levels)
+    given = {launch_plan.canonical_flag(t, release) for t in extra}
+    pins = []
+    if "max-running-requests" not in given:
+        pins += ["--max-running-requests", str(top)]
+    if not cpu and not given & {"cuda-graph-bs", "cuda-graph-max-bs"}:
+        # graphs for every candidate step count, but only up to the largest level
+        sizes = fairness.decode_graph_sizes(top, speculative=True)
+        pins += [f"--{release.flag('cuda-graph-max-bs')}", str(top)]
+        pins += [f"--{release.flag('cuda-graph-bs')}", *map(str, sizes)]
+    return [*extra, *pins]
+
+
+def _graph_limit(fields: dict) -> int | None:
+    """The largest decode batch the resolved settings capture as a CUDA graph (None: no
+    decode graphs, or not known)."""
+    if fields.get("cuda_graph_config.decode.backend") == "disabled" or fields.get(
+        "disable_cuda_graph"
+    ):
+        return None
+    for key in ("cuda_graph_config.decode.bs", "cuda_graph_bs"):
+        sizes = fields.get(key)
+        if isinstance(sizes, list) and sizes:
+            return max(int(x) for x in sizes)
+    for key in ("cuda_graph_config.decode.max_bs", "cuda_graph_max_bs"):
+        if isinstance(fields.get(key), int):
+            return fields[key]
+    return None
+
+
+def unreachable(levels: list[int], resolved) -> str | None:
+    """Why the largest level cannot be batched whole under these resolved settings, or
+    None. A level above max_running_requests never forms a batch of that size: its
+    rounds would count 0 cycles at that batch size; one above the graph limit would run
+    without CUDA graphs, unlike the levels below it."""
+    top = max(levels)
+    f = resolved.fields
+    cap = f.get("max_running_requests")
+    if isinstance(cap, int) and cap < top:
+        bad = [lv for lv in levels if lv > cap]
+        return (
+            f"--levels {','.join(map(str, bad))}: max_running_requests resolves to {cap} "
+            f"({resolved.label}), so no batch of {bad[0]} ever runs"
+        )
+    graphs = _graph_limit(f)
+    if graphs is not None and graphs < top:
+        bad = [lv for lv in levels if lv > graphs]
+        return (
+            f"--levels {','.join(map(str, bad))}: decode CUDA graphs resolve up to batch "
+            f"{graphs} ({resolved.label}), so those levels would run without graphs"
+        )
+    return None
+
+
+def check_servers(plans: dict[str, arms.ArmPlan], levels: list[int], args) -> dict:
+    """Before any server starts: every level can be batched whole on every server, and
+    the servers differ only in speculation (--allow-unequal: recorded). Returns the
+    settings record."""
+    launches = {name: p.launch for name, p in plans.items()}
+    notes: list[str] = []
+    resolved = fairness.resolve_arms(launches, notes=notes)
+    for name, r in resolved.items():
+        why = unreachable(levels, r)
+        if why:
+            raise UserError(
+                f"{why} (the {name} server).",
+                fix=f"drop those levels, or pass -- --max-running-requests {max(levels)} "
+                f"--cuda-graph-max-bs {max(levels)} (or leave both to {PROG}, which sets them)",
+            )
+    release = next(iter(launches.values())).release
+    verdict = fairness.judge(resolved, release, getattr(args, "allow_unequal", False))
+    verdict.notes = notes
+    for line in verdict.lines():
+        _say(line)
+    return verdict.record()
+
+
+def start_server(plan: arms.ArmPlan, args) -> arms.LauncherProcess:
+    """Start a planned launch and wait for READY."""
     proc = arms.LauncherProcess(plan)
     try:
         proc.wait_ready(args.startup_timeout)
@@ -347,7 +435,7 @@ async def _cells(driver, sched: Schedule, results: Results, todo: list[Key], ctx
         level = min(k.level for k in todo)
         keys = [k for k in todo if k.level == level]
         for key, rec in zip(keys, await _level(driver, sched, level, keys), strict=True):
-            results.append({"kind": "cell", **rec})
+            results.append({"kind": "cell", **rec, **_settings(ctx)})
             per.append(rec["wall_s"])
             ctx["progress"].done(key, rec)
         todo[:] = [k for k in todo if k.level != level]
@@ -395,9 +483,16 @@ async def _validate(driver, sched, results, table: Path, initial: int, levels, c
             setup=adaptive,
             warmup_tokens=tokens,
         )
-        results.append({"kind": "validation", "table": digest, **rec})
+        results.append({"kind": "validation", "table": digest, **rec, **_settings(ctx)})
         ctx["progress"].done(Key("validation", lv, table=digest), rec)
     sched.write()  # back to the launch table
+
+
+def _settings(ctx: dict) -> dict:
+    """Beside every figure: whether the run's servers differed only in speculation, and
+    (--allow-unequal) what else differed."""
+    rec = ctx.get("settings")
+    return {"arms_equal": rec["fair"], "arm_settings": rec} if rec else {}
 
 
 def _arm_keys(args, levels) -> list[Key]:
@@ -411,8 +506,16 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
     cells = results.of_kind("cell")
     sections: list[tuple[str, list[str]]] = []
     sections.append(("cells", live_report.table_lines(cells, steps)))
-    v = live_report.verdicts(cells)
-    sections.append(("verdict", [s for _, s in v.values()] + [live_report.crossover(v)]))
+    plain = [a for a in results.of_kind("arm") if a.get("arm") == "baseline"]
+    v = live_report.verdicts(cells, plain)
+    sections.append(
+        (
+            "verdict",
+            [live_report.verdict_basis(cells, plain)]
+            + [s for _, s in v.values()]
+            + [live_report.crossover(v)],
+        )
+    )
     path, initial, theirs, why = write_config(cells, args, out_dir, release)
     if path:
         cfg = [
@@ -532,6 +635,21 @@ def run(argv: list[str]) -> int:
     # and Ctrl-C given back when started with it ignored (`tune --live ... &`)
     signals = contextlib.ExitStack()
     signals.enter_context(interrupts.sigterm_as_sigint())
+    extra = server_pins(levels, release, args.cpu, extra)
+    stamp = f"{datetime.now():%Y%m%d-%H%M%S}"
+    plans = {
+        "live": plan_server(
+            str(live_preset(args, out_dir, levels, steps)),
+            args,
+            out_dir / f"live-{stamp}.log",
+            extra,
+        )
+    }
+    for name in dict.fromkeys(k.arm for k in _arm_keys(args, levels)):
+        plans[name] = plan_server(
+            arm_preset(args, out_dir, name), args, out_dir / f"{Path(name).stem}-{stamp}.log", extra
+        )
+    ctx["settings"] = check_servers(plans, levels, args)  # before any weights load
     try:
         need_live = bool(todo)
         if not need_live:  # every cell kept: is the validation pass of its table done?
@@ -544,12 +662,7 @@ def run(argv: list[str]) -> int:
             sched = Schedule(schedule_file(out_dir))
             sched.write()
             _say(f"{PROG}: starting the server (one load; {len(todo)} cell(s) to measure)")
-            stop["proc"] = start_server(
-                str(live_preset(args, out_dir, levels, steps)),
-                args,
-                out_dir / f"live-{datetime.now():%Y%m%d-%H%M%S}.log",
-                extra,
-            )
+            stop["proc"] = start_server(plans["live"], args)
             server = probe.Server(stop["proc"].url).connect()
             tail = ProfileTail(out_dir / "profile-0.jsonl")
             driver = Driver(server, args, prompt_set, tail, stop["proc"].proc.pid)
@@ -565,12 +678,7 @@ def run(argv: list[str]) -> int:
             stop["proc"] = None
         for name in dict.fromkeys(k.arm for k in arm_todo):
             _say(f"{PROG}: starting the {name} server (a separate load)")
-            stop["proc"] = start_server(
-                arm_preset(args, out_dir, name),
-                args,
-                out_dir / f"{Path(name).stem}-{datetime.now():%Y%m%d-%H%M%S}.log",
-                extra,
-            )
+            stop["proc"] = start_server(plans[name], args)
             server = probe.Server(stop["proc"].url).connect()
             # unprofiled; its server's CPU seconds recorded as the live cells' are
             pid = stop["proc"].proc.pid
@@ -579,7 +687,7 @@ def run(argv: list[str]) -> int:
                 zero = results.records.get(Key("cell", key.level, 0))
                 rounds = zero["rounds"] if zero else 1  # the same load as the steps-0 cell
                 rec = asyncio.run(driver.measure(key.level, rounds))
-                results.append({"kind": "arm", "arm": name, **rec})
+                results.append({"kind": "arm", "arm": name, **rec, **_settings(ctx)})
                 progress.done(key, rec)
             stop["proc"].stop()
             stop["proc"] = None

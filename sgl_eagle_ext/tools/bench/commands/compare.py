@@ -74,6 +74,12 @@ def add_launch(p) -> None:
         help=f"prompts for the lossless check (default {lossless.DEFAULT_PROMPTS}; 0 skips it)",
     )
     p.add_argument("--lossless-max-tokens", type=int, default=lossless.DEFAULT_MAX_TOKENS)
+    p.add_argument(
+        "--allow-unequal",
+        action="store_true",
+        help="run even when the arms' resolved settings differ outside speculation "
+        "(checked before any server starts); the differences are recorded beside every figure",
+    )
 
 
 def register(sub) -> None:
@@ -162,6 +168,7 @@ class Run:
     failed: dict[str, str] = field(default_factory=dict)  # preset -> why it failed
     failed_kinds: dict[str, str] = field(default_factory=dict)  # preset -> failure_kind
     refused: bool = False  # an arm's launcher refused its input (bad input: exit 2)
+    settings: dict = field(default_factory=dict)  # the arms' settings check (fairness)
 
     @property
     def axis(self) -> sw.Axis:
@@ -182,6 +189,7 @@ async def _arm(
     derive_slo,
     check_prompts,
     hook=None,
+    settings=None,
 ):
     """One arm's warm-up, sweep and lossless-check generations."""
     load = session.load(args)
@@ -190,6 +198,7 @@ async def _arm(
         "arm_label": plan.label,
         "url": server.base_url,
         **session.load_fields(load, args),
+        **settings_fields(settings),
     }
     async with session.client(server, args) as client:
         outcome = await session.warm_and_sweep(
@@ -261,6 +270,9 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
         )
         for label, preset in zip(labels, presets)
     ]
+    # the arms differ only in speculation, or the run stops here, before any weights load
+    verdict = arms.check_fair(plans, getattr(args, "allow_unequal", False), console.info)
+    settings = verdict.record() if verdict else {}
     host = provenance.host_facts()
     slo = options.slo(args)
     check_prompts = ps.take(args.lossless_prompts, args.seed) if args.lossless_prompts else []
@@ -322,6 +334,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
                     not done,  # the first arm that runs sets the default SLO (ab)
                     check_prompts,
                     hook,
+                    settings,
                 )
             )
         except ARM_FAILURES as e:
@@ -350,7 +363,24 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
             + ("; its sweep is recorded" if done else "")
         )
         return EXIT_USAGE if refused else session.EXIT_FAILED
-    return Run(rec, levels, open_loop, slo, ps, host, check_prompts, done, failed, kinds, refused)
+    return Run(
+        rec, levels, open_loop, slo, ps, host, check_prompts, done, failed, kinds, refused, settings
+    )
+
+
+def settings_lines(out, run: Run) -> None:
+    """Under the verdicts: what else differed between the arms (--allow-unequal)."""
+    for name, values in (run.settings.get("unequal") or {}).items():
+        shown = ", ".join(f"{k} {v}" for k, v in values.items())
+        out(f"UNEQUAL ARMS (--allow-unequal): {name} differs ({shown}); the ratios include it")
+
+
+def settings_fields(settings: dict | None) -> dict:
+    """Beside every figure: whether the arms' resolved settings differed only in
+    speculation, and (--allow-unequal) what else differed."""
+    if not settings:
+        return {}
+    return {"arms_equal": settings["fair"], "arm_settings": settings}
 
 
 # What ends one arm, not the run: the launcher's own failure, a server that answers
@@ -483,6 +513,7 @@ def report_ab(args, console: Console, run: Run) -> int:
     else:
         out("lossless: skipped (--lossless-prompts 0)")
     out(f"recommendation: {advice}")
+    settings_lines(out, run)
     thin = sample_size(console, run)
     prov = _summary_provenance(run, f"{pa.preset} vs {pb.preset}")
     if ll:
@@ -515,6 +546,7 @@ def report_ab(args, console: Console, run: Run) -> int:
             "recommendation": advice,
             "sample_size_warning": thin,
             "max_tokens": args.max_tokens,
+            **settings_fields(run.settings),
         },
         prov,
     )
@@ -574,6 +606,7 @@ def report_compare(args, console: Console, run: Run) -> int:
     for name, ll in verdicts.items():
         for line in lossless.verdict_lines(ll, ref, name):
             out(line)
+    settings_lines(out, run)
     thin = sample_size(console, run)
     prov = _summary_provenance(run, " vs ".join(names))
     rec.write(
@@ -599,6 +632,7 @@ def report_compare(args, console: Console, run: Run) -> int:
             "failed_arm_kinds": run.failed_kinds,
             "sample_size_warning": thin,
             "max_tokens": args.max_tokens,
+            **settings_fields(run.settings),
         },
         prov,
     )
