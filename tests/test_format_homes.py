@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext.common import chain
+from sgl_eagle_ext.common import chain, releases
 from sgl_eagle_ext.launcher import presets
 from sgl_eagle_ext.tools.tune import live, live_report
 
@@ -32,7 +32,9 @@ def test_tune_lives_server_preset_reads_back_through_the_launcher(odd_dir):
     assert p.server["speculative-num-steps"] == 3
     assert p.server["speculative-num-draft-tokens"] == 4  # the chain rule
     assert p.server["speculative-adaptive"] is True
-    assert p.server["cuda-graph-max-bs"] == 4
+    # the run's batch limits are arguments every server of the run shares (server_pins)
+    pins = live.server_pins([1, 4], releases.resolve(None)[0], False, [])
+    assert pins[pins.index("--max-running-requests") + 1] == "4"
     assert Path(p.server["speculative-adaptive-config"]).parent == odd_dir.resolve()
     assert p.env["EAGLE_EXT_SCHEDULE_FILE"] == str((odd_dir / "schedule.json").resolve())
     assert p.chain[-2].endswith("eagle3-adaptive.toml")  # extends the shipped preset

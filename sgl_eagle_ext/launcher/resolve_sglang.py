@@ -58,10 +58,12 @@ def _as_the_server_entry() -> None:
     this case's environment: on the CPU harness (EAGLE_EXT_CPU=1), the sgl_kernel
     stand-in and the harness's fixes (idempotent)."""
     try:
-        from sgl_eagle_ext.in_sglang import injection
+        from sgl_eagle_ext.common.contract import CPU_ENV
+        from sgl_eagle_ext.cpu import harness
     except ImportError:
         return  # not importable from here: SGLang says what it lacks
-    injection.in_server_process()
+    if os.environ.get(CPU_ENV) == "1":
+        harness.install_server()
 
 
 def _forget_platform() -> None:
