@@ -675,7 +675,7 @@ def test_compare_with_an_arm_whose_server_fails_to_start(tiny_models, tmp_path):
     assert "Traceback" not in text
     errors = [x for x in out.stderr.splitlines() if x.startswith("error:")]
     assert len(errors) == 2, text
-    assert errors[0].startswith("error: [A] broken failed: preset broken: the launcher exited")
+    assert errors[0].startswith("error: [A] broken failed: preset broken: the server exited")
     assert "/nonexistent/tokenizer" in errors[0]
     assert errors[1] == (
         "error: 1 of 2 arm(s) failed and only baseline ran: nothing to compare; "

@@ -21,7 +21,6 @@ import pytest
 from fakes.fake_sglang import Background, FakeSGLang
 
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.profiling.recorder import window
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import (
     datasets,
@@ -420,26 +419,17 @@ def test_acceptance_by_input_length_and_draft_position(tmp_path):
     assert rates[0]["rate"] == pytest.approx(13 / 20) and rates[1]["rate"] == pytest.approx(5 / 20)
     assert spec_view.mean_accept_length(h) == pytest.approx((7 + 16 + 15) / 20)
     # the profiler's windows: accept_hist keys count the bonus token
-    rec = {
-        "v": 1,
-        "rank": 0,
-        "clock": "cpu",
-        "cycles": 3,
-        "bs": {1: 3},
-        "draft_tokens": {4: 3},
-        "prefill": {"n": 0, "ms_mean": 0.0},
-        "syncs": 0,
-        "dropped": 0,
-        "phases": {
-            p: {"mean": 1.0, "p50": 1.0, "p90": 1.0, "share": 20.0}
-            for p in ("cycle", "draft", "verify_fwd", "accept", "draft_extend", "other")
-        },
-        "accept_len": 2.0,
-        "accept_hist": {1: 4, 2: 2, 4: 2},
-        "tok_s": 100.0,
-    }
+    # a v=1 line as an earlier release of the profiler wrote it (still read)
+    line = (
+        "EAGLE3_PROFILE v=1 rank=0 cycles=3 bs=1:3 draft_tokens=4:3 cycle_ms=1.00/1.00/1.00 "
+        "draft_ms=1.00/1.00/1.00 verify_fwd_ms=1.00/1.00/1.00 accept_ms=1.00/1.00/1.00 "
+        "draft_extend_ms=1.00/1.00/1.00 other_ms=1.00/1.00/1.00 "
+        "share=draft:20.0,verify_fwd:20.0,accept:20.0,draft_extend:20.0,other:20.0 "
+        "accept_len=2.00 accept_hist=1:4,2:2,4:2 tok_s=100.00 prefill=0/0.00 syncs=0 "
+        "dropped=0 clock=cpu"
+    )
     log = tmp_path / "server.log"
-    log.write_text("noise\n[2026] " + window.log_line(rec) + "\n")
+    log.write_text("noise\n[2026] " + line + "\n")
     ph = spec_view.hist_from_profile([log])
     assert ph == Counter({0: 4, 1: 2, 3: 2})
     prates = spec_view.position_rates(ph)
