@@ -356,14 +356,7 @@ def aux_case(case: dict) -> dict:
     if not hasattr(cls, "set_eagle3_layers_to_capture"):
         return {"missing": f"{arch} has no set_eagle3_layers_to_capture"}
     config = _hf_config(case["config"]) if case.get("config") else None
-    try:
-        out = capture_indices(cls, arch, n, ids, config)
-    except Exception as e:  # what SGLang's own method does with these ids
-        return {"raised": f"{type(e).__name__}: {e}"[:300]}
-    cap = out.get("layers_to_capture")
-    if cap:
-        out["boundaries"] = _boundary_run(cls, n, [c for c in cap if c in (0, n)] or [0, n])
-    return out
+    return _capture_answer(cls, arch, n, ids, config)
 
 
 def families() -> dict:
@@ -679,8 +672,14 @@ def _capture(cls, arch: str, target: dict, draft: dict) -> dict:
         }
     if not isinstance(n, int):
         return {"unresolved": "the target's layer count is unknown to SGLang's ModelConfig"}
+    return _capture_answer(cls, arch, n, ids, target["mc"].hf_config)
+
+
+def _capture_answer(cls, arch: str, n: int, ids, config) -> dict:
+    """The class's own capture indices for these ids (or what it raised), and which
+    boundaries (the embedding output, the last layer) its decoder loop delivers."""
     try:
-        out = capture_indices(cls, arch, n, ids, target["mc"].hf_config)
+        out = capture_indices(cls, arch, n, ids, config)
     except Exception as e:  # what SGLang's own method does with these ids
         return {"raised": f"{type(e).__name__}: {e}"[:300]}
     cap = out.get("layers_to_capture")
