@@ -4,7 +4,8 @@
         [--arms baseline,adaptive-never] [--allow-unequal] [-- SGLANG ARGS FOR EVERY ARM]
 
 On the CPU harness (real SGLang 0.5.23, tiny model pair), in one run, each arm is a
-server started through the launcher (`--cpu`, EAGLE3_PROFILE=1) and swept with
+server started in this process from its launch plan as the launcher starts one
+(launcher/running.py: preflight, readiness; `--cpu`, EAGLE3_PROFILE=1) and swept with
 `bench sweep` (same prompts, seed and lengths for every arm):
 
   baseline                       no speculation
@@ -26,9 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import signal
 import subprocess
 import sys
 import time
@@ -40,12 +38,14 @@ sys.path.insert(0, str(ROOT))
 
 from sgl_eagle_ext.common import ports  # noqa: E402
 from sgl_eagle_ext.common.errors import UserError  # noqa: E402
-from sgl_eagle_ext.launcher import fairness  # noqa: E402
+from sgl_eagle_ext.common.server_process import StartupFailed  # noqa: E402
+from sgl_eagle_ext.launcher import fairness, running  # noqa: E402
 from sgl_eagle_ext.launcher import plan as launch_plan  # noqa: E402
-from sgl_eagle_ext.profiling import adaptive_log  # noqa: E402
+from sgl_eagle_ext.profiling import adaptive_log, names  # noqa: E402
 from sgl_eagle_ext.profiling.aggregate import Profile  # noqa: E402
 
-READY = re.compile(r"READY in [\d.]+ s: (\S+)")
+# every arm's server profiles itself: its windows give adaptive's cycles per step count
+PROFILE_ENV = {names.ENV: "1", names.ENV_INTERVAL_S: "2"}
 FIXED = ("eagle3-2step", "eagle3-3step", "eagle3-5step")
 
 
@@ -54,13 +54,14 @@ def free_port() -> int:
     return ports.pick()
 
 
-def launch_request(preset: str, draft: str | None, models: Path, extra=()):
+def launch_request(preset: str, draft: str | None, models: Path, extra=(), env=None):
     return launch_plan.LaunchRequest(
         preset=preset,
         cpu=True,
         model_path=str(models / "target"),
         draft_model_path=str(models / f"draft-{draft}") if draft else None,
         extra=tuple(extra),
+        env=dict(env or {}),
     )
 
 
@@ -81,36 +82,33 @@ def check_arms(arms, models: Path, extra, allow_unequal: bool) -> dict:
     return verdict.record()
 
 
-def start(preset: str, draft: str | None, models: Path, out: Path, round_no: int = 0, extra=()):
+def start(
+    preset: str, draft: str | None, models: Path, out: Path, round_no: int = 0, extra=()
+) -> running.RunningServer:
+    """One arm's server, started in process from its plan (the launcher's checks,
+    preflight and readiness; no spec check, its log to the file only)."""
     log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}.log"
-    cmd = [sys.executable, "-m", "sgl_eagle_ext.launch", "--preset", preset, "--cpu"]
-    cmd += ["--no-spec-check", "--quiet", "--model-path", str(models / "target")]
-    if draft:
-        cmd += ["--draft-model-path", str(models / f"draft-{draft}")]
-    cmd += ["--log-file", str(log), "--", "--port", str(free_port()), *extra]
-    env = {**os.environ, "EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "2"}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
+    port = ("--port", str(free_port()))
+    launch = launch_plan.build(launch_request(preset, draft, models, (*port, *extra), PROFILE_ENV))
+    said: list[str] = []  # preflight's report: shown only if the start fails
+    options = running.StartOptions(
+        log_path=log,
+        startup_timeout=running.default_startup_timeout(launch),
+        say=said.append,
     )
-    for line in proc.stdout:
-        m = READY.search(line)
-        if m:
-            return proc, m.group(1), log
-    raise SystemExit(f"{preset} ({draft}) did not start; see {log}")
-
-
-def stop(proc) -> None:
-    proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        return running.start(launch, options)
+    except (UserError, StartupFailed) as e:
+        print("\n".join(said), file=sys.stderr)
+        raise SystemExit(f"{preset} ({draft}) did not start: {e}; see {log}") from None
 
 
-def sweep(url: str, label: str, args, results: Path, levels: str) -> dict[int, float]:
+def sweep(
+    url: str, label: str, results: Path, levels: str, *, max_tokens: int, prompts_per_level: int
+) -> dict[int, float]:
     cmd = [sys.executable, "-m", "sgl_eagle_ext.bench", "sweep", "--url", url]
-    cmd += ["--concurrency", levels, "--max-tokens", str(args.max_tokens)]
-    cmd += ["--prompts-per-concurrency", str(args.prompts_per_level), "--warmup", "1"]
+    cmd += ["--concurrency", levels, "--max-tokens", str(max_tokens)]
+    cmd += ["--prompts-per-concurrency", str(prompts_per_level), "--warmup", "1"]
     cmd += ["--seed", "7", "--label", label, "--results", str(results), "--quiet"]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     tps: dict[int, list[float]] = {}
@@ -183,14 +181,20 @@ def main() -> int:
     for round_no in range(args.rounds):
         for preset, draft in arms:
             name = preset if draft is None else f"{preset}/{draft}"
-            proc, url, log = start(preset, draft, models, args.out, round_no, extra)
-            try:
+            with start(preset, draft, models, args.out, round_no, extra) as server:
                 levels = args.fixed_levels if preset in fixed else args.levels
                 for _ in range(args.repeat):
-                    runs_of.setdefault(name, []).append(sweep(url, name, args, results, levels))
-            finally:
-                stop(proc)
-            logs.setdefault(name, []).append(log)
+                    runs_of.setdefault(name, []).append(
+                        sweep(
+                            server.url,
+                            name,
+                            results,
+                            levels,
+                            max_tokens=args.max_tokens,
+                            prompts_per_level=args.prompts_per_level,
+                        )
+                    )
+            logs.setdefault(name, []).append(server.log_path)
             last = runs_of[name][-1]
             print(
                 f"round {round_no + 1} {name:26} "

@@ -4,7 +4,8 @@
    worker whose phases do nothing, called with and without the wrappers
    installed (host clock; with CUDA available, the CUDA-event clock too).
 2. tokens/s profiled / unprofiled on the CPU harness: the same greedy batch on
-   an eagle3-3step server started twice through the launcher.
+   an eagle3-3step server started twice from its launch plan, in this process as the
+   launcher starts one (launcher/running.py).
 
     .venv/bin/python benchmarks/profile_overhead.py [--skip-server] [--repeat 3]
 
@@ -18,14 +19,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, ports
+from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.server_process import StartupFailed
+from sgl_eagle_ext.in_sglang_base import patching
+from sgl_eagle_ext.launcher import plan, running
 from sgl_eagle_ext.profiling import names
 from sgl_eagle_ext.profiling.recorder import config, instrument
 from sgl_eagle_ext.profiling.recorder.clock import make_clock
@@ -101,9 +104,12 @@ def host_cost(cuda: bool) -> tuple[float, float]:
     plain = min(per_cycle_us(cuda) for _ in range(3))
     cfg = config.from_env({names.ENV: "1", names.ENV_INTERVAL_S: "1e9"})
     instrument.PROFILER = Profiler(cfg, make_clock(cuda), rank_fn=lambda: 0)
-    for name, role in ROLES.items():
-        owner, attr, original = instrument.resolve_anchor(f"{__name__}:Worker.{name}")
-        instrument._wrap(owner, attr, original, instrument.WRAPPERS[role])
+    wraps = [
+        patching.Wrap(f"{__name__}:Worker.{name}", instrument.WRAPPERS[role])
+        for name, role in ROLES.items()
+    ]
+    if not instrument.PATCHES.install(wraps):  # the recorder's own patch set
+        raise SystemExit("the profiling wrappers could not be installed on the stand-in worker")
     try:
         profiled = min(per_cycle_us(cuda) for _ in range(3))
     finally:
@@ -118,44 +124,32 @@ def free_port() -> int:
 
 def server_tok_s(models: dict, profile: bool, prompts: list[str], tokens: int) -> float:
     port = free_port()
-    env = {**os.environ, names.ENV: "1" if profile else "0"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "sgl_eagle_ext.launch",
-        "--preset",
-        "eagle3-3step",
-        "--cpu",
-        "--no-spec-check",
-        "--quiet",
-        "--model-path",
-        str(models["target"]),
-        "--draft-model-path",
-        str(models["draft-mostly"]),
-        "--log-file",
-        f"/tmp/profile-overhead-{port}.log",
-        "--",
-        "--port",
-        str(port),
-    ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    log = Path(f"/tmp/profile-overhead-{port}.log")
+    launch = plan.build(
+        plan.LaunchRequest(
+            preset="eagle3-3step",
+            cpu=True,
+            model_path=str(models["target"]),
+            draft_model_path=str(models["draft-mostly"]),
+            extra=("--port", str(port)),
+            env={names.ENV: "1" if profile else "0"},  # the only difference
+        )
+    )
+    said: list[str] = []  # preflight's report: shown only if the start fails
+    options = running.StartOptions(
+        log_path=log, startup_timeout=running.default_startup_timeout(launch), say=said.append
     )
     try:
-        for line in proc.stdout:
-            if "READY in" in line:
-                break
-        else:
-            raise SystemExit(f"server did not start: see /tmp/profile-overhead-{port}.log")
-        url = f"http://127.0.0.1:{port}"
-        http.generate(url, prompts[:1], 4)  # warm the interpreter's caches
+        server = running.start(launch, options)
+    except (UserError, StartupFailed) as e:
+        print("\n".join(said), file=sys.stderr)
+        raise SystemExit(f"server did not start: {e}; see {log}") from None
+    with server:
+        http.generate(server.url, prompts[:1], 4)  # warm the interpreter's caches
         t0 = time.perf_counter()
-        outs = http.generate(url, prompts, tokens)
+        outs = http.generate(server.url, prompts, tokens)
         took = time.perf_counter() - t0
         return sum(o["meta_info"]["completion_tokens"] for o in outs) / took
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
 
 
 def main() -> None:

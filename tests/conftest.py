@@ -22,6 +22,41 @@ HARNESS_HINT = (
 )
 
 
+# The README runs the suite on two workers, a file to a worker (`-n 2 --dist loadfile`),
+# each worker taking the next file in collection order. The files that start servers go
+# first, the longest first (minutes of one worker where measured, on a slow 2-core machine
+# whose suite took 56 min; the rest in last round's order), so the short files fill in
+# at the end instead of one worker finishing a long file alone.
+LONGEST_FIRST = (
+    "test_server_cpu.py",  # ~16.5
+    "test_tune_live_server.py",  # ~10
+    "test_profile_server.py",  # ~9.5
+    "test_bench.py",  # ~8
+    "test_bench_workloads.py",
+    "test_v1_worker_cpu.py",
+    "test_adaptive_server.py",
+    "test_schedule_tp2_server.py",
+    "test_secret_canary.py",
+    "test_tune_live.py",
+    "test_preflight.py",
+    "test_bench_labels.py",
+    "test_router_cpu.py",
+    "test_bench_load.py",
+    "test_port_race.py",
+)
+
+
+def pytest_configure(config):
+    # xdist would reorder the files by their number of tests (the fast files have most)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files keep order
+
+
 def pytest_runtest_setup(item):
     """Tests of the harness tiers fail, with one line saying how to get the harness,
     when this interpreter has no SGLang (never a skip, never a long traceback)."""

@@ -146,3 +146,45 @@ def test_report_prints_the_host_share(log):
     host = [ln.split() for ln in p.stdout.splitlines() if ln.split()[:1] == ["host"]]
     # bs 1: (20 x 10 + 16 x 8) ms of host in (20 x 111.5 + 16 x 69.5) ms; bs 4: 20 of 171.5
     assert [h[-1] for h in host] == ["9.8%", "11.7%"]
+
+
+def test_sglang_lines_are_kept_as_the_cycles_are():
+    """SGLang's decode clock runs from one Decode batch line to the next, prefills
+    included. At one batch size every line times one verify pass whatever it accepted:
+    the 1-token lines count (a per-token rule dropped them); the line after a Prefill
+    batch line (it holds the 160 ms prefill) does not; the leading warm-up does not, by
+    the windows' rule; a slow pass later on counts, as its cycle does in the profile
+    (a rule dropping it, and not the cycle, read -7.7% in CI). The two rates differ by
+    the after-prefill cycles alone."""
+    decode = (
+        "[2026-12-02 08:00:01 TP0] Decode batch, #running-req: 1, #token: 20, token usage:"
+        " 0.00, accept len: {acc:.2f}, accept rate: 0.3, cpu graph: False, gen throughput"
+        " (token/s): {tps:.2f}, #queue-req: 0"
+    )
+    prefill = "[2026-12-02 08:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 8, ..."
+    lines = []
+
+    def cycle(acc: int, seconds: float, after_prefill: bool = False) -> None:
+        """One cycle's window and its Decode batch line (which also holds a prefill)."""
+        lines.append(line(cycles(1, 3, 1000 * seconds - 10.0, 10.0, [acc], 1)))
+        if after_prefill:
+            lines.append(prefill)
+        held = 0.16 if after_prefill else 0.0
+        lines.append(decode.format(acc=acc, tps=acc / (seconds + held)))
+
+    cycle(4, 0.9, after_prefill=True)  # compile: warm-up, and after a prefill
+    cycle(1, 0.5)  # still compiling: warm-up
+    for a in (4, 1, 4, 1, 3, 4, 2, 4):
+        cycle(a, 0.1)
+    cycle(1, 0.5)  # a slow pass (another process had the CPU): counted by both
+    cycle(2, 0.1, after_prefill=True)  # the next request
+    for a in (4, 1, 4):
+        cycle(a, 0.1)
+    prof = Profile.read(lines)
+    kept = prof.sglang[1]._kept()
+    assert len(kept) == 12 and sum(s for _, s in kept) == pytest.approx(1.6, rel=1e-3)
+    # 33 tokens over 12 verify passes (1.6 s); the profile's 13 cycles, 35 tokens in 1.7 s
+    assert prof.sglang[1].gen_tps == pytest.approx(33 / 1.6, rel=1e-3)
+    cell = prof.cell(1)
+    assert (cell.cycles, prof.warmup((1, 3))) == (13, (2, 2))
+    assert cell.tok_s == pytest.approx(35 / 1.7, rel=1e-3)

@@ -288,35 +288,53 @@ LAUNCHES = {
     "longcat-num-layers": (LONGCAT, _draft(6144, 131072, 131072), []),
     "gemma3-default-vocab": (GEMMA3_27B, _draft(5376, 262208, 131072), []),
     "relative-paths": (*QWEN3_SHORT, ["--context-length", "4096"]),
+    # the same relative arguments, from another directory: its target is another model
+    "relative-paths-elsewhere": (
+        LONGCAT,
+        _draft(6144, 131072, 131072),
+        ["--context-length", "4096"],
+    ),
 }
+ELSEWHERE = "elsewhere"  # that launch's working directory, in the cases' folder
 
 
 @pytest.fixture(scope="module")
 def asked(tmp_path_factory):
     """{name: (target dir, draft dir, args)} with SGLang's answers for all of them in the
-    module's cache, asked in one probe; the working directory is the cases' folder (a
-    relative --model-path means the same to the fixture and to the tests)."""
+    module's cache, asked in one probe subprocess; the working directory is the cases'
+    folder (a relative --model-path means the same to the fixture and to the tests),
+    but for the launch asked from ELSEWHERE."""
     root = tmp_path_factory.mktemp("asked")
     mp = pytest.MonkeyPatch()
     mp.setenv("EAGLE_EXT_CACHE", str(root / "cache"))
     mp.delenv(probe_cache.BYPASS, raising=False)
     mp.chdir(root)
-    cases = {}
+    runs = []
+    real = ask_sglang._probe
+    mp.setattr(ask_sglang, "_probe", lambda *a: runs.append(1) or real(*a))
+    cases, launches = {}, []
     for i, (name, (target, draft, args)) in enumerate(LAUNCHES.items()):
-        t, d = _dir(root, f"t{i}", target), _dir(root, f"d{i}", draft) if draft else None
-        if name == "relative-paths":
-            t, d = f"t{i}", f"d{i}"
+        home = root / ELSEWHERE if name == "relative-paths-elsewhere" else root
+        home.mkdir(exist_ok=True)
+        t, d = _dir(home, f"t{i}", target), _dir(home, f"d{i}", draft) if draft else None
+        if name.startswith("relative-paths"):
+            t, d = "t", "d"
+            (home / f"t{i}").rename(home / t)
+            (home / f"d{i}").rename(home / d)
         cases[name] = (t, d, [*CPU, *args])
-    argvs = [probe_argv(t, d, args, d is not None) for t, d, args in cases.values()]
+        argv = probe_argv(t, d, [*CPU, *args], d is not None)
+        launches.append(ask_sglang.Launch(argv, ENV, str(home)))
     t0 = time.monotonic()
-    answers = ask_sglang.ask_launches(str(PYTHON), argvs, ENV)
+    answers = ask_sglang.ask_launches(str(PYTHON), launches)
     took = time.monotonic() - t0
-    print(f"\nprobe, cold: {len(argvs)} launches asked in one subprocess in {took:.1f} s")
+    print(f"\nprobe, cold: {len(launches)} launches asked in one subprocess in {took:.1f} s")
     assert all(a is not None for a, _ in answers), [why for _, why in answers]
+    assert len(runs) == 1, "the launches were not asked in one subprocess"
     t0 = time.monotonic()
-    again = ask_sglang.ask_launches(str(PYTHON), argvs, ENV)
-    print(f"probe, warm (the cache): {len(argvs)} launches in {time.monotonic() - t0:.2f} s")
-    assert all(a.cached_at for a, _ in again)
+    again = ask_sglang.ask_launches(str(PYTHON), launches)
+    print(f"probe, warm (the cache): {len(launches)} launches in {time.monotonic() - t0:.2f} s")
+    assert all(a.cached_at for a, _ in again) and len(runs) == 1
+    mp.setattr(ask_sglang, "_probe", real)
     yield cases
     mp.undo()
 
@@ -397,9 +415,18 @@ def test_the_launchs_own_arguments_reach_sglang(asked):
 
 
 @pytest.mark.harness
-def test_a_relative_model_path_is_asked_where_the_launch_runs(asked):
+def test_a_relative_model_path_is_asked_where_the_launch_runs(asked, monkeypatch):
+    """The same relative arguments asked in one subprocess for two launches that run in
+    two directories: each answer is SGLang's reading of its own directory's model, and
+    each is cached under its own launch (its directory) for the preflight there."""
     report = _asked_run(asked, "relative-paths")
     assert not report.errors and "context.ok" in _by_sglang(report), report.render()
+    monkeypatch.chdir(ELSEWHERE)
+    there = _asked_run(asked, "relative-paths-elsewhere")
+    assert not there.errors, there.render()
+    ours = next(f for f in report.findings if f.id == "sglang.asked")
+    theirs = next(f for f in there.findings if f.id == "sglang.asked")
+    assert "Qwen3ForCausalLM" in ours.message and "LongcatFlashForCausalLM" in theirs.message
 
 
 @pytest.mark.harness

@@ -1078,6 +1078,9 @@ def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, cap
     assert [lv["request_rate"] for lv in ab["levels"]] == [50.0, 100.0]
     assert [r["request_rate"] for r in recs[:4]] == [50.0, 100.0, 50.0, 100.0]
     assert [r["arrivals"] for r in recs[:4]] == [8, 8, 8, 8]
+    # the same arrivals on both arms: a level's offered rate is its schedule's
+    assert recs[0]["offered_rate"] == pytest.approx(recs[2]["offered_rate"])
+    assert recs[1]["offered_rate"] == pytest.approx(recs[3]["offered_rate"])
 
 
 @pytest.mark.harness  # bench plot: matplotlib (the test extra)
@@ -1281,7 +1284,12 @@ def test_sweep_on_cpu_server(spec_server, tiny_models, tmp_path):
             assert 0 < r[m]["p50"] <= r[m]["p90"] <= r[m]["p99"], (m, r[m])
         assert r["e2e_ms"]["p99"] <= r["duration_s"] * 1e3
         assert 1.0 < r["accept_length"] <= 4.0  # decode-only: the prefill's token left out
-        assert r["accept_length_with_prefill"] > r["accept_length"]
+        # the prefill-inclusive figure counts each request's first token; the decode-only
+        # one leaves it out and counts the drafts SGLang accepted past a request's end
+        # (equal where each request accepted one: this machine's build of the pair did)
+        assert r["accept_length_with_prefill"] - r["accept_length"] == pytest.approx(
+            (r["completed"] - r["accepted_past_end"]) / r["verify_calls_metrics"]
+        )
         assert r["accept_length_source"] == "metrics delta"
         assert r["generation_tokens_metrics"] == 16  # exactly this level's tokens
         assert r["accept_length"] == pytest.approx(r["accept_length_requests"])
@@ -1380,6 +1388,10 @@ def test_server_killed_mid_sweep(tiny_models, start_launcher, tmp_path):
 
 @pytest.mark.server
 def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
+    """bench ab: two presets started in process from their plans, the same prompts on
+    both, the A/B report, the lossless check and a plot. (bench compare runs the same
+    arms and load: its N-arm report and open-loop levels are tested on stand-in arms
+    above; two more real servers would check nothing this one does not.)"""
     res = tmp_path / "ab.jsonl"
     out = run_bench(
         "ab",
@@ -1479,90 +1491,4 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
     plot = run_bench("plot", str(res), "--run-id", run_id, "-o", str(png), timeout=120)
     assert plot.returncode == 0, plot.stderr
     assert png.read_bytes()[:8] == PNG_MAGIC
-    assert "baseline: 2 level(s), eagle3-3step: 2 level(s)" in plot.stdout
-
-
-@pytest.mark.server
-def test_compare_two_arms_over_request_rates_on_cpu(tiny_models, tmp_path):
-    """bench compare: two presets through the launcher, open-loop levels, the same
-    arrivals and prompts on both, the N-arm report and a plot."""
-    res = tmp_path / "cmp.jsonl"
-    out = run_bench(
-        "compare",
-        "--arm",
-        "baseline",
-        "--arm",
-        "eagle3-3step",
-        "--cpu",
-        "--model-path",
-        str(tiny_models["target"]),
-        "--draft-model-path",
-        str(tiny_models[TARGET_DRAFT]),
-        "--request-rates",
-        "2,8",
-        "--prompts",
-        str(corpus_prompts(tmp_path, [4, 5])),
-        "--num-prompts",
-        "2",
-        "--prompts-per-concurrency",
-        "0",
-        "--max-tokens",
-        "6",
-        "--warmup",
-        "0",
-        "--lossless-prompts",
-        "1",
-        "--lossless-max-tokens",
-        "6",
-        "--results",
-        str(res),
-        "--log-dir",
-        str(tmp_path / "logs"),
-        timeout=1500,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    text = out.stdout
-    for words in (
-        "A = baseline, B = eagle3-3step; levels: request rates 2,8 req/s (open loop, Poisson",
-        "[A] baseline stopped (cleanly)",
-        "[B] eagle3-3step stopped (cleanly)",
-        "=== compare ",
-        "best arm by throughput: ",
-        "crossover by throughput, eagle3-3step vs baseline: ",
-        "lossless: IDENTICAL: 1/1 outputs of eagle3-3step match baseline",
-    ):
-        assert words in text, text
-    recs = read_records(res)
-    assert [r["kind"] for r in recs] == ["sweep"] * 4 + ["compare"]
-    sweeps, cmp = recs[:4], recs[4]
-    assert [(r["arm"], r["request_rate"]) for r in sweeps] == [
-        ("baseline", 2.0),
-        ("baseline", 8.0),
-        ("eagle3-3step", 2.0),
-        ("eagle3-3step", 8.0),
-    ]
-    for r in sweeps:
-        assert (r["status"], r["completed"], r["output_tokens"], r["arrivals"]) == ("ok", 2, 12, 2)
-        assert r["concurrency"] is None and r["burstiness"] == 1.0
-    # the same arrivals on both arms: the offered rate of a level is the schedule's
-    assert sweeps[0]["offered_rate"] == pytest.approx(sweeps[2]["offered_rate"])
-    assert sweeps[0]["accept_length"] is None and 1.0 < sweeps[2]["accept_length"] <= 4.0
-    assert cmp["arms"] == ["baseline", "eagle3-3step"] and cmp["level_key"] == "request_rate"
-    assert [lv["level"] for lv in cmp["levels"]] == [2.0, 8.0]
-    for lv, a, b in zip(cmp["levels"], sweeps[:2], sweeps[2:]):
-        best = max(a["output_tok_s"], b["output_tok_s"])
-        assert lv["ratio_to_best"]["baseline"] == pytest.approx(a["output_tok_s"] / best)
-        assert lv["ratio_to_best"]["eagle3-3step"] == pytest.approx(b["output_tok_s"] / best)
-    assert cmp["crossover_throughput"]["eagle3-3step"]["verdict"] in (
-        "always",
-        "never",
-        "until",
-        "mixed",
-    )
-    assert cmp["lossless"] == {"eagle3-3step": "IDENTICAL"}
-    port = int(sweeps[0]["url"].rsplit(":", 1)[1])
-    assert not http.listener_pids(port)
-    png = tmp_path / "cmp.png"
-    plot = run_bench("plot", str(res), "-o", str(png), timeout=120)
-    assert plot.returncode == 0, plot.stderr
     assert "baseline: 2 level(s), eagle3-3step: 2 level(s)" in plot.stdout

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sgl_eagle_ext.tools.tune import cli as tune
-from sgl_eagle_ext.tools.tune import live
+from sgl_eagle_ext.tools.tune.live_options import LiveOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = sorted(p.stem for p in (ROOT / "sgl_eagle_ext").glob("*.py") if p.stem != "__init__")
@@ -59,7 +59,7 @@ def test_the_tune_script_answers_as_python_m_does():
 @pytest.fixture
 def dispatched(monkeypatch):
     calls = []
-    monkeypatch.setattr(live, "run", lambda argv: calls.append(("live", argv)) or 0)
+    monkeypatch.setattr(tune, "live_command", lambda argv: calls.append(("live", argv)) or 0)
     monkeypatch.setattr(tune, "offline", lambda argv: calls.append(("logs", argv)) or 0)
     return calls
 
@@ -85,6 +85,62 @@ def dispatched(monkeypatch):
 def test_new_and_earlier_spellings_reach_the_same_command(dispatched, argv, expected):
     assert tune.main(argv) == 0
     assert dispatched == [expected]
+
+
+def test_tune_live_runs_on_typed_options_mapped_at_the_command_line(monkeypatch):
+    """`tune live`'s namespace stops at the command line: the run gets LiveOptions (every
+    flag in its field, the parser's defaults the class's own) and the SGLang arguments."""
+    from sgl_eagle_ext.tools.tune import live
+
+    runs = []
+    monkeypatch.setattr(live, "run", lambda opts, extra: runs.append((opts, extra)) or 0)
+    assert tune.main(["live", "--model-path", "M", "--draft-model-path", "D", "--", "-x"]) == 0
+    assert runs == [(LiveOptions(model_path="M", draft_model_path="D"), ["-x"])]
+    every = {
+        "--preset-file": "p.toml",
+        "--levels": "1,2",
+        "--max-steps": "3",
+        "--steps": "0,3",
+        "--budget-minutes": "9.5",
+        "--results": "r/x.jsonl",
+        "--max-tokens": "7",
+        "--warmup-tokens": "2",
+        "--request-cycles": "40",
+        "--max-rounds": "3",
+        "--validation-rounds": "4",
+        "--prompts": "chat",
+        "--seed": "5",
+        "--sglang-version": "0.5.23",
+        "--startup-timeout": "60",
+    }
+    switches = ["--baseline-arm", "--also-trees", "--allow-unequal", "--cpu", "--force"]
+    argv = ["--model-path", "M", "--draft-model-path", "D", *sum(every.items(), ()), *switches]
+    opts, extra = tune.live_options(argv)
+    assert extra == []
+    assert opts == LiveOptions(
+        model_path="M",
+        draft_model_path="D",
+        preset_file=Path("p.toml"),
+        levels="1,2",
+        max_steps=3,
+        steps="0,3",
+        budget_minutes=9.5,
+        results=Path("r/x.jsonl"),
+        baseline_arm=True,
+        also_trees=True,
+        allow_unequal=True,
+        max_tokens=7,
+        warmup_tokens=2,
+        request_cycles=40,
+        max_rounds=3,
+        validation_rounds=4,
+        prompts="chat",
+        seed=5,
+        cpu=True,
+        sglang_version="0.5.23",
+        force=True,
+        startup_timeout=60.0,
+    )
 
 
 def test_each_command_has_its_own_help(capsys):

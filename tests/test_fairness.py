@@ -2,8 +2,8 @@
 
 For every release in the release table and every pair of shipped presets, the resolved
 settings differ only in speculative settings: SGLang's own resolution on the harness
-releases (one subprocess per release resolves every preset, on a GPU as shipped and
-under the CPU overlay), the table's predicted rules on the others. The predicted rules
+releases (the preflight's probe, asked for every preset at once, on a GPU as shipped
+and under the CPU overlay), the table's predicted rules on the others. The predicted rules
 agree with SGLang's resolution for every field they predict. An arm list that leaves a
 setting to SGLang (the presets before the pins) is caught by both, naming the flag.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.launcher import fairness, presets
 from sgl_eagle_ext.launcher import plan as launch_plan
+from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = {"0.5.23": ROOT / ".venv", "0.5.10.post1": ROOT / ".venv-0.5.10.post1"}
@@ -175,17 +177,44 @@ def _cases(version: str, root: str) -> tuple[list, list]:
     return labels, plans
 
 
+def _launch(plan) -> ask_sglang.Launch:
+    """The arm's launch as the fairness check asks it: its final arguments, the server's
+    environment (the plan's on top of this one's)."""
+    return ask_sglang.Launch(list(plan.argv), {**os.environ, **plan.env})
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory):
+    """A fresh probe cache for the module, and every probe subprocess counted."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EAGLE_EXT_CACHE", str(tmp_path_factory.mktemp("probe-cache")))
+    mp.delenv(probe_cache.BYPASS, raising=False)
+    runs = []
+    real = ask_sglang._probe
+    mp.setattr(ask_sglang, "_probe", lambda *a: runs.append(a[1]) or real(*a))
+    yield runs
+    mp.undo()
+
+
 @pytest.fixture(scope="module", params=list(HARNESS))
-def sglang_answers(request, models):
+def sglang_answers(request, models, probes):
+    """Every case of one release asked of its SGLang at once (the preflight's probe):
+    one subprocess for the launches on a GPU as shipped, one for the CPU overlay's (its
+    SGLang variables and stand-in start the process differently)."""
     version = request.param
     python = HARNESS[version] / "bin" / "python"
     labels, plans = _cases(version, str(Path(models["target"]).parent))
-    answers = fairness.sglang_settings(str(python), [(list(p.argv), p.env) for p in plans])
-    assert isinstance(answers, list), answers
-    for (form, p), r in zip(labels, answers, strict=True):
+    before = len(probes)
+    answers = ask_sglang.ask_launches(str(python), [_launch(p) for p in plans])
+    assert len(probes) - before == 2, "one probe per start environment: GPU and CPU"
+    resolved = []
+    for (form, p), (a, why) in zip(labels, answers, strict=True):
+        assert a is not None and a.settings is not None, f"{version} {form} {p}: {why}"
+        r = a.settings
         assert r.error is None, f"{version} {form} {p}: {r.error}"
-        assert r.version == version and r.source == "sglang"
-    return version, dict(zip(labels, zip(plans, answers, strict=True), strict=True))
+        assert r.version == version and r.source == "sglang" and not r.cached_at
+        resolved.append(r)
+    return version, dict(zip(labels, zip(plans, resolved, strict=True), strict=True))
 
 
 @pytest.mark.harness
@@ -245,6 +274,36 @@ def test_prediction_agrees_with_sglang(sglang_answers):
         for change in ours.changes:  # what the table says SGLang sets, SGLang set
             assert change.field in theirs.fields, (form, p, change)
     assert checked >= len(answers) * 2
+
+
+@pytest.mark.harness
+def test_the_fairness_check_asks_sglang_once_for_every_arm(sglang_answers, models, probes):
+    """Each arm's answer from the batch above is cached under its own launch: asked alone,
+    it is read back. Asked afresh, a three-arm comparison (on 0.5.23 the adaptive arm's
+    environment differs: its backoff variable) starts one probe subprocess for the
+    three, and SGLang answers each arm as it did among the other cases."""
+    version, answers = sglang_answers
+    python = str(HARNESS[version] / "bin" / "python")
+    arms = ["baseline", "eagle3-3step", _presets_for(version)[-1]]
+    plans = {a: _plan(a, models, version, False) for a in arms}
+    if version == "0.5.23":
+        assert plans["eagle3-adaptive"].env != plans["baseline"].env
+    for plan in plans.values():
+        alone, why = ask_sglang.ask_launch(python, _launch(plan).argv, _launch(plan).env)
+        assert alone is not None and alone.cached_at, why
+    mp = pytest.MonkeyPatch()
+    mp.setenv(probe_cache.BYPASS, "0")  # asked afresh, as on a first comparison
+    try:
+        before = len(probes)
+        notes: list[str] = []
+        resolved = fairness.resolve_arms(plans, python, notes)
+    finally:
+        mp.undo()
+    assert len(probes) - before == 1 and len(probes[-1]["launches"]) == 3
+    assert not notes and {r.label for r in resolved.values()} == {f"by SGLang {version}"}
+    for arm, r in resolved.items():
+        assert r.fields == answers[("gpu", arm)][1].fields, arm
+    assert fairness.judge(resolved, plans["baseline"].release).fair
 
 
 # -- bench ab / compare: checked before any server starts ------------------------------

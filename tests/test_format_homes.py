@@ -5,7 +5,6 @@ rule is one function (common/chain.py)."""
 from __future__ import annotations
 
 import re
-import types
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,7 @@ def odd_dir(tmp_path):
 
 
 def test_tune_lives_server_preset_reads_back_through_the_launcher(odd_dir):
-    args = types.SimpleNamespace(preset_file=None)
-    path = live.live_preset(args, odd_dir, levels=[1, 4], steps=[0, 1, 3])
+    path = live.live_preset(None, odd_dir, levels=[1, 4], steps=[0, 1, 3])
     p = presets.load(path=path)
     assert p.server["speculative-num-steps"] == 3
     assert p.server["speculative-num-draft-tokens"] == 4  # the chain rule
@@ -42,8 +40,7 @@ def test_tune_lives_server_preset_reads_back_through_the_launcher(odd_dir):
 
 def test_the_baseline_arm_and_the_recommended_preset_read_back(odd_dir):
     user = presets.write(odd_dir / "mine.toml", extends="eagle3-3step", server={"tp-size": 2})
-    args = types.SimpleNamespace(preset_file=user)
-    base = presets.load(path=live.arm_preset(args, odd_dir, "baseline"))
+    base = presets.load(path=live.arm_preset(user, odd_dir, "baseline"))
     assert base.server["tp-size"] == 2 and base.server["speculative-algorithm"] is False
     cells = [
         {"level": 1, "steps": s, "client": {"output_tok_s": t}, "profile": {"accept_len": 2.0}}

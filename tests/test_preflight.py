@@ -602,6 +602,52 @@ def test_bad_input_is_a_clear_finding(tmp_path, capsys, breakage, finding, side)
     assert str(paths[side]) in line or str(tmp_path / "nowhere") in line, line
 
 
+def test_a_preset_is_checked_as_the_launcher_builds_it(pair, tmp_path, capsys):
+    """--preset/--preset-file (with --overlay, --cpu): preflight checks the launch the
+    launcher makes of the same flags: here the preset's own --context-length clears the
+    Kimi case's short draft, which fails without it."""
+    from sgl_eagle_ext.launcher import presets
+
+    t, d = pair()
+    mine = presets.write(
+        tmp_path / "mine.toml", extends="eagle3-2step", server={"context-length": 131072}
+    )
+    pair_flags = ["--model-path", str(t), "--draft-model-path", str(d), "--no-host"]
+    assert preflight_main([*pair_flags, "--rules-only", "--preset", "eagle3-2step"]) == 1
+    assert "ERROR   context.draft-shorter" in capsys.readouterr().out
+    for more in ([], ["--cpu"], ["--overlay", "pcie-allreduce"]):
+        assert preflight_main([*pair_flags, "--rules-only", "--preset-file", str(mine), *more]) == 0
+        out = capsys.readouterr().out
+        assert "context.ok" in out and "the target runs at 131072" in out, out
+    # the plan's own refusals, as the launcher words them
+    for more, said in (
+        (["--preset", "eagle3-2step", "--overlay", "nope"], "--overlay nope: no such overlay."),
+        (["--preset", "eagle3-2step", "--adaptive-config", "x.json"], "is not adaptive."),
+        (["--overlay", "2node"], "--overlay: applies to a preset, and none is given."),
+    ):
+        assert preflight_main([*pair_flags, *more]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err
+
+
+def test_the_launcher_and_the_preflight_map_their_flags_alike():
+    """One mapping (launcher/launch_flags.py): the same flags on either command line are
+    the same plan.LaunchRequest."""
+    from sgl_eagle_ext.launcher import cli as launch_cli
+    from sgl_eagle_ext.launcher import launch_flags
+    from sgl_eagle_ext.launcher.preflight import cli as preflight_cli
+
+    flags = ["--preset-file", "p.toml", "--model-path", "T", "--draft-model-path", "D"]
+    flags += ["--overlay", "2node", "--overlay", "x.toml", "--cpu", "--sglang-version", "0.5.23"]
+    flags += ["--force", "--adaptive-config", "a.json"]
+    extra = ["--port", "30001"]
+    launcher = launch_cli.request_from_args(launch_cli.parser().parse_args(flags), extra)
+    preflight = launch_flags.request(preflight_cli.parser().parse_args(flags), extra)
+    assert launcher == preflight
+    assert preflight.overlays == ("2node", "x.toml") and preflight.extra == ("--port", "30001")
+    assert (preflight.preset_file, preflight.adaptive_config) == ("p.toml", "a.json")
+
+
 def test_cli_never_shows_a_traceback(tmp_path):
     done = subprocess.run(
         [
@@ -814,12 +860,12 @@ def test_tiny_pair_passes_preflight(tiny_models):
 
 
 @pytest.mark.server
-def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_draft, tmp_path):
-    """The first users' context mismatch (draft shorter than target) on the tiny pair: real SGLang refuses the short draft (after
-    loading the target), and starts with the --fix overlay; the original stays as it was."""
+def test_sglang_refuses_the_short_draft_and_not_the_fix_overlay(tiny_models, short_draft, tmp_path):
+    """The first users' context mismatch (draft shorter than target) on the tiny pair: real
+    SGLang refuses the short draft (after loading the target), SGLang's answer on the --fix
+    overlay has no refusal left, and the original stays as it was."""
     import shlex
 
-    from sgl_eagle_ext.common import http
     from sgl_eagle_ext.common.server_process import ServerProcess
     from sgl_eagle_ext.launcher import readiness
 
@@ -891,13 +937,10 @@ def test_fix_lets_the_cpu_harness_start_where_sglang_refuses(tiny_models, short_
         env=CPU_ENV,
     )
     assert fixed.ok and fixed.overlay, fixed.render()
-    started, url, port = server(fixed.draft_model_path, "fixed")
-    try:
-        readiness.wait_ready(
-            started, url, port, api_key=None, stall_timeout=600, startup_timeout=900
-        )
-        out = http.generate(url, ["The quick brown fox"], 8)
-        assert out and out[0]["meta_info"]["completion_tokens"] == 8
-    finally:
-        started.stop()
+    # SGLang's own answer on the overlay: no refusal left (the real server starting on
+    # it through `launch --fix` is tests/test_server_cpu.py's, one server start fewer)
+    again = run(
+        target, fixed.draft_model_path, NEW, ["--device", "cpu"], host_checks=False, env=CPU_ENV
+    )
+    assert "context.draft-shorter" not in ids_of(again, "error"), again.render()
     assert tree_digest(short) == before

@@ -29,13 +29,18 @@ PYTHON = ROOT / ".venv" / "bin" / "python"  # the harness's SGLang 0.5.23
 R = releases.BY_VERSION
 
 FAKE = """#!{python}
-import json, os, sys, time
+import importlib.util, json, os, sys, time
 if sys.argv[1] == "-c":  # the installed-files query
     print("0.5.23")
     print(json.dumps({{"transformers": "5.0", "torch": "2.9", "src": "abc"}}))
     sys.exit(0)
 with open({count!r}, "a") as f:
     f.write("probe\\n")
+with open({count!r} + ".requests", "a") as f:
+    f.write(open(sys.argv[2]).read() + "\\n")
+spec = importlib.util.spec_from_file_location("sglang_probe", sys.argv[1])
+probe = importlib.util.module_from_spec(spec)  # the real probe's launch scope
+spec.loader.exec_module(probe)
 req = json.load(open(sys.argv[2]))
 def flag(argv, name):
     return argv[argv.index(name) + 1] if name in argv else None
@@ -47,11 +52,16 @@ def length(d):
     return {{"len": json.load(open(os.path.join(d, "config.json")))["max_position_embeddings"]}}
 out = []
 for case in req["launches"]:
+  with probe.as_launched(case):
     t, d = flag(case["argv"], "--model-path"), flag(case["argv"], "--speculative-draft-model-path")
     ctx = {{"target_own": length(t), "target": length(t)}}
     if d:
         ctx.update(draft_own=length(d), draft=length(d))
-    settings = {{"fields": {{"max_running_requests": 48}}, "attributed": True, "error": None,
+    seen = {{"nccl": os.environ.get("NCCL_PROTO"), "leak": os.environ.get("SGLANG_LEAK"),
+            "cwd": os.getcwd()}}
+    os.environ["SGLANG_LEAK"] = "1"  # as SGLang's resolution sets variables of its own
+    settings = {{"fields": {{"max_running_requests": 48, **seen}}, "attributed": True,
+                "error": None,
                 "changes": [["max_running_requests", None, 48, "_handle_eagle_family"]]}}
     out.append({{"context": ctx, "settings": settings, "errors": []}})
 print({tag!r} + json.dumps({{"version": "0.5.23", "pkg": "/x", "launches": out, "seconds": 1.0}}))
@@ -68,6 +78,14 @@ def fake(tmp_path, monkeypatch):
     py.write_text(FAKE.format(python=sys.executable, count=str(count), tag=ask_sglang.TAG))
     py.chmod(0o755)
     return str(py), lambda: len(count.read_text().splitlines()) if count.exists() else 0
+
+
+# The same stand-in, with the resolved fields holding the launch's --port as SGLang's do.
+FAKE_PORT = FAKE.replace(
+    '{{"max_running_requests": 48, **seen}}',
+    '{{"max_running_requests": 48, **seen, "port": int(flag(case["argv"], "--port") or 30000)}}',
+)
+assert FAKE_PORT != FAKE
 
 
 def _dir(root: Path, name: str, length: int) -> str:
@@ -98,6 +116,28 @@ def test_a_repeat_is_read_from_the_cache_without_asking(fake, tmp_path):
     assert hit.settings.changes == fresh.settings.changes and hit.settings.cached_at
     assert len(list(probe_cache.folder().glob("*.json"))) == 1
     assert not list(probe_cache.folder().glob(".tmp-*"))  # the write was renamed into place
+
+
+def test_another_port_is_a_hit_answered_with_its_own_port(fake, tmp_path):
+    """The port is where the server listens, not an input of SGLang's resolution: a
+    restart on another free port reads the entry, and the answer carries its own port."""
+    py, count = fake
+    t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
+    py_fields = FAKE_PORT.format(
+        python=sys.executable, count=str(tmp_path / "runs"), tag=ask_sglang.TAG
+    )
+    fake_py = tmp_path / "python-port"
+    fake_py.write_text(py_fields)
+    fake_py.chmod(0o755)
+    first, _ = _ask(str(fake_py), t, d, {}, "--port", "31001")
+    assert first.settings.fields["port"] == 31001 and first.cached_at is None
+    for spelling in (["--port", "31002"], ["--port=31003"]):
+        hit, _ = _ask(str(fake_py), t, d, {}, *spelling)
+        assert hit.cached_at, spelling  # read from the entry, SGLang not asked again
+        assert hit.settings.fields["port"] == int(spelling[-1].rpartition("=")[2])
+    assert len((tmp_path / "runs").read_text().splitlines()) == 1
+    other, _ = _ask(str(fake_py), t, d, {}, "--port", "31004", "--context-length", "4096")
+    assert other.cached_at is None  # any other argument still makes a new key
 
 
 @pytest.mark.parametrize("name", ["config.json", "generation_config.json"])
@@ -142,6 +182,8 @@ def test_other_inputs_are_part_of_the_key(fake, tmp_path, monkeypatch):
     # what the probe never sees (it drops the context-check bypasses) or cannot matter
     _ask(py, t, d, {"SGLANG_SOMETHING": "1", "SGLANG_IS_IN_CI": "1", "NCCL_DEBUG": "INFO"})
     assert count() == 8
+    _ask(py, t, d, {"SGLANG_SOMETHING": "1", "CUDA_VISIBLE_DEVICES": "1"})  # other GPUs
+    assert count() == 9
 
 
 def test_the_distribution_signature_follows_any_installed_file(tmp_path):
@@ -206,16 +248,60 @@ def test_a_timeout_is_not_cached(fake, tmp_path):
     assert count() == 2  # the machine's load is no property of the launch
 
 
-def test_many_launches_are_asked_in_one_subprocess_and_stored_each(fake, tmp_path):
+def test_many_launches_are_asked_in_one_subprocess_and_stored_each(fake, tmp_path, monkeypatch):
+    """The arms of one comparison: their environments differ (in variables SGLang's
+    answer does not depend on) and so may their working directories. One subprocess;
+    each launch asked in its own environment and directory (what the one before set in
+    the environment gone), no secret in the request file, each answer stored under its
+    own launch's key: asking one alone later reads it from the cache."""
     py, count = fake
     t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
-    argvs = [_argv(t, d), _argv(t, d, "--context-length", "4096"), _argv(d, t)]
-    got = ask_sglang.ask_launches(py, argvs, {})
-    assert count() == 1 and [a.context["target_own"]["len"] for a, _ in got] == [8192, 8192, 4096]
-    for argv in argvs:
-        hit, _ = ask_sglang.ask_launch(py, argv, {})
-        assert hit.cached_at
+    other = tmp_path / "other"
+    other.mkdir()
+    _dir(other, "t", 2048)  # what a relative "t" means there
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    launches = [
+        ask_sglang.Launch(_argv(t, d), {}),
+        ask_sglang.Launch(
+            _argv(t, d, "--context-length", "4096"), {"NCCL_PROTO": "LL", "MY_API_KEY": "s3cr3t"}
+        ),
+        ask_sglang.Launch(_argv("t", d), {"NCCL_PROTO": "Simple"}, cwd=str(other)),
+    ]
+    got = ask_sglang.ask_launches(py, launches)
+    assert count() == 1 and [a.context["target_own"]["len"] for a, _ in got] == [8192, 8192, 2048]
+    seen = [{k: a.settings.fields[k] for k in ("nccl", "cwd", "leak")} for a, _ in got]
+    assert seen == [
+        {"nccl": None, "cwd": os.path.realpath(here), "leak": None},
+        {"nccl": "LL", "cwd": os.path.realpath(here), "leak": None},
+        {"nccl": "Simple", "cwd": os.path.realpath(other), "leak": None},
+    ]
+    assert "s3cr3t" not in Path(str(tmp_path / "probe-runs") + ".requests").read_text()
+    for launch, (fresh, _) in zip(launches, got, strict=True):
+        monkeypatch.chdir(launch.cwd or here)
+        hit, _ = ask_sglang.ask_launch(py, launch.argv, launch.env)
+        assert hit.cached_at and hit.context == fresh.context
     assert count() == 1
+    monkeypatch.chdir(here)  # the relative launch, from here: no "t" here, asked (and failed)
+    again, why = ask_sglang.ask_launch(py, _argv("t", d), {})
+    assert again is None and "asking SGLang failed" in why and count() == 2
+
+
+def test_launches_that_start_the_probe_differently_are_asked_apart(fake, tmp_path):
+    """An SGLang variable may be read when SGLang's modules are imported, the CPU
+    overlay's stand-in comes in through PYTHONPATH, torch reads the visible GPUs once:
+    one subprocess per start environment, each launch still answered and cached."""
+    py, count = fake
+    t, d = _dir(tmp_path, "t", 8192), _dir(tmp_path, "d", 4096)
+    envs = [{}, {"NCCL_PROTO": "LL"}, {"SGLANG_ENABLE_SPEC_V2": "1"}, {"EAGLE_EXT_CPU": "1"}]
+    envs.append({"CUDA_VISIBLE_DEVICES": "1"})
+    launches = [ask_sglang.Launch(_argv(t, d), env) for env in envs]
+    got = ask_sglang.ask_launches(py, launches)
+    assert all(a is not None for a, _ in got) and count() == 4  # the first two share one
+    assert [a.settings.fields["nccl"] for a, _ in got] == [None, "LL", None, None, None]
+    again = ask_sglang.ask_launches(py, launches)
+    assert all(a.cached_at for a, _ in again) and count() == 4
 
 
 def test_the_bypass_asks_every_time_and_stores_nothing(fake, tmp_path, monkeypatch):
@@ -379,3 +465,18 @@ def test_the_probe_tag_is_defined_once_and_importing_the_probe_changes_nothing(m
         ROOT / "sgl_eagle_ext/launcher/preflight" / f for f in ("ask_sglang.py", "sglang_probe.py")
     ]
     assert sum(s.read_text().count('TAG = "') for s in sources) == 1
+
+
+def test_the_probe_masks_secret_strings_and_keeps_numbers():
+    """A field named like a secret is masked when it could hold one (a string, a list);
+    a number or a flag is kept, so arms that differ in it are seen by the fairness check."""
+    from sgl_eagle_ext.launcher.preflight import sglang_probe
+
+    assert sglang_probe._masked("api_key", "sk-1") == "***"
+    assert sglang_probe._masked("hf_token", "hf_x") == "***"
+    assert sglang_probe._masked("ssl_keyfile_password", "pw") == "***"
+    assert sglang_probe._masked("api_keys", ["a", "b"]) == "***"
+    assert sglang_probe._masked("tbo_token_distribution_threshold", 0.48) == 0.48
+    assert sglang_probe._masked("ds_heavy_token_num", 256) == 256
+    assert sglang_probe._masked("enable_cache_key", True) is True
+    assert sglang_probe._masked("api_key", None) is None

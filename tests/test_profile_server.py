@@ -21,7 +21,9 @@ from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
 from sgl_eagle_ext.profiling.report import AGREE_PCT, DECODE_BATCH, record_from_line
 
 pytestmark = pytest.mark.server
-AGREE_TOKENS = 48  # per request of the batch-size 1 and 4 runs
+# per request of the batch-size 1 and 4 runs: a never-accepted draft yields one token a
+# cycle, so half as many give it as many cycles as the accepted one gets from 48
+AGREE_TOKENS = {"mostly": 48, "never": 24}
 PROFILE_ENV = {
     "EAGLE3_PROFILE": "1",
     "EAGLE3_PROFILE_CYCLES": "1",
@@ -69,10 +71,19 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
     # SGLang's warm-up request has finished (READY comes after it): its verify passes,
     # by SGLang's own counter
     warmup_verify = verify_calls(http.request(f"{launcher.base_url}/metrics").text)
-    outs = http.generate(launcher.base_url, list(DEMO_PROMPTS), 16)
+    outs = http.generate(launcher.base_url, list(DEMO_PROMPTS[:4]), 16)
+    # profiled, the server is still lossless and accepts as the pair was built to: greedy
+    # output is transformers' fp32 greedy decoding (the baseline server's too, in
+    # tests/test_server_cpu.py), each request's accept length the manifest's
+    built = json.loads((tiny_models["target"].parent / "manifest.json").read_text())
+    assert [o["output_ids"] for o in outs] == [
+        g["new_ids"][:16] for g in built["greedy"][: len(outs)]
+    ]
+    per_request = [round(http.accept_length(o["meta_info"]), 3) for o in outs]
+    assert per_request == built["expected_accept_length"][f"draft-{draft}"]["3,1,4"][: len(outs)]
     # one stream, then four: the report's tok/s against SGLang's own at batch sizes 1, 4
     for n in (1, 4):
-        outs += http.generate(launcher.base_url, list(DEMO_PROMPTS[:n]), AGREE_TOKENS)
+        outs += http.generate(launcher.base_url, list(DEMO_PROMPTS[:n]), AGREE_TOKENS[draft])
     metrics = http.request(f"{launcher.base_url}/metrics")
     stop = launcher.signal(signal.SIGTERM)
     assert stop == 128 + signal.SIGTERM
@@ -84,7 +95,7 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
 
     assert "EAGLE3_PROFILE: on (SGLang" in launcher.log_text()
     # the shipped eagle3-3step preset's main path: installed once, a clean log
-    # (tests/test_profile_presets.py checks the other presets)
+    # (tests/test_server_cpu.py starts the other presets profiled)
     log = launcher.log_text()
     assert log.count("EAGLE3_PROFILE: on (SGLang") == 1
     assert "Traceback" not in log and "Failed to execute general plugin" not in log
@@ -155,8 +166,14 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
         assert abs(row["profile_vs_sglang_pct"]) <= AGREE_PCT, row
 
 
-def test_sync_check_sees_a_synchronize_inside_a_cycle(tiny_models, start_launcher, tmp_path):
-    """The no-sync check is real: a synchronize injected into the draft phase is counted."""
+def test_sync_check_and_a_server_stopped_under_load(tiny_models, start_launcher, tmp_path):
+    """One server, two checks. The no-sync check is real: a synchronize injected into the
+    draft phase is counted. Defect 4: SGLang SIGKILLs the schedulers, so their exit flush
+    never ran and the window in progress was lost. No window is due (600 s) and the server
+    is never idle: the only window after the request starts is the one written on the way
+    out, and it holds the injected synchronize."""
+    import threading
+
     plugin_dir = tmp_path / "inject"
     plugin_dir.mkdir()
     # A sitecustomize that, once SGLang's eagle_worker_v2 has been executed, makes
@@ -195,42 +212,16 @@ def test_sync_check_sees_a_synchronize_inside_a_cycle(tiny_models, start_launche
         str(tiny_models["target"]),
         "--draft-model-path",
         str(tiny_models["draft-mostly"]),
-        env={**PROFILE_ENV, "EAGLE_EXT_TEST_SYNC": "1", "PYTHONPATH": str(plugin_dir)},
-    )
-    launcher.wait_for("READY in")
-    http.generate(launcher.base_url, list(DEMO_PROMPTS[:2]), 8)
-    launcher.signal(signal.SIGTERM)  # then the log holds every record (see above)
-    lines = [ln for ln in launcher.log_text().splitlines() if "EAGLE3_PROFILE v=" in ln]
-    syncs = [int(re.search(r"syncs=(\d+)", ln).group(1)) for ln in lines]
-    assert syncs and max(syncs) >= 1
-
-
-def test_unset_variable_leaves_sglang_unpatched(spec_server):
-    """The session's shared server runs with EAGLE3_PROFILE=0 (conftest)."""
-    http.generate(spec_server.base_url, list(DEMO_PROMPTS[:2]), 8)
-    assert "Decode batch" in spec_server.log_text()  # it served, and its log is read
-    assert "EAGLE3_PROFILE" not in spec_server.log_text()
-
-
-def test_a_server_stopped_under_load_writes_its_last_window(tiny_models, start_launcher):
-    """Defect 4: SGLang SIGKILLs the schedulers, so their exit flush never ran and the
-    window in progress was lost. No window is due (600 s) and the server is never idle:
-    the only window after the request starts is the one written on the way out."""
-    import threading
-
-    launcher = start_launcher(
-        "--preset",
-        "eagle3-3step",
-        "--cpu",
-        "--no-spec-check",
-        "--model-path",
-        str(tiny_models["target"]),
-        "--draft-model-path",
-        str(tiny_models["draft-mostly"]),
         "--",
         "--decode-log-interval",
         "1",
-        env={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_INTERVAL_S": "600"},
+        env={
+            "EAGLE3_PROFILE": "1",
+            "EAGLE3_PROFILE_INTERVAL_S": "600",
+            "EAGLE3_PROFILE_SYNC_CHECK": "1",
+            "EAGLE_EXT_TEST_SYNC": "1",
+            "PYTHONPATH": str(plugin_dir),
+        },
     )
     launcher.wait_for("READY in")
     start = len(launcher.log_text().splitlines())
@@ -247,5 +238,17 @@ def test_a_server_stopped_under_load_writes_its_last_window(tiny_models, start_l
         assert time.monotonic() < deadline, launcher.log_text()[-3000:]
         time.sleep(0.2)
     launcher.signal(signal.SIGTERM)
-    records = [r for r in profile_records(launcher.log_text().splitlines()[start:]) if r.cycles]
+    lines = launcher.log_text().splitlines()[start:]
+    records = [r for r in profile_records(lines) if r.cycles]
     assert records and sum(r.cycles for r in records) >= 3, launcher.log_text()[-3000:]
+    syncs = [
+        int(re.search(r"syncs=(\d+)", ln).group(1)) for ln in lines if "EAGLE3_PROFILE v=" in ln
+    ]
+    assert syncs and max(syncs) >= 1
+
+
+def test_unset_variable_leaves_sglang_unpatched(spec_server):
+    """The session's shared server runs with EAGLE3_PROFILE=0 (conftest)."""
+    http.generate(spec_server.base_url, list(DEMO_PROMPTS[:2]), 8)
+    assert "Decode batch" in spec_server.log_text()  # it served, and its log is read
+    assert "EAGLE3_PROFILE" not in spec_server.log_text()

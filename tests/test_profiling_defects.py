@@ -1,5 +1,5 @@
 """Issue 10's profiling defects, each at the unit it lives in (the server-level proof is
-tests/test_profile_presets.py): an unwrapped worker fails closed, DP-attention extend
+tests/test_server_cpu.py, the presets started profiled): an unwrapped worker fails closed, DP-attention extend
 batches are prefill cycles, `syncs=` says what it counts, installing twice is one
 install, the partial window is flushed when the scheduler goes idle, and the advisory
 spec check never stops a ready server."""

@@ -634,6 +634,7 @@ sys.exit(cli.main(["--live", "--model-path", "m", "--draft-model-path", "d", "--
 )
 def test_tune_live_stops_on_a_signal_without_a_traceback(tmp_path, sig, ignore_int):
     def preexec():
+        hangup_default()
         if ignore_int:  # a script's `tune --live ... &`
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -657,6 +658,13 @@ def test_tune_live_stops_on_a_signal_without_a_traceback(tmp_path, sig, ignore_i
     assert proc.returncode == 130, (out, err)
     assert "interrupted; the server is stopped" in err + out and "Traceback" not in err, err
     assert "server stopped" in out
+
+
+def hangup_default() -> None:
+    """In the child: SIGHUP at its default, as under a terminal. A suite run under
+    `nohup` hands its children SIGHUP ignored, and the tools keep it ignored on purpose
+    (common/interrupts.py), which is not what these tests are about."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def test_sighup_and_sigusr1_record_the_level_as_interrupted(tmp_path):
@@ -688,6 +696,7 @@ def test_sighup_and_sigusr1_record_the_level_as_interrupted(tmp_path):
                 stderr=subprocess.PIPE,
                 text=True,
                 env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+                preexec_fn=hangup_default,
             )
             from tests.conftest import wait_until
 

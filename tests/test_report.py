@@ -160,16 +160,20 @@ def test_bad_input(tmp_path):
     assert p.returncode == 2 and "positive" in p.stderr
 
 
-def test_baseline_from_a_log_leaves_a_stray_rate_out():
-    """A stray Decode-batch rate after an idle gap must not skew the baseline."""
+def test_baseline_from_a_log_times_decode_alone():
+    """The baseline's lines kept as the profile's cycles are: not the warm-up, not the
+    line whose time holds a prefill (and the idle before it); a slow line later counts."""
     from sgl_eagle_ext.profiling import report
     from sgl_eagle_ext.profiling.aggregate import Profile
 
-    rates = [3.0, 3.1, 2.9, 30.0, 3.0]
-    log = Profile.read([BASELINE.replace("82.00", f"{r:.2f}") for r in rates])
-    kept = [3.0, 3.1, 2.9, 3.0]  # 30.0: ten times the others, left out
+    prefill = "[2026-11-29 09:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 12, #q"
+    rates = [0.5, 3.0, 3.1, 2.9, 1.2, 3.0, "prefill", 0.1, 3.0]
+    log = Profile.read(
+        [prefill if r == "prefill" else BASELINE.replace("82.00", f"{r:.2f}") for r in rates]
+    )
+    kept = [3.0, 3.1, 2.9, 1.2, 3.0, 3.0]  # 0.5: warm-up; 0.1: after the prefill
     assert report.baseline_ms_per_token(log, 1) == pytest.approx(
-        1000 * sum(1 / r for r in kept) / 4
+        1000 * sum(1 / r for r in kept) / len(kept)
     )
 
 

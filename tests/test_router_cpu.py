@@ -19,7 +19,6 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -174,13 +173,13 @@ def test_a_worker_that_never_gets_ready_stops_the_start(start_router):
 
 
 def test_router_command_defaults():
-    args = SimpleNamespace(host="127.0.0.1", port=30080, metrics_port=29001, policy="round_robin")
-    cmd = router.router_command(args, ["http://a:1", "http://b:2"], [])
+    opts = router.RouterOptions(metrics_port=29001, policy="round_robin")
+    cmd = router.router_command(opts, ["http://a:1", "http://b:2"], [])
     assert cmd[1:3] == ["-m", "sglang_router.launch_router"]
     assert cmd[cmd.index("--worker-urls") + 1 :][:2] == ["http://a:1", "http://b:2"]
     assert cmd[cmd.index("--prometheus-host") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--health-check-timeout-secs") + 1] == router.HEALTH_TIMEOUT_S
-    mine = router.router_command(args, ["http://a:1"], ["--health-check-timeout-secs", "90"])
+    mine = router.router_command(opts, ["http://a:1"], ["--health-check-timeout-secs", "90"])
     assert mine.count("--health-check-timeout-secs") == 1 and mine[-1] == "90"
 
 

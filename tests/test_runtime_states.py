@@ -130,7 +130,6 @@ def test_adaptive_preset_and_tune_live_server_leave_room_for_the_states(tmp_path
     """SGLang's estimate has no term for the extra states: the adaptive preset (and the
     tune --live server built on it) lower --mem-fraction-static below the ~0.84 SGLang
     0.5.23 picks for these settings on a 96 GB card; the fixed presets leave it to SGLang."""
-    import types
 
     from sgl_eagle_ext.launcher import plan
     from sgl_eagle_ext.tools.tune import live
@@ -142,6 +141,5 @@ def test_adaptive_preset_and_tune_live_server_leave_room_for_the_states(tmp_path
 
     assert float(fraction(preset="eagle3-adaptive")) <= 0.80
     assert fraction(preset="eagle3-3step") is None
-    args = types.SimpleNamespace(preset_file=None)
-    live_file = live.live_preset(args, tmp_path, [1, 2, 4], [0, 1, 2, 3])
+    live_file = live.live_preset(None, tmp_path, [1, 2, 4], [0, 1, 2, 3])
     assert float(fraction(preset_file=str(live_file))) <= 0.80

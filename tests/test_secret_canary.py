@@ -87,7 +87,7 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
     # the launcher: the key from a file, never on a command line; profile on (for report)
     launcher = start_launcher(
         "--preset",
-        "eagle3-2step",
+        "eagle3-3step",  # the chain: its verify is cheaper than the tree's on CPU
         "--cpu",
         "--model-path",
         str(tiny_models["target"]),

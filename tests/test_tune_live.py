@@ -238,19 +238,23 @@ def test_live_refuses_a_level_the_server_cannot_batch_before_the_load(
     # servers (live, baseline arm, tree arm) differ only in speculation
     from sgl_eagle_ext.launcher import fairness
 
-    args = live.parser().parse_args(_tune(pair, tmp_path, "--baseline-arm", "--also-trees")[1:])
+    opts, _ = tune_cli.live_options(_tune(pair, tmp_path, "--baseline-arm", "--also-trees")[1:])
     levels, out = [1, 64], tmp_path / "tl"
     from sgl_eagle_ext.common import releases
 
     extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], False, [])
     plans = {
         "live": live.plan_server(
-            str(live.live_preset(args, out, levels, [0, 1, 3])), args, out / "l.log", extra
+            str(live.live_preset(opts.preset_file, out, levels, [0, 1, 3])),
+            opts,
+            out / "l.log",
+            extra,
         )
     }
     for name in ("baseline", "eagle3-2step"):
-        plans[name] = live.plan_server(live.arm_preset(args, out, name), args, out / "a.log", extra)
-    settings = live.check_servers(plans, levels, args)
+        arm = live.arm_preset(opts.preset_file, out, name)
+        plans[name] = live.plan_server(arm, opts, out / "a.log", extra)
+    settings = live.check_servers(plans, levels)
     assert settings["fair"] and settings["unequal"] == {}
     resolved = fairness.resolve_arms({k: p.launch for k, p in plans.items()})
     for r in resolved.values():
@@ -267,23 +271,26 @@ def test_live_servers_resolved_by_sglang_batch_every_level_alike(pair, tmp_path,
     from sgl_eagle_ext.common import releases
 
     more = ["--baseline-arm", "--also-trees"] + (["--cpu"] if cpu else [])
-    args = live.parser().parse_args(_tune(pair, tmp_path, *more)[1:])
+    from sgl_eagle_ext.tools.tune import cli as tune_cli
+
+    opts, _ = tune_cli.live_options(_tune(pair, tmp_path, *more)[1:])
     levels, out = [1, 2, 16], tmp_path / "tl"
     out.mkdir()
     user = [] if cpu else ["--device", "cuda"]  # no GPU here for SGLang to detect
     extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], cpu, user)
-    preset = str(live.live_preset(args, out, levels, [0, 1, 3]))
-    plans = {"live": live.plan_server(preset, args, out / "l.log", extra)}
+    preset = str(live.live_preset(opts.preset_file, out, levels, [0, 1, 3]))
+    plans = {"live": live.plan_server(preset, opts, out / "l.log", extra)}
     for name in ("baseline", "eagle3-2step"):
-        plans[name] = live.plan_server(live.arm_preset(args, out, name), args, out / "a.log", extra)
-    settings = live.check_servers(plans, levels, args)
+        arm = live.arm_preset(opts.preset_file, out, name)
+        plans[name] = live.plan_server(arm, opts, out / "a.log", extra)
+    settings = live.check_servers(plans, levels)
     said = capsys.readouterr().out
     assert "by SGLang 0.5.23" in said and settings["fair"], said
     # the user's own smaller pool is SGLang's answer too, and refused
     small = [*user, "--max-running-requests", "8"]
     extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], cpu, small)
-    plans = {"live": live.plan_server(preset, args, out / "l.log", extra)}
+    plans = {"live": live.plan_server(preset, opts, out / "l.log", extra)}
     with pytest.raises(
         UserError, match=r"--levels 16: max_running_requests resolves to 8 \(by SGLang"
     ):
-        live.check_servers(plans, levels, args)
+        live.check_servers(plans, levels)

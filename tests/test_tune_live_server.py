@@ -1,4 +1,4 @@
-"""tune --live on the CPU harness: one server start, every (concurrency, steps) cell,
+"""tune --live on the CPU harness: one server start per run, every (concurrency, steps) cell,
 the written table validated under SGLang's own controller, Ctrl-C and resume.
 
 Real SGLang 0.5.23 with the tiny pair (cpu/tiny_models.py): the 'mostly' draft is
@@ -33,7 +33,7 @@ FAST = [
     "--max-rounds",
     "1",
     "--validation-rounds",
-    "2",  # adaptive/pinned pairs, A B then B A: the host's load swings average out
+    "1",  # one adaptive/pinned pair per level: the speed ratio is printed, never asserted
     "--startup-timeout",
     "600",
 ]
@@ -75,23 +75,48 @@ def records(tmp_path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_mostly_accepted_draft_every_cell_one_load(tiny_models, tmp_path):
-    p = tune(tiny_models, "mostly", tmp_path, "--levels", "1,2,4", "--steps", "0,1,2,3,5")
+def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path):
+    # one stream and a batch, no drafting, one step and the 3-step chain: every kind of
+    # cell (the pin, the batch size, the runtime state of the largest count) at the
+    # fewest cells; tests/test_tune_live.py decides on recorded cells of every count
+    # (a never-accepted draft among them). Ctrl-C once level 1 is measured, then the same
+    # command resumes: each run is one server start, and the kept cells are not measured
+    # again.
+    args = ("--levels", "1,4", "--steps", "0,1,3")
+    p = tune(tiny_models, "mostly", tmp_path, *args)
+    deadline = time.monotonic() + 1800
+    while len(records(tmp_path)) < 3:  # level 1's cells are written: Ctrl-C in level 4
+        assert p.poll() is None and time.monotonic() < deadline
+        time.sleep(1)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 130, out[-3000:]
+    assert "interrupted; the server is stopped" in out and "Traceback" not in out
+    kept = {(r["level"], r["steps"]): r["ts"] for r in records(tmp_path)}
+    assert set(kept) >= {(1, 0), (1, 1), (1, 3)}
+    first_log = list((tmp_path / "out").glob("live-*.log"))
+    assert len(first_log) == 1  # one server start
+
+    p = tune(tiny_models, "mostly", tmp_path, *args)
     out, _ = p.communicate(timeout=3600)
     assert p.returncode == 0, out[-3000:]
     assert "Traceback" not in out
     print(out)  # the figures, for the log of the run
-    logs = list((tmp_path / "out").glob("live-*.log"))
-    assert len(logs) == 1  # one server start
+    assert f"resuming {tmp_path / 'out' / 'results.jsonl'}: {len(kept)} measurement(s) kept" in out
+    logs = [x for x in (tmp_path / "out").glob("live-*.log") if x not in first_log]
+    assert len(logs) == 1  # one server start for the rest
     log = logs[0].read_text()
     assert "Traceback" not in log and "EAGLE_EXT_SCHEDULE_FILE: on" in log
-    assert "steps pinned at 5 in every bucket" in log
+    assert "steps pinned at 3 in every bucket" in log
 
     recs = records(tmp_path)
     cells = [r for r in recs if r["kind"] == "cell"]
     assert sorted((r["level"], r["steps"]) for r in cells) == [
-        (lv, s) for lv in (1, 2, 4) for s in (0, 1, 2, 3, 5)
+        (lv, s) for lv in (1, 4) for s in (0, 1, 3)
     ]
+    for r in cells:
+        if (r["level"], r["steps"]) in kept:
+            assert r["ts"] == kept[(r["level"], r["steps"])]  # not measured again
     for r in cells:  # each cell's windows ran at its pinned steps and batch size
         assert r["profile"]["cycles"] > 0, r
         mix = dict(r["profile"]["steps_mix"])  # at batch size c, by steps
@@ -110,7 +135,7 @@ def test_mostly_accepted_draft_every_cell_one_load(tiny_models, tmp_path):
     assert "SGLang's loader builds buckets" in out
     assert max(cfg[1]) == live_report.best(one)
     vals = [r for r in recs if r["kind"] == "validation"]
-    assert sorted(v["level"] for v in vals) == [1, 2, 4]
+    assert sorted(v["level"] for v in vals) == [1, 4]
     best = {lv: live_report.best(row) for lv, row in live_report.grid(cells).items()}
     for v in vals:  # SGLang's own controller on the written table, beside the best cell
         # What the table decides is which step counts SGLang's controller may choose: it
@@ -130,40 +155,3 @@ def test_mostly_accepted_draft_every_cell_one_load(tiny_models, tmp_path):
     assert "SGLang's controller on" in log and "AdaptiveSpeculativeParams initialized" in log
     assert "c=1: " in out and "crossover:" in out and "recommended fixed preset" in out
     assert (tmp_path / "out" / "report.html").read_text().count("<h2>") >= 5
-
-
-def test_never_accepted_draft_interrupt_and_resume(tiny_models, tmp_path):
-    args = ("--levels", "1,2", "--steps", "0,1,3")
-    p = tune(tiny_models, "never", tmp_path, *args)
-    deadline = time.monotonic() + 1800
-    while len(records(tmp_path)) < 3:  # level 1's cells are written: Ctrl-C in level 2
-        assert p.poll() is None and time.monotonic() < deadline
-        time.sleep(1)
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=300)
-    assert p.returncode == 130, out[-3000:]
-    assert "interrupted; the server is stopped" in out and "Traceback" not in out
-    kept = {(r["level"], r["steps"]): r["ts"] for r in records(tmp_path)}
-    assert set(kept) >= {(1, 0), (1, 1), (1, 3)}
-
-    p = tune(tiny_models, "never", tmp_path, *args)
-    out, _ = p.communicate(timeout=3600)
-    assert p.returncode == 0, out[-3000:]
-    print(out)
-    assert f"resuming {tmp_path / 'out' / 'results.jsonl'}: {len(kept)} measurement(s) kept" in out
-    recs = records(tmp_path)
-    cells = [r for r in recs if r["kind"] == "cell"]
-    for r in cells:
-        if (r["level"], r["steps"]) in kept:
-            assert r["ts"] == kept[(r["level"], r["steps"])]  # not measured again
-    assert sorted((r["level"], r["steps"]) for r in cells) == [
-        (lv, s) for lv in (1, 2) for s in (0, 1, 3)
-    ]
-    # the resumed run decides from kept and new cells alike: each level's verdict is
-    # printed and the written table holds the best measured cell. (Whether this pair's
-    # "never" draft pays is noise here: this machine's build of it accepts a token now
-    # and then, 1.1-1.2 per cycle at 8-token requests; "a draft never accepted never
-    # pays" is decided on recorded cells in tests/test_tune_live.py.)
-    grid = live_report.grid(cells)
-    assert "c=1: " in out and "c=2: " in out
-    assert live_report.best(grid[1]) in written_table(tmp_path)[1]

@@ -73,7 +73,9 @@ def ready(launcher: Launcher) -> None:
 
 
 def greedy(launcher: Launcher) -> list[dict]:
-    return http.generate(launcher.base_url, list(DEMO_PROMPTS), MAX_NEW_TOKENS)
+    # four prompts: a batch, and each request's designed acceptance; the CPU harness's
+    # cycle grows with the batch (Triton interpreter), so eight cost twice as much
+    return http.generate(launcher.base_url, list(DEMO_PROMPTS[:4]), MAX_NEW_TOKENS)
 
 
 def stop_cleanly(launcher: Launcher) -> None:
@@ -127,17 +129,18 @@ def check_profile(lines: list[str], outs: list[dict]) -> float:
     return sum(k * v for k, v in hist) / sum(v for _, v in hist)
 
 
-# (preset, manifest setting, draft, profiled, mean accept length range)
+# (preset, manifest setting, draft, mean accept length range): the chain with every draft
+# rejected and the tree with most accepted, both profiled (the launcher's spec check and
+# an unprofiled server's clean log are the 0.5.23 servers'; one start per case here)
 @pytest.mark.parametrize(
-    "preset, setting, draft, profiled, low, high",
+    "preset, setting, draft, low, high",
     [
-        ("eagle3-3step", "3,1,4", "mostly", True, 2.0, 4.3),
-        ("eagle3-3step", "3,1,4", "never", True, 1.0, 1.1),
-        ("eagle3-2step", "2,4,16", "mostly", False, 2.0, 3.4),
+        ("eagle3-3step", "3,1,4", "never", 1.0, 1.1),
+        ("eagle3-2step", "2,4,16", "mostly", 2.0, 3.4),
     ],
 )
 def test_v1_worker_lossless_accepts_as_designed(
-    tiny_models, v1_python, v1_baseline, start_launcher, preset, setting, draft, profiled, low, high
+    tiny_models, v1_python, v1_baseline, start_launcher, preset, setting, draft, low, high
 ):
     args = [
         "--preset",
@@ -147,14 +150,13 @@ def test_v1_worker_lossless_accepts_as_designed(
         str(tiny_models["target"]),
         "--draft-model-path",
         str(tiny_models[f"draft-{draft}"]),
+        # our requests are the only ones with decode cycles
+        "--no-spec-check",
+        "--",
+        "--skip-server-warmup",
     ]
-    if profiled:  # our requests are the only ones with decode cycles
-        args += ["--no-spec-check", "--", "--skip-server-warmup"]
-    launcher = start_launcher(*args, python=v1_python, env=PROFILE_ENV if profiled else None)
+    launcher = start_launcher(*args, python=v1_python, env=PROFILE_ENV)
     ready(launcher)
-    if not profiled:
-        spec_line = launcher.wait_for("spec check:")
-        assert "barely accepted" not in spec_line, spec_line
     outs = greedy(launcher)
     stop_cleanly(launcher)
     # Read once the launcher has exited: v1 logs a cycle's Decode batch line after the
@@ -169,9 +171,6 @@ def test_v1_worker_lossless_accepts_as_designed(
     assert low <= sum(per_request) / len(per_request) <= high, per_request
     log = launcher.log_text()
     assert "v1 worker builds FULL_MASK itself" in log  # the harness saw the v1 release
-    if profiled:
-        assert f"EAGLE3_PROFILE: on (SGLang {RELEASE}, workers v1" in log
-        ours = check_profile(lines, outs)  # per cycle, over the batch
-        assert low <= ours <= high, ours
-    else:
-        assert "EAGLE3_PROFILE" not in log
+    assert f"EAGLE3_PROFILE: on (SGLang {RELEASE}, workers v1" in log
+    ours = check_profile(lines, outs)  # per cycle, over the batch
+    assert low <= ours <= high, ours

@@ -23,18 +23,16 @@ from sgl_eagle_ext.common.cli_args import number, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
-from sgl_eagle_ext.common.server_process import ServerProcess, run_supervised, serve_until_exit
+from sgl_eagle_ext.common.server_process import run_supervised, serve_until_exit
 from sgl_eagle_ext.common.table import L, Table
 from sgl_eagle_ext.launcher import (
-    bind_watch,
+    launch_flags,
     nccl,
     plan,
     presets,
     readiness,
     running,
-    runtime_states,
 )
-from sgl_eagle_ext.launcher.running import check_model_dir
 
 PROG = "sgl_eagle_ext.launch"
 SPEC_CHECK_PROMPT = "The quick brown fox"
@@ -49,9 +47,7 @@ def parser() -> argparse.ArgumentParser:
         description="Start an SGLang server from a preset, with preflight, readiness and watchdog. "
         "Arguments after `--` go to SGLang untouched and override the preset.",
     )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", help="shipped preset name (see --list-presets)")
-    src.add_argument("--preset-file", help="your own preset TOML file (may `extends` another)")
+    launch_flags.add_preset(p)
     p.add_argument("--list-presets", action="store_true", help="list shipped presets and exit")
     p.add_argument("--model-path", help="target model directory (or Hugging Face id)")
     p.add_argument("--draft-model-path", help="EAGLE-3 draft model directory (speculative presets)")
@@ -73,15 +69,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="apply the CPU harness overlay (launch/overlays/cpu.toml)",
     )
-    p.add_argument(
-        "--overlay",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="merge launch/overlays/NAME.toml (or a .toml file) over the preset; "
-        "repeatable; e.g. 2node: multi-node TP over 2 hosts (then add "
-        "`-- --node-rank R --dist-init-addr HOST:PORT`)",
-    )
+    launch_flags.add_overlay(p)
     p.add_argument(
         "--demo",
         action="store_true",
@@ -122,12 +110,7 @@ def parser() -> argparse.ArgumentParser:
         help=f"file holding the server's API key (or set ${API_KEY_ENV}); keeps it off "
         "every command line, unlike `-- --api-key K`",
     )
-    p.add_argument(
-        "--adaptive-config",
-        metavar="FILE",
-        help="adaptive presets: the JSON table of candidate steps per batch size "
-        "(default: the preset's; write one with python -m sgl_eagle_ext.tune)",
-    )
+    launch_flags.add_adaptive_config(p)
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument(
         "--stall-timeout",
@@ -205,17 +188,13 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
 
         env = demo.server_env()  # the demo shows the profile of its own run
         extra = demo.server_extra(extra)
-    return plan.LaunchRequest(
+    return launch_flags.request(  # the preflight's command line maps them the same way
+        args,
+        extra,
         preset=args.preset or (None if args.preset_file or not args.demo else "eagle3-2step"),
-        preset_file=args.preset_file,
         model_path=model_path,
         draft_model_path=draft_model_path,
-        overlays=tuple(args.overlay),
         cpu=args.cpu or args.demo,
-        sglang_version=args.sglang_version,
-        force=args.force,
-        adaptive_config=args.adaptive_config,
-        extra=tuple(extra),
         env=env,
     )
 
@@ -232,19 +211,6 @@ def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
         shown = REDACTED if is_secret_name(k) else v
         print(f"{k}={shlex.quote(shown)}")
     print(shlex.join(launch.command()))
-
-
-def run_preflight(args, launch: plan.LaunchPlan, env: dict) -> plan.LaunchPlan:
-    """Preflight before anything starts; returns the plan with the (possibly
-    retargeted) arguments (launcher/running.py: the same for servers started in process)."""
-    return running.preflight(
-        launch,
-        env,
-        fix=args.fix,
-        skip=args.skip,
-        say=lambda line: print(line, file=sys.stderr, flush=True),
-        prog=PROG,
-    )
 
 
 def spec_check(base_url: str, api_key: str | None) -> None:
@@ -269,31 +235,29 @@ def spec_check(base_url: str, api_key: str | None) -> None:
         print(f"{PROG}: spec check: accept length {acc:.2f}", flush=True)
 
 
-class NcclReports(running.NcclReports):
-    """Collects each rank's EAGLE_EXT_NCCL line from the server output; prints the table."""
-
-    def print(self, expected: dict[str, str], launch: plan.LaunchPlan | None = None) -> None:
-        if not self.ranks:
-            print(f"{PROG}: warning: no rank reported its NCCL settings", file=sys.stderr)
-            return
-        text, warnings = nccl.table(self.ranks, expected)
-        print(f"{PROG}: NCCL settings seen by each rank:\n{text}", flush=True)
-        want = len(self.ranks)
-        if launch is not None:  # why the '-' rows are there, and were all ranks heard
-            for line in nccl.explain(launch.release, launch.argv, self.ranks, expected):
-                print(f"{PROG}: NCCL: {line}", flush=True)
-            want = nccl.expected_ranks(launch.argv)
-            short = nccl.rank_count_warning(self.ranks, want)
-            if short:
-                warnings.append(short)
-        for w in warnings:
-            print(f"{PROG}: warning: NCCL: {w}", file=sys.stderr, flush=True)
-        if not warnings:
-            print(
-                f"{PROG}: NCCL: all {len(self.ranks)} rank(s) match the preset "
-                f"({len(self.ranks)} of {want} TP rank(s) reported)",
-                flush=True,
-            )
+def print_nccl(srv: running.RunningServer) -> None:
+    """The rank x variable table of the NCCL settings each rank reported, and why."""
+    ranks, expected, launch = srv.nccl, srv.expected_nccl, srv.launch
+    if not ranks:
+        print(f"{PROG}: warning: no rank reported its NCCL settings", file=sys.stderr)
+        return
+    text, warnings = srv.nccl_table()
+    print(f"{PROG}: NCCL settings seen by each rank:\n{text}", flush=True)
+    # why the '-' rows are there, and were all ranks heard
+    for line in nccl.explain(launch.release, launch.argv, ranks, expected):
+        print(f"{PROG}: NCCL: {line}", flush=True)
+    want = nccl.expected_ranks(launch.argv)
+    short = nccl.rank_count_warning(ranks, want)
+    if short:
+        warnings.append(short)
+    for w in warnings:
+        print(f"{PROG}: warning: NCCL: {w}", file=sys.stderr, flush=True)
+    if not warnings:
+        print(
+            f"{PROG}: NCCL: all {len(ranks)} rank(s) match the preset "
+            f"({len(ranks)} of {want} TP rank(s) reported)",
+            flush=True,
+        )
 
 
 def print_nccl_debug(folder: Path) -> None:
@@ -330,13 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     for note in launch.notes:
         print(f"{PROG}: {note}", file=sys.stderr)
     preset, release, how = launch.preset, launch.release, launch.how
-    env = dict(launch.env)
     # every secret flag travels in the environment, never on a command line:
     # `-- --flag V` first, then --api-key-file, then the EAGLE_EXT_* variables
-    secrets = secret_flags.gather([], args.api_key_file, os.environ)[1] | launch.secrets
-    env.update(secret_flags.to_environment(secrets))
-    api_key = secrets.get("api-key")
-    host, port = launch.host, launch.port
+    env, secrets = running.server_env(
+        launch, secret_flags.gather([], args.api_key_file, os.environ)[1]
+    )
     for w in nccl.override_warnings(release, launch.argv, env):
         print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
     refused, idle = nccl.pcie_allreduce(release, launch.argv, env)
@@ -352,18 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     log_path = checked_log_path(args, preset.name)
-    for flag, value in (
-        ("--model-path", launch.model_path),
-        ("--speculative-draft-model-path", launch.draft_model_path),
-    ):
-        if value:
-            check_model_dir(flag, value)
-    http.check_port_free(host, port)
-    if not args.no_preflight:
-        launch = run_preflight(args, launch, env)
-
-    expected_nccl = nccl.expected(env)
     debug_dir = log_path.with_suffix(".nccl")
+    debug_env = {}
     if args.nccl_debug:
         try:
             debug_dir.mkdir(parents=True, exist_ok=True)
@@ -372,23 +324,27 @@ def main(argv: list[str] | None = None) -> int:
                 f"--nccl-debug: cannot create {debug_dir}: {e.strerror or e}.",
                 fix="pass a --log-file in a folder you may write to",
             ) from None
-        env.update(nccl.debug_env(debug_dir.resolve()))
-    reports = NcclReports()
-    bind = bind_watch.BindWatch(port)  # the port taken while the model loads: stop at once
-    states = runtime_states.for_release(launch.argv, release)  # speculative runtime states
+        debug_env = nccl.debug_env(debug_dir.resolve())
     startup_timeout = args.startup_timeout
     if startup_timeout is None:
-        startup_timeout = readiness.default_startup_timeout(len(states.states) if states else 1)
-    server = ServerProcess(
-        launch.command(),
-        {**os.environ, **env},
-        log_path,
-        redact=list(secrets.values()),
-        echo=not (args.quiet or args.demo),  # the demo prints the log's path instead
-        listeners=[reports, bind],
-        adaptive_states=states.extra_states if states and states.extra_states else None,
+        startup_timeout = running.default_startup_timeout(launch)
+    # the model folders, the port, preflight, the process built: as every in-process start
+    starting = running.prepare(
+        launch,
+        running.StartOptions(
+            log_path=log_path,
+            preflight=not args.no_preflight,
+            fix=args.fix,
+            skip=tuple(args.skip),
+            secrets=secrets,
+            echo=not (args.quiet or args.demo),  # the demo prints the log's path instead
+            stall_timeout=args.stall_timeout,
+            startup_timeout=startup_timeout,
+            prog=PROG,
+            extra_env=debug_env,
+        ),
     )
-    base_url = f"http://{http.probe_host(host)}:{port}"
+    launch = starting.launch  # the preflight's retargeting applied
     print(
         f"{PROG}: preset {preset.name}, SGLang {release.version} ({how}); log {log_path}",
         flush=True,
@@ -399,22 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def start_and_serve() -> int:
-        bind.arm(server)
-        server.start()
-        took = readiness.wait_ready(
-            server,
-            base_url,
-            port,
-            api_key=api_key,
-            stall_timeout=args.stall_timeout,
-            startup_timeout=startup_timeout,
-        )
-        reports.print(expected_nccl, launch)
+        srv = starting.begin().wait(tail=False)  # run_supervised prints the tail
+        print_nccl(srv)
         if args.nccl_debug:
             print_nccl_debug(debug_dir)
         print(
-            f"{PROG}: READY in {took:.1f} s: {base_url} (preset {preset.name}, "
-            f"SGLang {release.version}, pid {server.pid}, log {log_path})",
+            f"{PROG}: READY in {srv.startup_s:.1f} s: {srv.url} (preset {preset.name}, "
+            f"SGLang {release.version}, pid {srv.pid}, log {log_path})",
             flush=True,
         )
         if args.demo:
@@ -422,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
 
             manifest = getattr(args, "demo_manifest", None)
             expected = manifest and demo.expected_accept(manifest, args.demo_draft, launch.argv)
-            demo.run(base_url, api_key, log_path, args.demo_draft, expected)
+            demo.run(srv.url, srv.api_key, log_path, args.demo_draft, expected)
             return 0
         from sgl_eagle_ext.launcher.preflight.scaleout import is_worker_node
 
@@ -433,11 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         elif preset.speculative and not args.no_spec_check:
-            spec_check(base_url, api_key)
-        return serve_until_exit(server, PROG, "server")
+            spec_check(srv.url, srv.api_key)
+        return serve_until_exit(srv.server, PROG, "server")
 
     # Leaving run_supervised stops the whole tree, however it is left.
-    return run_supervised(server, PROG, "server", start_and_serve)
+    return run_supervised(starting.server, PROG, "server", start_and_serve)
 
 
 if __name__ == "__main__":

@@ -6,26 +6,24 @@ any weights load.
     verdict.lines()      what to print; verdict.record() beside every figure
 
 Each arm's resolved settings come from SGLang itself where the release being launched is
-installed in the python that will run it (the preflight's settings_for where present,
-else resolve_sglang.py: one subprocess for all arms), else from the release table's
-rules (common/releases.py RESOLUTION_RULES, labelled "predicted"). A setting outside the
-speculative ones that differs between arms stops the run (UserError, exit 2) with the
-setting and the flag that pins it, unless allow_unequal: then every difference is
-recorded beside the figures. A difference SGLang forces on speculative servers whatever
-is given (a rule with forced=True: e.g. no overlap scheduler for the v1 worker) is part
-of what speculation costs on that release: reported and recorded, never a stop.
+installed in the python that will run it (the preflight's question to SGLang,
+ask_sglang.settings_for_launches: one subprocess for all arms, each arm's answer
+cached), else from the release table's rules (common/releases.py RESOLUTION_RULES,
+labelled "predicted"). A setting outside the speculative ones that differs between arms
+stops the run (UserError, exit 2) with the setting and the flag that pins it, unless
+allow_unequal: then every difference is recorded beside the figures. A difference
+SGLang forces on speculative servers whatever is given (a rule with forced=True: e.g.
+no overlap scheduler for the v1 worker) is part of what speculation costs on that
+release: reported and recorded, never a stop.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
@@ -38,8 +36,6 @@ SPECULATIVE_PREFIX = "speculative_"
 SPECULATIVE_FIELDS = frozenset({"enable_multi_layer_eagle"})
 
 EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}
-SCRIPT = Path(__file__).with_name("resolve_sglang.py")
-TIMEOUT_S = 300.0
 # Resolution facts that are not settings of the server (bookkeeping, echoes of the
 # arguments SGLang keeps for its log)
 IGNORED = frozenset({"port"})
@@ -157,82 +153,32 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else str(value).split()
 
 
-# -- SGLang's own answer ---------------------------------------------------------------
-
-
-def sglang_settings(
-    python: str, cases: list[tuple[list[str], Mapping[str, str]]], timeout: float = TIMEOUT_S
-) -> list[Resolution] | str:
-    """SGLang's resolution of every (argv, env) in one subprocess of `python`, or why it
-    could not be asked (one line)."""
-    with tempfile.TemporaryDirectory(prefix="sgl-eagle-ext-resolve-") as tmp:
-        path = Path(tmp) / "cases.json"
-        path.write_text(json.dumps([{"argv": list(a), "env": dict(e)} for a, e in cases]))
-        env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
-        # this package importable there, as for the server entry the launcher starts
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-        try:
-            proc = subprocess.run(
-                [python, str(SCRIPT), str(path)],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=env,
-            )
-        except subprocess.TimeoutExpired:
-            return f"asking SGLang timed out after {timeout:.0f} s"
-        except OSError as e:
-            return f"could not run {python}: {e.strerror or e}"
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESOLVED ")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"asking SGLang failed (exit {proc.returncode}): {tail[:200]}"
-    out = []
-    for r in json.loads(lines[-1][len("RESOLVED ") :]):
-        changes = [Change(f, b, a, h) for f, b, a, h in r.get("changes", [])]
-        out.append(Resolution(r["version"], "sglang", r.get("fields", {}), changes, r.get("error")))
-    return out
-
-
-def _settings_for():
-    """The preflight's one question to SGLang (launcher/preflight/ask_sglang.py), where
-    present in this tree."""
-    try:
-        from sgl_eagle_ext.launcher.preflight.ask_sglang import settings_for
-    except ImportError:
-        return None
-    return settings_for
+# -- SGLang's own answer, else the prediction --------------------------------------------
 
 
 def resolve_arms(
     plans: Mapping[str, object], python: str = sys.executable, notes: list | None = None
 ) -> dict:
     """label -> Resolution for every arm's launch plan (launcher/plan.py LaunchPlan):
-    SGLang's own where the plans' release is the one installed in `python`, else the
-    release table's prediction. Never raises for SGLang's failures: an arm SGLang could
-    not resolve falls back to the prediction with the reason in `error`."""
+    SGLang's own where the plans' release is the one installed in `python` (every arm
+    asked at once: one probe subprocess, each arm's answer cached), else the release
+    table's prediction. Never raises for SGLang's failures: an arm SGLang could not
+    resolve falls back to the prediction with the reason in `error`."""
     from sgl_eagle_ext.launcher.preflight import ask_sglang
 
     first = next(iter(plans.values()))
-    installed = ask_sglang.installed_version(python)
     out: dict[str, Resolution] = {}
-    if installed == first.release.version:
-        ask = _settings_for()
-        answers: list | str
-        if ask is not None:
-            answers = [ask(python, list(p.argv), {**os.environ, **p.env}) for p in plans.values()]
-        else:
-            answers = sglang_settings(python, [(list(p.argv), p.env) for p in plans.values()])
-        if isinstance(answers, list):
-            for label, r in zip(plans, answers, strict=True):
-                if r is not None and not r.error:
-                    out[label] = r
-                elif notes is not None:
-                    why = r.error if r is not None else "no answer"
-                    notes.append(f"SGLang could not resolve {label} ({why}): predicted instead")
-        elif notes is not None:
-            notes.append(f"{answers}: predicted instead")
+    if ask_sglang.installed_version(python) == first.release.version:
+        launches = [
+            ask_sglang.Launch(list(p.argv), {**os.environ, **p.env}) for p in plans.values()
+        ]
+        answers = ask_sglang.settings_for_launches(python, launches)
+        for label, r in zip(plans, answers, strict=True):
+            if r is not None and not r.error:
+                out[label] = r
+            elif notes is not None:
+                why = r.error if r is not None else "no answer"
+                notes.append(f"SGLang could not resolve {label} ({why}): predicted instead")
     for label, plan in plans.items():
         if label not in out:
             out[label] = predicted_settings(plan.release, plan.argv, {**os.environ, **plan.env})

@@ -51,31 +51,31 @@ def table(reports: dict[str, dict[str, str]], expected: dict[str, str]) -> tuple
     return "\n".join(grid.render(rows)), warnings
 
 
-def _int_arg(args: ServerArgv, *flags: str, default: int = 1) -> int:
+def _int_arg(argv: ServerArgv, *flags: str, default: int = 1) -> int:
     # the last of `flags` that is given (flags: one setting's spellings)
-    return args.number(*reversed(flags), default=default)
+    return argv.number(*reversed(flags), default=default)
 
 
-def _graphs_on(args: ServerArgv) -> bool:
+def _graphs_on(argv: ServerArgv) -> bool:
     """Any CUDA-graph phase left on (0.5.16+ spells it per phase)."""
-    if args.has("disable-cuda-graph"):
+    if argv.has("disable-cuda-graph"):
         return False
     phases = ("cuda-graph-backend-decode", "cuda-graph-backend-prefill")
-    return not all(args.value(f) == "disabled" for f in phases)
+    return not all(argv.value(f) == "disabled" for f in phases)
 
 
-def _tp_lm_head_a2a(args: ServerArgv) -> bool:
+def _tp_lm_head_a2a(argv: ServerArgv) -> bool:
     """Explicit, or 0.5.21's default: a pure-DP decode node (disaggregated decode,
     DP attention, dp == tp > 1)."""
-    if args.has("enable-tp-lm-head-all-to-all"):
+    if argv.has("enable-tp-lm-head-all-to-all"):
         return True
-    tp, dp = _int_arg(args, *_TP), _int_arg(args, *_DP)
+    tp, dp = _int_arg(argv, *_TP), _int_arg(argv, *_DP)
     return (
-        args.value("disaggregation-mode") == "decode"
-        and args.has("enable-dp-attention")
+        argv.value("disaggregation-mode") == "decode"
+        and argv.has("enable-dp-attention")
         and dp > 1
         and tp == dp
-        and not args.has("enable-dp-lm-head")
+        and not argv.has("enable-dp-lm-head")
     )
 
 

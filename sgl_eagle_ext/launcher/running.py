@@ -1,6 +1,8 @@
 """launcher.start(plan) -> RunningServer: a server started in this process from the typed
-launch plan (launcher/plan.py), as the launcher starts one, without the argv round trip
-of `python -m sgl_eagle_ext.launch` and without reading its stdout for READY.
+launch plan (launcher/plan.py), without the argv round trip of `python -m
+sgl_eagle_ext.launch` and without reading its stdout for READY. The launcher's own command
+line starts its server the same way (prepare(), then begin() and wait() inside its
+Ctrl-C supervision), as do bench ab/compare, tune --live, the demo and benchmarks/.
 
 What start() does, in the launcher's order: the model folders checked, the port free,
 preflight (unless switched off; its retargeting applied to the plan), the server process
@@ -29,7 +31,7 @@ from pathlib import Path
 from sgl_eagle_ext.common import http, nccl_line, secret_flags
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_process import ServerProcess, StartupFailed
-from sgl_eagle_ext.launcher import bind_watch, nccl, plan, readiness
+from sgl_eagle_ext.launcher import bind_watch, nccl, plan, readiness, runtime_states
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # org/name: SGLang downloads it
 
@@ -45,6 +47,10 @@ class StartOptions:
     stall_timeout: float = 900.0  # the launcher's defaults (launcher/cli.py)
     startup_timeout: float = 0.0
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+    prog: str = "sgl_eagle_ext.launch"  # names the preflight's lines
+    # the server's environment only, after preflight, not expected of the ranks' NCCL
+    # (--nccl-debug's variables)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
 class NcclReports:
@@ -101,6 +107,13 @@ class RunningServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def default_startup_timeout(launch: plan.LaunchPlan) -> float:
+    """The launcher's --startup-timeout default for this launch: weights, JIT and the
+    capture of each speculative runtime state it builds."""
+    states = runtime_states.for_release(launch.argv, launch.release)
+    return readiness.default_startup_timeout(len(states.states) if states else 1)
 
 
 def check_model_dir(flag: str, path: str) -> None:
@@ -190,9 +203,16 @@ class Starting:
         self._bind, self._reports, self.url, self.api_key = bind, reports, url, api_key
         self._env = env
 
-    def wait(self) -> RunningServer:
+    def begin(self) -> Starting:
+        """Start the server process (the port-taken watch armed first)."""
+        self._bind.arm(self.server)
+        self.server.start()
+        return self
+
+    def wait(self, tail: bool = True) -> RunningServer:
         """Block until ready (readiness.wait_ready); on any failure the tree is stopped
-        first, then the error raised (StartupFailed: with the log's last lines)."""
+        first, then the error raised (StartupFailed: with the log's last lines, unless
+        `tail` is False: the launcher prints them itself)."""
         try:
             took = readiness.wait_ready(
                 self.server,
@@ -205,9 +225,9 @@ class Starting:
             self._bind.check()
         except BaseException as e:  # StartupFailed, Ctrl-C while it loads: the tree first
             self.server.stop()  # (its log reader finished: the tail is complete)
-            if isinstance(e, StartupFailed):
-                tail = "\n  ".join(list(self.server.tail)[-8:])
-                e.args = (f"{e.args[0]}; last log lines:\n  {tail}" if tail else e.args[0],)
+            if tail and isinstance(e, StartupFailed):
+                lines = "\n  ".join(list(self.server.tail)[-8:])
+                e.args = (f"{e.args[0]}; last log lines:\n  {lines}" if lines else e.args[0],)
             raise
         return RunningServer(
             self.launch,
@@ -223,13 +243,14 @@ class Starting:
         return self.server.stop(grace)
 
 
-def launch(
+def prepare(
     launch: plan.LaunchPlan,
     options: StartOptions,
     *,
     command: Sequence[str] | None = None,
 ) -> Starting:
-    """Everything before the wait: the checks, preflight, the server process started."""
+    """Everything before the process starts: the checks, preflight, the server process
+    built (Starting.begin() starts it)."""
     env, secrets = server_env(launch, options.secrets)
     api_key = secrets.get("api-key")
     for flag, value in (
@@ -241,21 +262,33 @@ def launch(
     host, port = launch.host, launch.port
     http.check_port_free(host, port)
     if options.preflight:
-        launch = preflight(launch, env, fix=options.fix, skip=options.skip, say=options.say)
+        launch = preflight(
+            launch, env, fix=options.fix, skip=options.skip, say=options.say, prog=options.prog
+        )
     reports = NcclReports()
     bind = bind_watch.BindWatch(port)
+    states = runtime_states.for_release(launch.argv, launch.release)  # speculative ones
     server = ServerProcess(
         list(command or launch.command()),
-        {**os.environ, **env},
+        {**os.environ, **env, **options.extra_env},
         options.log_path,
         redact=list(secrets.values()),
         echo=options.echo,
         listeners=[reports, bind],
+        adaptive_states=states.extra_states if states and states.extra_states else None,
     )
-    bind.arm(server)
-    server.start()
     url = f"http://{http.probe_host(host)}:{port}"
     return Starting(launch, options, server, bind, reports, url, api_key, env)
+
+
+def launch(
+    launch: plan.LaunchPlan,
+    options: StartOptions,
+    *,
+    command: Sequence[str] | None = None,
+) -> Starting:
+    """Everything before the wait: the checks, preflight, the server process started."""
+    return prepare(launch, options, command=command).begin()
 
 
 def start(

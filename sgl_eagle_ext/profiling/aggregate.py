@@ -27,10 +27,12 @@ Rules, stated once:
 - SGLang's "Decode batch" lines: per batch size, their gen throughput and accept
   length. A line's rate is its tokens over the wall time since the previous line; a
   batch size's figure is its lines' summed tokens over their summed time (what the
-  profile's tok/s is for cycles), leaving out stray lines, those whose time per token
-  is over WARMUP_FACTOR x the median line's (they also span an idle gap or prefills)
-  or under 1 / WARMUP_FACTOR x. The
-  baseline's time per token is that figure of the baseline's lines.
+  profile's tok/s is for cycles), the lines kept as the cycles are: a line after a
+  "Prefill batch" line is left out (SGLang's decode clock ran through the prefill and
+  the idle before it; SGLang logs every prefill batch, so every idle gap ends in one),
+  then the warm-up rule above, on each line's time (time per line, not per token,
+  which follows acceptance). A slow line later on counts, as its cycle does in the
+  profile. The baseline's time per token is that figure of the baseline's lines.
 """
 
 from __future__ import annotations
@@ -134,22 +136,30 @@ class SGLangLines:
     bs: int = 1
     tps: list[float] = field(default_factory=list)
     accept: list[float | None] = field(default_factory=list)  # None: no speculation
+    # the line came after a Prefill batch line: SGLang's decode clock runs from the last
+    # Decode batch line (scheduler_metrics_mixin), so its time holds that prefill too
+    after_prefill: list[bool] = field(default_factory=list)
 
-    def add(self, tps: float, acc: float | None) -> None:
+    def add(self, tps: float, acc: float | None, after_prefill: bool = False) -> None:
         self.tps.append(tps)
         self.accept.append(acc)
+        self.after_prefill.append(after_prefill)
+
+    def absorb(self, other: SGLangLines) -> None:
+        self.tps += other.tps
+        self.accept += other.accept
+        self.after_prefill += other.after_prefill
 
     def _kept(self) -> list[tuple[float, float]]:
-        """(tokens, seconds) of the lines that time decode alone: a line whose time per
-        token is over WARMUP_FACTOR x the median line's also spans an idle gap or
-        prefills (under 1 / WARMUP_FACTOR x: a stray the other way)."""
-        lines = [((a or 1.0) * self.bs, t) for t, a in zip(self.tps, self.accept) if t > 0]
+        """(tokens, seconds) of the lines kept as the profile keeps cycles (module doc):
+        not a line after a prefill, not the leading warm-up lines."""
+        lines = [
+            ((a or 1.0) * self.bs, t)
+            for t, a, p in zip(self.tps, self.accept, self.after_prefill)
+            if t > 0 and not p
+        ]
         lines = [(tok, tok / t) for tok, t in lines]
-        if not lines:
-            return []
-        mid = statistics.median(s / tok for tok, s in lines)
-        lo, hi = mid / WARMUP_FACTOR, mid * WARMUP_FACTOR
-        return [(tok, s) for tok, s in lines if lo <= s / tok <= hi]
+        return lines[leading_warmup([s for _, s in lines]) :]
 
     @property
     def gen_tps(self) -> float | None:
@@ -190,15 +200,20 @@ def key_of(w: Window, spec: dict | None = None) -> tuple[int, int] | None:
     return w.main_bs, steps
 
 
-def warmup_windows(windows: list[Window]) -> int:
-    """How many leading windows the warm-up rule leaves out (module doc)."""
-    means = [w.phases["cycle"].mean for w in windows]
+def leading_warmup(times: list[float]) -> int:
+    """How many leading entries are warm-up: each over WARMUP_FACTOR x the median of
+    those after it (module doc). Windows' mean cycles and SGLang's lines' times alike."""
     lead = 0
-    while lead < len(means) - 1:
-        if means[lead] <= WARMUP_FACTOR * statistics.median(means[lead + 1 :]):
+    while lead < len(times) - 1:
+        if times[lead] <= WARMUP_FACTOR * statistics.median(times[lead + 1 :]):
             break
         lead += 1
     return lead
+
+
+def warmup_windows(windows: list[Window]) -> int:
+    """How many leading windows the warm-up rule leaves out (module doc)."""
+    return leading_warmup([w.phases["cycle"].mean for w in windows])
 
 
 @dataclass(eq=False)
@@ -213,6 +228,7 @@ class Profile:
     prefill: list = field(default_factory=list)  # (n, mean ms) per window
     sglang: dict = field(default_factory=dict)  # bs -> SGLangLines
     by_key: dict = field(default_factory=lambda: defaultdict(list))  # key -> windows in order
+    _prefill_seen: bool = False  # a Prefill batch line since the last Decode batch line
 
     @property
     def setting(self) -> tuple[int, int, int] | None:
@@ -244,13 +260,16 @@ class Profile:
             if w is not None:
                 self.add(w)
             elif "Decode batch" in line:
+                after_prefill, self._prefill_seen = self._prefill_seen, False
                 m = DECODE_BATCH.search(line)
                 if not m:
                     raise ValueError("garbled Decode batch line")
                 tps = checked(float(m["tps"]))
                 acc = checked(float(m["acc"])) if m["acc"] else None
-                self.lines_at(int(m["bs"])).add(tps, acc)
+                self.lines_at(int(m["bs"])).add(tps, acc, after_prefill)
                 self.decode_lines += 1
+            elif "Prefill batch" in line:
+                self._prefill_seen = True
             elif not self.spec and "server_args=" in line:
                 self.spec = spec_from(line)
         except BAD_LINE:
@@ -283,9 +302,7 @@ class Profile:
         self.decode_lines += other.decode_lines
         self.prefill += other.prefill
         for bs, lines in other.sglang.items():
-            mine = self.lines_at(bs)
-            mine.tps += lines.tps
-            mine.accept += lines.accept
+            self.lines_at(bs).absorb(lines)
         for key, windows in other.by_key.items():
             self.by_key[key] += windows
 

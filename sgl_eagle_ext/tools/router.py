@@ -26,6 +26,7 @@ import importlib.util
 import os
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 
 from sgl_eagle_ext.common import http, secret_flags
@@ -55,7 +56,24 @@ HEALTH_TIMEOUT_S = "30"
 POLICIES = ("cache_aware", "round_robin", "power_of_two", "random")
 
 
+@dataclass(frozen=True)
+class RouterOptions:
+    """The command line, typed (main maps it at the edge); its defaults are the parser's."""
+
+    worker_url: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 30080
+    metrics_port: int = 29000
+    policy: str = "cache_aware"
+    worker_timeout: float = 3600.0
+    startup_timeout: float = 300.0
+    api_key_file: str | None = None
+    log_file: str | None = None
+    quiet: bool = False
+
+
 def parser() -> argparse.ArgumentParser:
+    d = RouterOptions
     p = argparse.ArgumentParser(
         prog=f"python -m {PROG}",
         description="Start sglang-router in front of SGLang servers (data-parallel replicas), "
@@ -70,19 +88,19 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--host",
-        default="127.0.0.1",
+        default=d.host,
         help="address the router listens on (default 127.0.0.1; 0.0.0.0 for all)",
     )
-    p.add_argument("--port", type=port_number, default=30080, help="router port (default 30080)")
+    p.add_argument("--port", type=port_number, default=d.port, help="router port (default 30080)")
     p.add_argument(
         "--metrics-port",
         type=port_number,
-        default=29000,
+        default=d.metrics_port,
         help="the router's Prometheus port, on --host (default 29000)",
     )
     p.add_argument(
         "--policy",
-        default="cache_aware",
+        default=d.policy,
         choices=POLICIES,
         help="how requests are spread (default cache_aware: a request goes where its "
         "prefix is cached, unless the load is uneven)",
@@ -90,13 +108,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--worker-timeout",
         type=number(0),
-        default=3600.0,
+        default=d.worker_timeout,
         help="seconds to wait for every worker to be ready (default 3600; 0: forever)",
     )
     p.add_argument(
         "--startup-timeout",
         type=number(0, strict=True),
-        default=300.0,
+        default=d.startup_timeout,
         help="seconds to wait for the router to be ready once started (default 300)",
     )
     p.add_argument(
@@ -181,23 +199,31 @@ def wait_router(
         time.sleep(poll)
 
 
-def router_command(args, urls: list[str], extra: list[str], keyed: bool = False) -> list[str]:
+def options(argv: list[str]) -> RouterOptions:
+    """Our arguments (before `--`), parsed and typed."""
+    ns = parser().parse_args(argv)
+    return RouterOptions(**{**vars(ns), "worker_url": tuple(ns.worker_url)})
+
+
+def router_command(
+    opts: RouterOptions, urls: list[str], extra: list[str], keyed: bool = False
+) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
         KEYED_ROUTER_MODULE if keyed else ROUTER_MODULE,
         "--host",
-        args.host,
+        opts.host,
         "--port",
-        str(args.port),
+        str(opts.port),
         "--worker-urls",
         *urls,
         "--policy",
-        args.policy,
+        opts.policy,
         "--prometheus-host",
-        args.host,
+        opts.host,
         "--prometheus-port",
-        str(args.metrics_port),
+        str(opts.metrics_port),
     ]
     if ServerArgv(extra).value("health-check-timeout-secs") is None:
         cmd += ["--health-check-timeout-secs", HEALTH_TIMEOUT_S]
@@ -207,28 +233,28 @@ def router_command(args, urls: list[str], extra: list[str], keyed: bool = False)
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
-    args = parser().parse_args(ours)
+    opts = options(ours)
     secret_flags.refuse_abbreviations(extra)  # `--api-k K` would stay on the command line
     router_argv, api_key = ServerArgv(extra).without("api-key")  # travels in the environment
     extra = list(router_argv)
     api_key = (
         api_key
-        or read_secret_file("--api-key-file", args.api_key_file)
+        or read_secret_file("--api-key-file", opts.api_key_file)
         or os.environ.get(API_KEY_ENV)
     )
     if api_key:
         secret_flags.check_value("api-key", api_key)
-    urls = [normalise(u) for u in args.worker_url]
+    urls = [normalise(u) for u in opts.worker_url]
     if not urls:
         raise UserError("no worker given.", fix="pass --worker-url http://HOST:PORT per replica")
     if len(set(urls)) != len(urls):
         raise UserError("the same --worker-url is given twice.", fix="list each replica once")
-    check_port_free(args.host, args.port)
-    check_port_free(args.host, args.metrics_port)
+    check_port_free(opts.host, opts.port)
+    check_port_free(opts.host, opts.metrics_port)
 
-    base_url = f"http://{probe_host(args.host)}:{args.port}"
+    base_url = f"http://{probe_host(opts.host)}:{opts.port}"
     log_path = check_writable_file(
-        "--log-file", args.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log"
+        "--log-file", opts.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log"
     )
     # after the arguments: a bad one is reported as such, router installed or not
     if importlib.util.find_spec("sglang_router") is None:
@@ -238,21 +264,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     env = {**os.environ, API_KEY_ENV: api_key} if api_key else None
     router = ServerProcess(
-        router_command(args, urls, extra, keyed=bool(api_key)),
+        router_command(opts, urls, extra, keyed=bool(api_key)),
         env,
         log_path,
         redact=[api_key or ""],
-        echo=not args.quiet,
+        echo=not opts.quiet,
     )
 
     def start_and_serve() -> int:
         print(f"{PROG}: waiting for {len(urls)} worker(s) to pass /health_generate", flush=True)
-        wait_workers(urls, args.worker_timeout, api_key=api_key)
+        wait_workers(urls, opts.worker_timeout, api_key=api_key)
         router.start()
-        took = wait_router(router, base_url, len(urls), args.startup_timeout, api_key=api_key)
+        took = wait_router(router, base_url, len(urls), opts.startup_timeout, api_key=api_key)
         print(
             f"{PROG}: READY in {took:.1f} s: {base_url} -> {len(urls)} worker(s), policy "
-            f"{args.policy} (pid {router.pid}, log {log_path})",
+            f"{opts.policy} (pid {router.pid}, log {log_path})",
             flush=True,
         )
         return serve_until_exit(router, PROG, "router")

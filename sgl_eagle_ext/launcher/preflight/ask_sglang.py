@@ -8,12 +8,15 @@ ModelConfig of the target and the draft built from that record (override argumen
 applied), the class its model loader picks for the target, the capture layers of
 that class, and every exception on the way in SGLang's own words.
 
-Answers are cached (probe_cache): a repeat of the same launch on the same installed
-files is read from disk; a failed probe is cached as failed, and says so.
+Many launches are asked at once in one subprocess (SGLang imported once), each in its
+own environment and working directory; each answer is cached under its own launch's
+key (probe_cache): a repeat of the same launch on the same installed files is read
+from disk; a failed probe is cached as failed, and says so.
 
-    settings_for(python, argv, env) -> Resolution | None     (the arm-fairness check)
     ask_launch(python, argv, env)   -> (Answer | None, why)  (preflight, dry run)
-    ask_launches(python, [argv...], env)                     (one subprocess for many)
+    ask_launches(python, [Launch(argv, env, cwd), ...])      (one subprocess for many)
+    settings_for_launches(python, [Launch, ...]) -> [Resolution | None]  (arm fairness)
+    settings_for(python, argv, env) -> Resolution | None     (the same, one launch)
 """
 
 from __future__ import annotations
@@ -170,59 +173,117 @@ def _answer(version: str, got: dict, seconds: float, cached_at: str | None = Non
     )
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One launch to ask about: its final SGLang argument list (plan.argv, no secret
+    flags), the server's environment (None: this process's) and its working directory
+    (None: this process's; a relative --model-path means what it will mean there)."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+
+
+def _start_key(env: Mapping[str, str], cwd: str) -> str:
+    """What one probe process cannot change between launches: the environment SGLang's
+    answer depends on (probe_cache.env_part: PYTHONPATH, which the interpreter reads at
+    its start, SGLang's variables, which its modules may read when imported, ...), and
+    the working directory where PYTHONPATH names a relative folder."""
+    relative = any(not os.path.isabs(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
+    return json.dumps([probe_cache.env_part(env), cwd if relative else None], sort_keys=True)
+
+
+def _env_delta(base: Mapping[str, str], env: Mapping[str, str]) -> dict:
+    """What the probe sets (or unsets: None) for a launch whose environment is `env`, in
+    a process started with `base`. Secret-looking names stay out of the request file
+    (neither SGLang's answer nor its cache key depends on them)."""
+    delta: dict = {k: v for k, v in env.items() if base.get(k) != v}
+    delta.update({k: None for k in base if k not in env})
+    return {k: v for k, v in delta.items() if not probe_cache.looks_secret(k)}
+
+
 def ask_launches(
     python: str,
-    argvs: Sequence[Sequence[str]],
-    env: Mapping[str, str] | None = None,
+    launches: Sequence[Launch],
     timeout: float = TIMEOUT_S,
     found: dict | None = None,
 ) -> list[tuple[Answer | None, str]]:
     """SGLang's answer for each launch: (Answer, '') or (None, why it could not be asked).
 
-    The launches not in the cache are asked in ONE subprocess (SGLang imported once).
-    found: installed(python, env), when the caller has it. A failure to ask (a crash,
-    no answer) is cached as failed for the same key and says so when read back; a
-    timeout is not cached (it depends on the machine's load)."""
-    env = probe_env(env)
-    found = installed(python, env) if found is None else found
-    t0 = time.monotonic()
-    keys = [
-        probe_cache.key(python, found, PROBE, list(a), env) if probe_cache.enabled(env) else None
-        for a in argvs
-    ]
-    out: list[tuple[Answer | None, str] | None] = [None] * len(argvs)
-    todo = []
-    for i, name in enumerate(keys):
-        hit = probe_cache.load(name) if name else None
-        if hit is None:
-            todo.append(i)
+    Each answer is cached under its own launch's key: a later ask of one of them alone
+    is read from disk. The launches not in the cache are asked in ONE subprocess, each
+    in its own environment and working directory, per environment the process fixes at
+    its start (_start_key: the arms of one comparison share it; a CPU-overlay launch and
+    a GPU one do not). found: installed(python, env) when the caller has it. A failure
+    to ask (a crash, no answer) is cached as failed for the same key and says so when
+    read back; a timeout is not cached (it depends on the machine's load)."""
+    envs = [probe_env(x.env) for x in launches]
+    cwds = [os.path.realpath(x.cwd or os.getcwd()) for x in launches]
+    groups: dict[str, list[int]] = {}
+    for i, (env, cwd) in enumerate(zip(envs, cwds, strict=True)):
+        groups.setdefault(_start_key(env, cwd), []).append(i)
+    out: list = [None] * len(launches)
+    for members in groups.values():
+        t0 = time.monotonic()
+        have = installed(python, envs[members[0]]) if found is None else found
+        if not have.get("sglang"):
+            for i in members:
+                out[i] = (None, f"no SGLang in {python}")
             continue
-        got, when = hit
-        if "failed" in got:
-            out[i] = (
-                None,
-                f"{got['failed']} (cached failure from {when}: the same launch on "
-                f"the same files; {probe_cache.BYPASS}=0 asks again)",
-            )
-        else:
-            out[i] = (_answer(got["version"], got, time.monotonic() - t0, when), "")
-    if todo:
-        request = {"launches": [{"argv": list(argvs[i])} for i in todo]}
-        t1 = time.monotonic()
-        reply, why, cacheable = _probe(python, request, env, timeout)
-        per = (time.monotonic() - t1) / len(todo)
-        for j, i in enumerate(todo):
-            if reply is None:
-                out[i] = (None, why)
-                if keys[i] and cacheable:
-                    probe_cache.store(keys[i], {"version": found.get("sglang", ""), "failed": why})
+        keys = {
+            i: probe_cache.key(python, have, PROBE, list(launches[i].argv), envs[i], cwds[i])
+            if probe_cache.enabled(envs[i])
+            else None
+            for i in members
+        }
+        todo = []
+        for i in members:
+            hit = probe_cache.load(keys[i]) if keys[i] else None
+            if hit is None:
+                todo.append(i)
                 continue
-            got = reply["launches"][j]
-            got["version"] = reply["version"]
-            if keys[i]:
-                probe_cache.store(keys[i], got)
-            out[i] = (_answer(reply["version"], got, per), "")
-    return [o for o in out if o is not None]
+            got, when = hit
+            got = probe_cache.with_port(got, list(launches[i].argv))
+            if "failed" in got:
+                out[i] = (
+                    None,
+                    f"{got['failed']} (cached failure from {when}: the same launch on "
+                    f"the same files; {probe_cache.BYPASS}=0 asks again)",
+                )
+            else:
+                out[i] = (_answer(got["version"], got, time.monotonic() - t0, when), "")
+        for i, (answer, why, cacheable, got) in zip(
+            todo, _ask(python, launches, envs, cwds, todo, timeout)
+        ):
+            out[i] = (answer, why)
+            if keys[i] and cacheable:
+                probe_cache.store(keys[i], got or {"version": have["sglang"], "failed": why})
+    return out
+
+
+def _ask(python: str, launches, envs: list, cwds: list, todo: list[int], timeout: float):
+    """One probe subprocess for the launches `todo` (one start environment), if any: per
+    launch (Answer | None, why, cacheable, its answer to cache: None if it failed)."""
+    if not todo:
+        return
+    base, where = envs[todo[0]], cwds[todo[0]]
+    request = {
+        "launches": [
+            {"argv": list(launches[i].argv), "env": _env_delta(base, envs[i]), "cwd": cwds[i]}
+            for i in todo
+        ]
+    }
+    t1 = time.monotonic()
+    reply, why, cacheable = _probe(python, request, base, timeout, where)
+    if reply is not None and len(reply["launches"]) != len(todo):
+        reply, why = None, f"asking SGLang failed: {len(reply['launches'])} answers to {len(todo)}"
+    per = (time.monotonic() - t1) / len(todo)
+    for j in range(len(todo)):
+        if reply is None:
+            yield None, why, cacheable, None
+            continue
+        got = {**reply["launches"][j], "version": reply["version"]}
+        yield _answer(reply["version"], got, per), "", True, got
 
 
 def ask_launch(
@@ -233,26 +294,29 @@ def ask_launch(
     found: dict | None = None,
 ) -> tuple[Answer | None, str]:
     """SGLang's answer about one launch: (Answer, '') or (None, why it could not be asked)."""
-    return ask_launches(python, [argv], env, timeout, found)[0]
+    return ask_launches(python, [Launch(argv, env)], timeout, found)[0]
+
+
+def settings_for_launches(python: str, launches: Sequence[Launch]) -> list[Resolution | None]:
+    """The settings SGLang will run each launch with, by SGLang itself, asked in one
+    subprocess (ask_launches; the arm-fairness check asks every arm at once).
+
+    Per launch: SGLang's Resolution (source="sglang"): every resolved ServerArgs field
+    (a nested config by dotted name), the changes it makes on its own (field, before,
+    after, the hook that made it), or .error with SGLang's own message when it refuses
+    these arguments. None when that python has no SGLang or could not be asked (the
+    caller predicts from the release table instead). Cached like every probe answer:
+    repeats cost a file read."""
+    return [a.settings if a is not None else None for a, _ in ask_launches(python, launches)]
 
 
 def settings_for(python: str, argv: list[str], env: dict) -> Resolution | None:
-    """The settings SGLang will run this launch with, by SGLang itself.
-
-    python: the interpreter that will start the server; argv: the launch's final SGLang
-    argument list (plan.argv, without secret flags); env: the server's environment.
-    Returns SGLang's Resolution (source="sglang"): every resolved ServerArgs field,
-    the changes it makes on its own (field, before, after, the hook that made it), or
-    .error with SGLang's own message when it refuses these arguments. None when that
-    python has no SGLang or could not be asked (the caller predicts from the release
-    table instead). Cached like every probe answer: repeats cost a file read."""
-    if not installed_version(python, env):
-        return None
-    answer, _why = ask_launch(python, argv, env)
-    return answer.settings if answer is not None else None
+    """settings_for_launches for one launch: python, the interpreter that will start the
+    server; argv, the launch's final SGLang argument list; env, the server's environment."""
+    return settings_for_launches(python, [Launch(argv, env)])[0]
 
 
-def _probe(python: str, request: dict, env: dict, timeout: float):
+def _probe(python: str, request: dict, env: dict, timeout: float, cwd: str | None = None):
     """(the probe's JSON answer, '', _) or (None, why, cacheable)."""
     with tempfile.TemporaryDirectory(prefix="sgl-eagle-ext-probe-") as tmp:
         path = Path(tmp) / "request.json"
@@ -262,9 +326,8 @@ def _probe(python: str, request: dict, env: dict, timeout: float):
                 [python, str(PROBE), str(path)],
                 timeout,
                 env=env,
-                # the launch's own directory: a relative --model-path means what it
-                # will mean to the server
-                cwd=os.getcwd(),
+                # the (first) launch's own directory; the probe moves to each one's
+                cwd=cwd or os.getcwd(),
             )
         except subprocess.TimeoutExpired:
             return None, f"asking SGLang timed out after {timeout:.0f} s", False

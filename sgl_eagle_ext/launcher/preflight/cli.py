@@ -1,6 +1,10 @@
 """python -m sgl_eagle_ext.preflight --model-path T --draft-model-path D [options] [-- SGLang args]
+python -m sgl_eagle_ext.preflight --preset eagle3-2step --model-path T --draft-model-path D ...
 
-Reads config files (and safetensors headers) only. Exit codes: 0 no error-level
+With --preset or --preset-file (and --overlay, --cpu, --adaptive-config), the launch
+checked is the one the launcher builds from the same flags (launcher/launch_flags.py:
+one mapping onto plan.LaunchRequest); without, the pair and the SGLang arguments
+after `--` as given. Reads config files (and safetensors headers) only. Exit codes: 0 no error-level
 finding (warnings allowed); 1 at least one error (not waived by --skip); 2 bad usage.
 """
 
@@ -13,9 +17,9 @@ import sys
 
 from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.cli_args import split_extra
-from sgl_eagle_ext.common.errors import cli
+from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.server_argv import ServerArgv
-from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.launcher import launch_flags, plan, presets
 from sgl_eagle_ext.launcher.preflight import run
 
 PROG = "sgl_eagle_ext.preflight"
@@ -27,6 +31,7 @@ def parser() -> argparse.ArgumentParser:
         description="Check a target/EAGLE-3 draft pair and this host before launching SGLang. "
         "Arguments after `--` are the SGLang arguments of the launch.",
     )
+    launch_flags.add_preset(p, "python -m sgl_eagle_ext.launch --list-presets lists them")
     p.add_argument("--model-path", required=True, help="target model directory")
     p.add_argument("--draft-model-path", help="EAGLE-3 draft model directory")
     p.add_argument("--sglang-version", help="check for this release (default: the installed one)")
@@ -74,6 +79,8 @@ def parser() -> argparse.ArgumentParser:
         help="the launch runs with the CPU harness overlay (launch --cpu): --device cpu "
         "and its environment, in which SGLang is asked",
     )
+    launch_flags.add_overlay(p)
+    launch_flags.add_adaptive_config(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="hide info-level notes")
     return p
@@ -83,7 +90,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
-    release, _how = releases.resolve(args.sglang_version, force=args.force)
     server_args = list(extra)
     for flag, value in (
         ("--context-length", args.context_length),
@@ -92,22 +98,44 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if value is not None:
             server_args += [flag, str(value)]
-    env = None
-    if args.cpu:  # what `launch --cpu` adds (launch/overlays/cpu.toml)
-        from sgl_eagle_ext.launcher import plan
-
-        cpu = plan.apply_overlay(presets.load(name="baseline"), "cpu")
-        env = {**os.environ, **cpu.env}
-        if not ServerArgv(server_args).value("device"):
-            server_args += ["--device", "cpu"]
-    report = run(
+    model_path, draft_model_path, hardware, env = (
         args.model_path,
         args.draft_model_path,
+        args.hardware,
+        None,
+    )
+    if args.preset or args.preset_file:  # the launcher's plan of the same flags
+        launch = plan.build(launch_flags.request(args, server_args))
+        for note in launch.notes:
+            print(f"{PROG}: {note}", file=sys.stderr)
+        release, server_args = launch.release, list(launch.argv)
+        model_path, draft_model_path = launch.model_path, launch.draft_model_path
+        hardware = hardware or launch.preset.hardware or None
+        env = {**os.environ, **launch.env}
+    else:
+        for flag, given in (
+            ("--overlay", args.overlay),
+            ("--adaptive-config", args.adaptive_config),
+        ):
+            if given:
+                raise UserError(
+                    f"{flag}: applies to a preset, and none is given.",
+                    fix="add --preset NAME or --preset-file PATH (the launch's own)",
+                )
+        release, _how = releases.resolve(args.sglang_version, force=args.force)
+        if args.cpu:  # what `launch --cpu` adds (launch/overlays/cpu.toml)
+            cpu = plan.apply_overlay(presets.load(name="baseline"), "cpu")
+            env = {**os.environ, **cpu.env}
+            if not ServerArgv(server_args).value("device"):
+                server_args += ["--device", "cpu"]
+    report = run(
+        model_path,
+        draft_model_path,
         release,
         server_args,
         fix=args.fix,
         skip=args.skip,
-        hardware=args.hardware,
+        hardware=hardware,
         host_checks=not args.no_host,
         overlay_root=args.overlay_dir,
         ask=not args.rules_only,

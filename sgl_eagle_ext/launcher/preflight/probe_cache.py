@@ -7,9 +7,9 @@ a patch changes them, not the version), the probe script's bytes, the launch's S
 argument list, its working directory, every local file or directory that list names
 (a model directory: bytes of its small files, config.json, generation_config.json,
 quantization configs, ...; name, size and mtime of weights) and the environment
-variables SGLang or transformers could read. Only that hash and SGLang's answer are
-stored (no paths of the key, no environment values, secret-looking fields masked by
-the probe: no secret can land in the cache). A failed probe is stored as failed, with
+variables SGLang or transformers could read, and the visible GPUs. Only that hash and
+SGLang's answer are stored (no paths of the key, no environment values, secret-looking
+fields masked by the probe: no secret can land in the cache). A failed probe is stored as failed, with
 its error. A missing, corrupt or foreign entry is a miss; writes are atomic.
 EAGLE_EXT_PROBE_CACHE=0 bypasses it.
 """
@@ -32,8 +32,18 @@ BIG = 16 << 20  # files above this (weights) are keyed by name, size and mtime, 
 # Environment variables that can change what SGLang or transformers answer. Values are
 # hashed into the key, never stored; names that look like secrets are left out.
 ENV_PREFIXES = ("SGLANG_", "SGL_", "HF_", "TRANSFORMERS_", "HUGGINGFACE_", "PYTHON")
-ENV_NAMES = ("VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH")
+# The visible GPUs too: a GPU launch's resolution reads their memory, and torch reads
+# the variable once, when CUDA starts (so one probe process cannot ask for two sets).
+ENV_NAMES = (
+    *("VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH"),
+    *("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
+)
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "AUTH")
+# The HTTP port is where a server listens, not an input of SGLang's resolution (no hook
+# reads it): launches that differ only in it share one entry, and a hit is answered with
+# the launch's own port (with_port). A restart on another free port asks SGLang once.
+PORT_FLAG = "--port"
+PORT_HOLDER = "<port>"
 
 
 def enabled(env: Mapping[str, str] | None = None) -> bool:
@@ -69,21 +79,25 @@ def _dir_signature(path: str) -> list | None:
     return out
 
 
-def _env_part(env: Mapping[str, str]) -> dict:
+def looks_secret(name: str) -> bool:
+    return any(w in name.upper() for w in SECRET_WORDS)
+
+
+def env_part(env: Mapping[str, str]) -> dict:
+    """The environment variables SGLang's answer can depend on (secret names left out)."""
     return {
         k: v
         for k, v in sorted(env.items())
-        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES)
-        and not any(w in k.upper() for w in SECRET_WORDS)
-        and k != BYPASS
+        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and not looks_secret(k) and k != BYPASS
     }
 
 
-def _path_signature(token: str) -> list | None:
-    """A local file or directory an argument names: its signature (None: not a path)."""
+def _path_signature(token: str, cwd: str) -> list | None:
+    """A local file or directory an argument names, seen from the launch's working
+    directory `cwd`: its signature (None: not a path)."""
     if not token or token.startswith("-") or len(token) > 4096:
         return None
-    p = Path(token).expanduser()
+    p = Path(cwd) / Path(token).expanduser()  # an absolute token stays itself
     try:
         if p.is_dir():
             return [os.path.realpath(p), _dir_signature(str(p))]
@@ -100,21 +114,55 @@ def _path_signature(token: str) -> list | None:
     return None
 
 
+def _portless(argv: list[str]) -> list[str]:
+    out, after_flag = [], False
+    for token in argv:
+        if after_flag:
+            out.append(PORT_HOLDER)
+        elif token.startswith(PORT_FLAG + "="):  # one spelling, one key
+            out += [PORT_FLAG, PORT_HOLDER]
+        else:
+            out.append(token)
+        after_flag = token == PORT_FLAG
+    return out
+
+
+def with_port(answer: dict, argv: list[str]) -> dict:
+    """A stored answer as SGLang gives it for this launch: its own `--port` in the
+    resolved fields (the entry may have been stored by a launch on another port)."""
+    port = ServerArgv(argv).value("port")
+    fields = (answer.get("settings") or {}).get("fields")
+    if port is None or not isinstance(fields, dict) or "port" not in fields:
+        return answer
+    try:
+        value = int(port)
+    except ValueError:
+        return answer
+    return {**answer, "settings": {**answer["settings"], "fields": {**fields, "port": value}}}
+
+
 def key(
-    python: str, installed: Mapping, probe: Path, argv: list[str], env: Mapping[str, str]
+    python: str,
+    installed: Mapping,
+    probe: Path,
+    argv: list[str],
+    env: Mapping[str, str],
+    cwd: str | None = None,
 ) -> str | None:
-    """The entry's name for one launch, or None when its answer cannot be keyed."""
+    """The entry's name for one launch (run in `cwd`, default this process's), or None
+    when its answer cannot be keyed."""
     if not installed.get("sglang") or "transformers" not in installed or not installed.get("src"):
         return None
+    cwd = os.path.realpath(cwd or os.getcwd())
     named = ServerArgv(argv)
     for flag in ("model-path", "speculative-draft-model-path"):
         given = named.value(flag)
-        if given is not None and _path_signature(given) is None:
+        if given is not None and _path_signature(given, cwd) is None:
             return None  # a hub id: what it resolves to is not keyed here
     paths = {}
     for token in argv:
         for part in (token, token.partition("=")[2]):  # --flag=PATH too
-            sig = _path_signature(part)
+            sig = _path_signature(part, cwd)
             if sig is not None:
                 paths[part] = sig
     material = {
@@ -123,10 +171,10 @@ def key(
         "python_real": os.path.realpath(python),
         "installed": dict(installed),
         "probe": hashlib.sha256(probe.read_bytes()).hexdigest(),
-        "argv": list(argv),
-        "cwd": os.path.realpath(os.getcwd()),
+        "argv": _portless(list(argv)),
+        "cwd": cwd,
         "paths": paths,
-        "env": _env_part(env),
+        "env": env_part(env),
     }
     blob = json.dumps(material, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()

@@ -30,18 +30,24 @@ def _entry_names(file: Path) -> set[str]:
     return names
 
 
+def _registered(pkg: Path, pattern: str) -> frozenset[str]:
+    names: set[str] = set()
+    for file in sorted((Path(pkg) / "srt" / "models").glob(pattern)):
+        names |= _entry_names(file)
+    return frozenset(names)
+
+
 @functools.cache
-def architectures(pkg: Path) -> tuple[frozenset[str], frozenset[str]]:
-    """(every registered architecture, the EAGLE-3 draft ones) of the `sglang` package at pkg."""
-    models = Path(pkg) / "srt" / "models"
-    every: set[str] = set()
-    drafts: set[str] = set()
-    for file in sorted(models.glob("*.py")):
-        names = _entry_names(file)
-        every |= names
-        if "eagle3" in file.stem:
-            drafts |= names
-    return frozenset(every), frozenset(drafts)
+def architectures(pkg: Path) -> frozenset[str]:
+    """Every registered architecture of the `sglang` package at pkg (every model file
+    parsed: seconds, so only where SGLang's own loader did not answer)."""
+    return _registered(pkg, "*.py")
+
+
+@functools.cache
+def draft_architectures(pkg: Path) -> frozenset[str]:
+    """The EAGLE-3 draft architectures of the `sglang` package at pkg (its *eagle3* files)."""
+    return _registered(pkg, "*eagle3*.py")
 
 
 METHOD = "set_eagle3_layers_to_capture"

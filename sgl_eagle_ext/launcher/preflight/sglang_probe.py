@@ -6,12 +6,14 @@ Runs inside the python that will start the server, so it imports only SGLang, it
 transformers and the standard library (never sgl_eagle_ext). Nothing heavy starts:
 no weights are read, no model is built, no server process is spawned.
 
-One question per launch ("launches": [{"argv": [...]}, ...]): the launch's final SGLang
-argument list, asked in the launch's environment and working directory. The answer:
+One question per launch ("launches": [{"argv": [...], "env": {...}, "cwd": ...}, ...]):
+the launch's final SGLang argument list, asked in the launch's environment and working
+directory (as_launched), one launch after the other in this one process. The answer:
 
   settings: SGLang's own parser (prepare_server_args) and resolution (resolve_once, or
       the dataclass __post_init__ of releases without it) on that argument list: every
-      resolved field, and which field SGLang changed, from what, by which hook;
+      resolved field (a nested config by dotted name: cuda_graph_config.decode.bs), and
+      which field SGLang changed, from what, by which hook;
   target / draft: ModelConfig.from_server_args on that record (so --json-model-override-
       args, --context-length, --trust-remote-code, --revision, --dtype ... apply), the
       draft with the target's context length as the draft worker gets it;
@@ -427,7 +429,9 @@ def family_cases(fams: dict, req: dict, root: str) -> dict:
 
 # -- one launch: SGLang's own answer for the exact argument list ----------------------------
 # Fields whose name has one of these words (api_key, ssl_keyfile_password, watermark_key,
-# hf_token ...) are masked: an answer is cached, a secret never is.
+# hf_token ...) are masked: an answer is cached, a secret never is. A number or a flag is
+# no secret (tbo_token_distribution_threshold, ds_heavy_token_num): kept, so the fairness
+# check sees arms that differ in it.
 SECRET_WORDS = frozenset({"key", "keys", "password", "secret", "token", "passphrase"})
 
 
@@ -491,9 +495,23 @@ def _fields(obj) -> list[str]:
 
 
 def _masked(name: str, value):
-    if value is not None and SECRET_WORDS & set(name.lower().split("_")):
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    if SECRET_WORDS & set(re.split(r"[._]", name.lower())):
         return "***"
     return value
+
+
+def _leaves(name: str, value) -> dict:
+    """A resolved value by dotted name: a nested config (0.5.19+'s cuda_graph_config)
+    one entry per leaf, as the release table's rules and the fairness check name them
+    ("cuda_graph_config.decode.bs"); anything else itself."""
+    if isinstance(value, dict) and value:
+        out = {}
+        for k, v in value.items():
+            out.update(_leaves(f"{name}.{k}", v))
+        return out
+    return {name: value}
 
 
 @contextlib.contextmanager
@@ -579,12 +597,14 @@ def settings(argv: list[str]) -> tuple[object, dict]:
     for name, value in after.items():
         if name.startswith("_"):
             continue
-        now = _jsonable(_masked(name, value))
-        out["fields"][name] = now
-        before = _jsonable(_masked(name, raw.get(name)))
-        if name in raw and before != now:
-            source = by.get(name, "")
-            out["changes"].append([name, before, now, "" if source == "__init__" else source])
+        before = _leaves(name, _jsonable(raw.get(name)))
+        source = by.get(name, "")
+        for key, leaf in _leaves(name, _jsonable(value)).items():
+            now = _masked(key, leaf)
+            out["fields"][key] = now
+            was = _masked(key, before.get(key))
+            if name in raw and was != now:
+                out["changes"].append([key, was, now, "" if source == "__init__" else source])
     return sa, out
 
 
@@ -768,6 +788,54 @@ def launch_case(case: dict) -> dict:
     return out
 
 
+# SGLang's modules that memoize a model's configuration by its path (get_config,
+# get_generation_config, ...; 0.5.10's single module and 0.5.19+'s package).
+_CONFIG_MEMOS = ("sglang.srt.configs", "sglang.srt.utils.hf_transformers", "sglang.srt.hf_")
+
+
+def _forget_configs() -> None:
+    """Drop the configurations SGLang memoized for the launch before: it may have read
+    the same relative path in another directory, or changed a cached config in place.
+    (Its other memos, the model registry's imports above all, stay: the start
+    environment that decides them is the same for every launch of one request.)"""
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith(_CONFIG_MEMOS):
+            continue
+        for value in list(vars(mod).values()):
+            try:  # a stand-in for a missing optional library raises on any attribute
+                clear = getattr(value, "cache_clear", None)
+                if callable(clear) and getattr(value, "__module__", None) == name:
+                    clear()
+            except Exception:
+                pass
+
+
+@contextlib.contextmanager
+def as_launched(case: dict):
+    """Meanwhile, the launch's own environment and working directory, and none of the
+    configs SGLang memoized for the launch before: "env" holds what differs from this
+    process's environment (a value, or None: unset), "cwd" where the server will run.
+    What the interpreter fixed at its start (PYTHONPATH, and SGLang's variables, which
+    its modules may read when imported) is the same for every launch of one request
+    (ask_sglang.py groups the launches by it)."""
+    env, saved_env, saved_cwd = case.get("env") or {}, dict(os.environ), os.getcwd()
+    try:
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if case.get("cwd"):
+            os.chdir(case["cwd"])
+        _forget_configs()
+        yield
+    finally:  # what SGLang's resolution set in os.environ goes too: no launch sees another's
+        os.chdir(saved_cwd)
+        if dict(os.environ) != saved_env:
+            os.environ.clear()
+            os.environ.update(saved_env)
+
+
 def main() -> None:
     t0 = time.monotonic()
     with open(sys.argv[1]) as f:
@@ -780,7 +848,8 @@ def main() -> None:
         for case in req["launches"]:
             t1 = time.monotonic()
             try:
-                got = launch_case(case)
+                with as_launched(case):
+                    got = launch_case(case)
             except BaseException as e:  # a bug here is still one answer, never a crash
                 got = {"errors": [_error("probe", e)]}
             got["seconds"] = round(time.monotonic() - t1, 2)

@@ -32,8 +32,11 @@ def architectures(
                 text=False,
             )
         )
+    picked = (sglang.target_class or {}) if sglang is not None else {}
     if pkg is not None:
-        known, drafts = registry.architectures(pkg)
+        # where SGLang's own loader picked the target's class, the registry read is moot
+        known = None if picked.get("arch") else registry.architectures(pkg)
+        drafts = registry.draft_architectures(pkg)
         origin = f"SGLang {release.version}'s model registry ({pkg}/srt/models)"
     else:
         known, drafts = None, frozenset(release.eagle3_drafts)
@@ -48,22 +51,21 @@ def architectures(
             )
         )
     t_arch = target.architecture
-    picked = (sglang.target_class or {}) if sglang is not None else {}
-    if picked.get("arch"):  # SGLang's own loader answered: the source read is moot
-        known = None
-        if picked["arch"] != t_arch and str(picked["arch"]).startswith("Transformers"):
-            found.append(
-                target.finding(
-                    "arch.target-unknown",
-                    ERROR if eagle3 else WARNING,
-                    f"SGLang {sglang.version} has no model class {t_arch}: its loader falls "
-                    f"back to {picked['arch']} ({sglang.label}), which cannot capture EAGLE-3 "
-                    f"aux states.",
-                    "use a release that supports this model",
-                    "architectures",
-                    text=False,
-                )
+    # where SGLang's own loader answered, `known` is None (the registry was not read)
+    arch = picked.get("arch")
+    if arch and arch != t_arch and str(arch).startswith("Transformers"):
+        found.append(
+            target.finding(
+                "arch.target-unknown",
+                ERROR if eagle3 else WARNING,
+                f"SGLang {sglang.version} has no model class {t_arch}: its loader falls "
+                f"back to {arch} ({sglang.label}), which cannot capture EAGLE-3 "
+                f"aux states.",
+                "use a release that supports this model",
+                "architectures",
+                text=False,
             )
+        )
     if known is not None and t_arch and t_arch not in known:
         found.append(
             target.finding(

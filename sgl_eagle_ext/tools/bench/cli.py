@@ -14,8 +14,9 @@ Exit codes: 0 ok; 1 the server failed (died, every run failed, an arm did not
 start) or the lossless check found differences; 2 bad input; 130 Ctrl-C (what
 was finished is written first).
 
-This module only assembles the subcommands (commands/, each owns its parser
-and its run) and dispatches.
+This module only assembles the subcommands (commands/, each owns its parser,
+the reading of its flags into one typed options object, and its run) and
+dispatches: parse -> read (every check of a flag's value) -> run.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _console(args: argparse.Namespace) -> Console:
+    """--quiet and --progress-every (the commands that send requests have them)."""
+    every = getattr(args, "progress_every", DEFAULT_EVERY)
+    options.positive("--progress-every", every, zero_ok=True)
+    return Console(getattr(args, "quiet", False), every)
+
+
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
@@ -67,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
             f"`bench compare` (the servers they start).",
             fix="drop them",
         )
-    options.validate(args)
-    console = Console(getattr(args, "quiet", False), getattr(args, "progress_every", DEFAULT_EVERY))
+    opts = args.read(args)  # the command's typed options; a bad value stops here
+    console = _console(args)
     try:
         with sigterm_as_sigint():  # `kill` records the level in progress, as Ctrl-C does
-            return args.run(args, extra, console)
+            return args.run(opts, extra, console)
     except (sw.Interrupted, KeyboardInterrupt) as e:
         where = f" {e}" if str(e) else ""
         print(f"\n{PROG}: interrupted{where}; finished results are recorded", file=sys.stderr)

@@ -201,22 +201,32 @@ def describe_slo(slo: dict) -> str:
     return " and ".join(f"{k.upper()} <= {v:g} ms" for k, v in slo.items()) or "none"
 
 
-def main(args, console) -> int:
-    src = Path(args.file)
+def report(
+    src: Path,
+    console,
+    *,
+    slo_text: list[str] | None,
+    percentiles_text: str,
+    run_id: str | None,
+    as_json: bool,
+) -> int:
+    """bench goodput: the file's requests (those of `run_id` when given) against the
+    goals of --slo, at --percentiles (both parsed here, after the file's problems are
+    printed)."""
     rows, problems = request_log.read(src)
     for p in problems:
         console.warn(p)
-    slo = parse_slo(args.slo)
-    ps = parse_percentiles(args.percentiles)
-    if args.run_id:
-        rows = [r for r in rows if r.get("run_id") == args.run_id]
+    slo = parse_slo(slo_text)
+    ps = parse_percentiles(percentiles_text)
+    if run_id:
+        rows = [r for r in rows if r.get("run_id") == run_id]
         if not rows:
-            raise UserError(f"{src}: no requests of run {args.run_id}.", fix="check --run-id")
+            raise UserError(f"{src}: no requests of run {run_id}.", fix="check --run-id")
     results = compute(rows, slo, ps)
     console.out(f"{len(rows)} request(s) from {src}; SLO: {describe_slo(slo)}")
     for line in table(results, slo, ps):
         console.out(line)
-    if getattr(args, "json", False):
+    if as_json:
         import json
 
         console.out(

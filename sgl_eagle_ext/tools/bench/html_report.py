@@ -14,6 +14,7 @@ import base64
 import json
 import tempfile
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -315,30 +316,41 @@ def build(
     )
 
 
-def main(args, console) -> int:
-    src = Path(args.results)
+def write_report(
+    src: Path,
+    out: Path | None,
+    console,
+    *,
+    run_id: str | None,
+    requests: Path | None,
+    slo_text: str | None,
+    percentiles_text: str,
+    profile_logs: Sequence[str],
+) -> int:
+    """bench report: `src`'s records (and the per-request records in `requests`) as one
+    HTML file at `out` (None: next to `src`, .html)."""
     recs, problems = records.read_jsonl(src)
     for p in problems:
         console.warn(p)
     if not recs:
         raise UserError(f"{src}: no bench records.", fix="give the JSONL `bench` wrote")
     rows = None
-    if args.requests:
-        rows, more = request_log.read(Path(args.requests))
+    if requests is not None:
+        rows, more = request_log.read(requests)
         for p in more:
             console.warn(p)
     plot.require_matplotlib("bench report")  # after the input checks: they need none
     html = build(
         recs,
         str(src),
-        run_id=args.run_id,
+        run_id=run_id,
         request_rows=rows,
-        slo=goodput.parse_slo(args.slo),
-        percentiles=goodput.parse_percentiles(args.percentiles),
-        profile_logs=args.profile_log or (),
+        slo=goodput.parse_slo(slo_text),
+        percentiles=goodput.parse_percentiles(percentiles_text),
+        profile_logs=profile_logs,
         problems=problems,
     )
-    out = Path(args.output) if args.output else src.with_suffix(".html")
+    out = out or src.with_suffix(".html")
     # a non-UTF-8 label: its own bytes back (surrogateescape)
     paths.write_text("-o", out, html, errors="surrogateescape")
     console.out(f"wrote {out} ({len(html) // 1024} KiB, self-contained: open it in a browser)")

@@ -1,8 +1,16 @@
-"""Argument groups shared by the bench subcommands, and their validation.
+"""Argument groups shared by the bench subcommands, their typed options, and the
+checks that read them.
 
-Each subcommand module (commands/) builds its own parser from these groups:
-`server` (where and how to reach the server), `workload` (prompts, lengths,
-sampling, records) and `sweep` (load levels).
+Each subcommand module (commands/) builds its own parser from these groups and
+reads the parsed flags into the group's frozen options (commands/groups.py), so
+everything below the command line takes typed values:
+
+    add_server    --url --api-key --endpoint --header ...   ConnectionOptions
+    add_workload  --prompts --seed --max-tokens ...          RequestOptions
+                  --results --no-records (--label --run-id)  RecordOptions
+    add_sweep     --concurrency --request-rate --slo ...     SweepOptions
+
+(--quiet and --progress-every, also in add_workload, make the Console: cli.py.)
 """
 
 from __future__ import annotations
@@ -10,6 +18,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 from sgl_eagle_ext.common import nesting, redaction, secret_flags
 from sgl_eagle_ext.common.cli_args import number
@@ -55,22 +66,25 @@ def rates(text: str, flag: str = "--request-rate") -> list[float]:
     return values
 
 
-def _closed_only(args: argparse.Namespace) -> None:
-    for name, why in (
-        ("burstiness", "shapes the gaps between open-loop arrivals"),
-        ("arrival", "shapes open-loop arrivals"),
-        ("max_concurrency", "caps an open-loop level; with --concurrency the level is the cap"),
+def _closed_only(sweep: SweepOptions) -> None:
+    for flag, value, why in (
+        ("--burstiness", sweep.burstiness, "shapes the gaps between open-loop arrivals"),
+        ("--arrival", sweep.arrival, "shapes open-loop arrivals"),
+        (
+            "--max-concurrency",
+            sweep.max_concurrency,
+            "caps an open-loop level; with --concurrency the level is the cap",
+        ),
     ):
-        if getattr(args, name, None) is not None:
+        if value is not None:
             raise UserError(
-                f"--{name.replace('_', '-')} {why}: it needs --request-rate.",
+                f"{flag} {why}: it needs --request-rate.",
                 fix="add --request-rate R (e.g. 4, 1,2,4 or inf), or drop it",
             )
 
 
-def arrival_kind(args: argparse.Namespace) -> tuple[str, float]:
+def arrival_kind(kind: str | None, burst: float | None) -> tuple[str, float]:
     """(arrival process, gamma shape) from --arrival and --burstiness."""
-    kind, burst = getattr(args, "arrival", None), args.burstiness
     if burst == INF:  # vLLM's spelling of even gaps: a gamma of infinite shape
         if kind not in (None, "constant"):
             raise UserError(
@@ -96,35 +110,34 @@ def arrival_kind(args: argparse.Namespace) -> tuple[str, float]:
     return kind, (1.0 if burst is None else burst)
 
 
-def load_levels(args: argparse.Namespace) -> tuple[list[float], sw.OpenLoop | None]:
+def load_levels(sweep: SweepOptions) -> tuple[list[float], sw.OpenLoop | None]:
     """The sweep's levels: concurrencies (closed loop) or request rates (open loop)."""
-    rate_flag = "--request-rates" if args.request_rates else "--request-rate"
-    text = args.request_rates or args.request_rate
-    if args.duration is not None:
-        positive("--duration", args.duration)
+    rate_flag, text = sweep.rate_flag, sweep.request_rate
+    if sweep.duration is not None:
+        positive("--duration", sweep.duration)
     if text is None:
-        _closed_only(args)
-        return levels(args.concurrency or DEFAULT_CONCURRENCY), None
-    if args.concurrency is not None:
+        _closed_only(sweep)
+        return levels(sweep.concurrency or DEFAULT_CONCURRENCY), None
+    if sweep.concurrency is not None:
         raise UserError(
             f"--concurrency and {rate_flag} both given: a sweep's levels are one or the other.",
             fix="closed loop: --concurrency 1,2,4; open loop: --request-rate 1,2,4 "
             "(with --max-concurrency N to cap what is in flight)",
         )
     values = rates(text, rate_flag)
-    kind, burst = arrival_kind(args)
-    cap = getattr(args, "max_concurrency", None)
+    kind, burst = arrival_kind(sweep.arrival, sweep.burstiness)
+    cap = sweep.max_concurrency
     if cap is not None:
         positive("--max-concurrency", cap)
         limits.check_concurrency(cap, "--max-concurrency")
-    if args.duration is not None and values[-1] == INF:
+    if sweep.duration is not None and values[-1] == INF:
         raise UserError(
             f"{rate_flag} inf with --duration: a burst sends every request at once; "
             "it has no arrivals to spread over a duration.",
             fix="give a finite rate with --duration, or --concurrency N --duration S "
             "(closed loop for S seconds)",
         )
-    return values, sw.OpenLoop(burst, args.duration, kind, cap)
+    return values, sw.OpenLoop(burst, sweep.duration, kind, cap)
 
 
 # Upper bounds where a server would accept nonsense (a 20-digit --max-tokens makes
@@ -192,11 +205,23 @@ def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
     )
 
 
-def request_headers(args: argparse.Namespace) -> dict[str, str]:
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """add_server's flags, read: where the server is and how every request looks."""
+
+    url: str | None  # --url; None: the command has its own URLs (lossless) or servers (ab)
+    api_key: str | None  # --api-key (checked: an HTTP header can carry it)
+    endpoint: str  # --endpoint
+    headers: dict[str, str]  # --header NAME=VALUE ..., parsed (request_headers)
+    stream: bool  # False with --no-stream
+    extra_body: dict  # --extra-body, parsed (extra_body)
+
+
+def request_headers(texts: Iterable[str]) -> dict[str, str]:
     """--header values as a dict: `NAME=VALUE` (as sglang.bench_serving and vLLM take
     them) or `NAME: VALUE` (as curl does); the first `=` or `:` ends the name."""
     out = {}
-    for h in getattr(args, "header", None) or ():
+    for h in texts:
         cut = min((i for i in (h.find("="), h.find(":")) if i >= 0), default=-1)
         name, value = (h[:cut], h[cut + 1 :]) if cut >= 0 else (h, "")
         if cut < 0 or not name.strip() or any(c.isspace() for c in name.strip()):
@@ -209,8 +234,21 @@ def request_headers(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
-def extra_body(args: argparse.Namespace) -> dict:
-    text = getattr(args, "extra_body", None)
+def check_headers(headers: dict[str, str]) -> None:
+    """Refuse what no HTTP header can carry; remember secret-named values for masking."""
+    for name, value in headers.items():
+        if secret_flags.CONTROL.search(value) or secret_flags.CONTROL.search(name):
+            raise UserError(
+                f"--header {name[:40]}: holds a control character (CR, LF, NUL, ...), "
+                f"which no HTTP header can carry.",
+                fix="write the header on one line, without control characters",
+            )
+        if redaction.is_secret_name(name) or name.lower() in ("authorization", "cookie"):
+            redaction.remember(value)
+
+
+def extra_body(text: str | None) -> dict:
+    """--extra-body: a JSON object ({} when not given)."""
     if not text:
         return {}
     try:
@@ -224,6 +262,28 @@ def extra_body(args: argparse.Namespace) -> dict:
             "--extra-body: must be a JSON object.", fix="e.g. --extra-body '{\"top_p\": 0.9}'"
         )
     return obj
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """add_workload's flags that shape every request: what it says, asks for and waits."""
+
+    prompts: str  # --prompts: a shipped set's name or a JSONL file
+    seed: int  # --seed: prompt order (and sampling)
+    max_tokens: int  # --max-tokens (> 0)
+    temperature: float  # --temperature (>= 0)
+    respect_eos: bool  # --respect-eos (else EOS is ignored: fixed lengths)
+    request_timeout: float  # --request-timeout, seconds (> 0)
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """Where the records go and what names them: --results / --no-records (add_workload),
+    and the commands' own --run-id and --label."""
+
+    results: Path | None  # --results; None with --no-records
+    run_id: str | None  # --run-id (None: a new id)
+    label: str  # --label: the arm name stored in the records ("" where none)
 
 
 def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
@@ -277,6 +337,25 @@ def add_common(p: argparse.ArgumentParser, max_tokens: int, url: bool = True) ->
 
 
 DEFAULT_CONCURRENCY = ",".join(map(str, sw.DEFAULT_LEVELS))
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """add_sweep's flags, read: the load levels (resolved by load_levels) and what each
+    level sends."""
+
+    concurrency: str | None  # --concurrency: closed-loop levels, as given
+    request_rate: str | None  # --request-rate (or its alias --request-rates), as given
+    rate_flag: str  # which of the two spellings was given, for messages
+    max_concurrency: int | None  # --max-concurrency (open loop)
+    arrival: str | None  # --arrival (open loop)
+    burstiness: float | None  # --burstiness (open loop)
+    duration: float | None  # --duration: seconds per level
+    num_prompts: int  # --num-prompts per level (>= 0)
+    prompts_per_concurrency: int  # --prompts-per-concurrency (>= 0)
+    warmup: int  # --warmup requests before the sweep (>= 0)
+    flush_cache: bool  # False with --no-flush-cache
+    slo: sw.SLO  # --slo/--goodput and the --slo-ttft-ms/--slo-tpot-ms aliases, parsed
 
 
 def add_sweep(p: argparse.ArgumentParser) -> None:
@@ -354,14 +433,13 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-ttft-ms", type=number(0, strict=True), help="alias of --slo ttft=MS")
 
 
-def slo(args: argparse.Namespace) -> sw.SLO:
+def slo(goals_text: list[str] | None, ttft_ms: float | None, tpot_ms: float | None) -> sw.SLO:
     """The sweep's SLO: --slo (--goodput) KEY=MS..., or the aliases --slo-ttft-ms and
     --slo-tpot-ms."""
     from sgl_eagle_ext.tools.bench import goodput
 
-    goals = goodput.parse_slo(getattr(args, "slo", None))
-    for key in ("ttft", "tpot"):
-        alias = getattr(args, f"slo_{key}_ms", None)
+    goals = goodput.parse_slo(goals_text)
+    for key, alias in (("ttft", ttft_ms), ("tpot", tpot_ms)):
         if alias is not None and key in goals and goals[key] != alias:
             raise UserError(
                 f"--slo {key}={goals[key]:g} and --slo-{key}-ms {alias:g} disagree.",
@@ -370,41 +448,3 @@ def slo(args: argparse.Namespace) -> sw.SLO:
         if alias is not None:
             goals[key] = alias
     return sw.SLO(goals.get("tpot"), goals.get("ttft"), "given", goals.get("e2e"), goals.get("itl"))
-
-
-def validate(args: argparse.Namespace) -> None:
-    """Range checks of whichever shared options this command has."""
-    headers = request_headers(args)
-    if getattr(args, "api_key", None):  # one HTTP cannot carry, or SGLang cannot compare
-        args.api_key = secret_flags.check_value("api-key", args.api_key)
-    for name, value in headers.items():
-        if secret_flags.CONTROL.search(value) or secret_flags.CONTROL.search(name):
-            raise UserError(
-                f"--header {name[:40]}: holds a control character (CR, LF, NUL, ...), "
-                f"which no HTTP header can carry.",
-                fix="write the header on one line, without control characters",
-            )
-        if redaction.is_secret_name(name) or name.lower() in ("authorization", "cookie"):
-            redaction.remember(value)
-    extra_body(args)
-    if getattr(args, "dataset", None):  # its form and bounds, before the server is asked
-        from sgl_eagle_ext.tools.bench import datasets
-
-        datasets.parse_spec(args.dataset)
-    if hasattr(args, "max_tokens"):
-        positive("--max-tokens", args.max_tokens)
-        positive("--request-timeout", args.request_timeout)
-        positive("--temperature", args.temperature, zero_ok=True)
-    for name in ("runs", "num_prompts", "lossless_prompts"):
-        if hasattr(args, name):
-            positive("--" + name.replace("_", "-"), getattr(args, name), zero_ok=name != "runs")
-    if hasattr(args, "slo_ttft_ms"):
-        slo(args)
-    if hasattr(args, "warmup"):
-        positive("--warmup", args.warmup, zero_ok=True)
-    if hasattr(args, "progress_every"):
-        positive("--progress-every", args.progress_every, zero_ok=True)
-    if hasattr(args, "prompts_per_concurrency"):
-        positive("--prompts-per-concurrency", args.prompts_per_concurrency, zero_ok=True)
-    if hasattr(args, "trace_speed"):
-        positive("--trace-speed", args.trace_speed)

@@ -190,12 +190,13 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
     plt.close(fig)
 
 
-def main(args, console: Console) -> int:
-    src = Path(args.results)
+def plot_run(src: Path, out: Path | None, run_id: str | None, console: Console) -> int:
+    """bench plot: one run of `src` (`run_id`, else the latest with sweep records) as a
+    PNG at `out` (None: next to `src`)."""
     recs, problems = records.read_jsonl(src)
     for p in problems:
         console.warn(p)
-    run_id, chosen = pick_run(recs, args.run_id, str(src))
+    run_id, chosen = pick_run(recs, run_id, str(src))
     arms, skipped = series(chosen)
     if not arms:
         raise UserError(
@@ -207,7 +208,7 @@ def main(args, console: Console) -> int:
             f"more, so nothing is drawn (the sweep table holds its figures)"
         )
         return 0
-    out = Path(args.output) if args.output else src.with_name(f"{src.stem}-{run_id}.png")
+    out = out or src.with_name(f"{src.stem}-{run_id}.png")
     require_matplotlib()  # after the input checks: they need no matplotlib
     render(run_id, arms, out)
     if skipped:

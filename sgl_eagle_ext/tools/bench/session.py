@@ -1,10 +1,8 @@
-"""What every subcommand's run builds from its arguments: the recorder, the load,
-the streaming client, the server's one-line description and the provenance."""
+"""What every subcommand's run builds from its typed options (options.py): the
+recorder, the load, the streaming client, the server's one-line description and the
+provenance."""
 
 from __future__ import annotations
-
-import argparse
-from pathlib import Path
 
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import options, probe, prompts, provenance, records
@@ -15,49 +13,53 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 
 
-def recorder(args: argparse.Namespace) -> records.Recorder:
+def recorder(out: options.RecordOptions, conn: options.ConnectionOptions) -> records.Recorder:
     # Known secret values are redacted from every record wherever they turn up
     # (SGLang's /server_info echoes its own command line, --api-key included).
-    secrets = (getattr(args, "api_key", None) or "", *options.request_headers(args).values())
-    return records.Recorder(
-        None if args.no_records else Path(args.results),
-        getattr(args, "run_id", None),
-        secrets=secrets,
-    )
+    secrets = (conn.api_key or "", *conn.headers.values())
+    return records.Recorder(out.results, out.run_id, secrets=secrets)
 
 
-def load(args: argparse.Namespace) -> sw.Load:
-    return sw.Load(args.max_tokens, args.temperature, not args.respect_eos, args.seed)
+def load(req: options.RequestOptions) -> sw.Load:
+    return sw.Load(req.max_tokens, req.temperature, not req.respect_eos, req.seed)
 
 
-def load_fields(ld: sw.Load, args: argparse.Namespace) -> dict:
+def load_fields(ld: sw.Load, conn: options.ConnectionOptions) -> dict:
     """What every request of a record asked for (secret-named --extra-body keys hidden)."""
-    body = options.extra_body(args)
+    body = conn.extra_body
     return {
         "max_tokens": ld.max_tokens,
         "temperature": ld.temperature,
         "ignore_eos": ld.ignore_eos,
         "seed": ld.seed,
-        "endpoint": args.endpoint,
-        "stream": getattr(args, "stream", True),
+        "endpoint": conn.endpoint,
+        "stream": conn.stream,
         **({"extra_body": provenance.redact_info(body)} if body else {}),
     }
 
 
-def load_shape(args: argparse.Namespace, open_loop: sw.OpenLoop | None, wl=None) -> dict:
+def load_shape(
+    open_loop: sw.OpenLoop | None,
+    wl=None,
+    *,
+    dataset: str,
+    max_tokens: int,
+    stream: bool,
+    duration: float | None,
+) -> dict:
     """Every option that shapes the load, as sent, for each record of the run (the
     level's own value, concurrency or request rate, is added per level)."""
     facts = wl.facts() if wl is not None else {}
     return {
-        "dataset": facts.get("dataset", getattr(args, "dataset", None) or "shipped"),
+        "dataset": facts.get("dataset", dataset or "shipped"),
         "input_len": facts.get("input_len", "dataset"),
         # what each request asked for: --output-len, else --max-tokens
-        "output_len": facts.get("output_len") if wl is not None else str(args.max_tokens),
-        "stream": getattr(args, "stream", True),
+        "output_len": facts.get("output_len") if wl is not None else str(max_tokens),
+        "stream": stream,
         "arrival": open_loop.arrival if open_loop else "closed loop",
         "burstiness": open_loop.shape if open_loop else None,
         "max_concurrency": open_loop.max_concurrency if open_loop else None,
-        "duration_target_s": getattr(args, "duration", None),
+        "duration_target_s": duration,
         # a trace replayed at its timestamps: how much faster (None: not a replay)
         "trace_speed": open_loop.speed if open_loop and open_loop.times is not None else None,
     }
@@ -67,22 +69,24 @@ def prompt_facts(ps: prompts.PromptSet, seed: int) -> dict:
     return {"set": ps.name, "sha256": ps.sha256, "count": len(ps.prompts), "seed": seed}
 
 
-def connect(url: str, args: argparse.Namespace) -> probe.Server:
-    return probe.Server(url, args.api_key, options.request_headers(args)).connect()
+def connect(url: str, conn: options.ConnectionOptions) -> probe.Server:
+    return probe.Server(url, conn.api_key, conn.headers).connect()
 
 
-def client(server: probe.Server, args: argparse.Namespace) -> cl.Client:
+def client(
+    server: probe.Server, conn: options.ConnectionOptions, req: options.RequestOptions
+) -> cl.Client:
     return cl.Client(
         server.base_url,
-        api_key=args.api_key,
+        api_key=conn.api_key,
         model=server.model_id,
-        timeout=args.request_timeout,
+        timeout=req.request_timeout,
         spec_details_field=server.release.chat_spec_details_field,
-        extra_body=options.extra_body(args),
-        endpoint=args.endpoint,
-        headers=options.request_headers(args),
+        extra_body=conn.extra_body,
+        endpoint=conn.endpoint,
+        headers=conn.headers,
         incremental=bool(server.info.get("incremental_streaming_output")),
-        stream=getattr(args, "stream", True),
+        stream=conn.stream,
     )
 
 
@@ -112,7 +116,8 @@ def server_provenance(server: probe.Server, ps: prompts.PromptSet, seed: int) ->
 async def warm_and_sweep(
     client: cl.Client,
     server: probe.Server,
-    args: argparse.Namespace,
+    req: options.RequestOptions,
+    sweep: options.SweepOptions,
     ps,
     levels: list[float],
     console,
@@ -127,24 +132,24 @@ async def warm_and_sweep(
 ) -> sw.SweepOutcome:
     """The warm-up, then every level: the part of a run that sweep, ab and compare share.
     `write(level, fields)` records a level."""
-    ld = load(args)
-    await sw.warm_up(client, ps, args.warmup, ld, console)
+    ld = load(req)
+    await sw.warm_up(client, ps, sweep.warmup, ld, console)
     return await sw.run_sweep(
         server,
         client,
         ps,
         levels,
-        num_prompts=args.num_prompts,
-        per_concurrency=args.prompts_per_concurrency,
+        num_prompts=sweep.num_prompts,
+        per_concurrency=sweep.prompts_per_concurrency,
         load=ld,
         console=console,
         write=write,
         arm=arm,
-        flush=not args.no_flush_cache,
+        flush=sweep.flush_cache,
         slo=slo,
         derive_slo=derive_slo,
         open_loop=open_loop,
         on_level=hook,
-        closed_duration=args.duration if open_loop is None else None,
+        closed_duration=sweep.duration if open_loop is None else None,
         shape=shape,
     )

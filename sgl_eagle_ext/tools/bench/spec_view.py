@@ -258,22 +258,20 @@ def render_pareto(points: dict[str, list[dict]], out=None) -> bytes:
     return data
 
 
-def main(args, console) -> int:
-    """bench speculation REQUESTS.jsonl [--profile-log LOG ...] [-o PNG]"""
+def show(src: Path, out: Path | None, profile_logs: list[Path], console) -> int:
+    """bench speculation REQUESTS.jsonl [--profile-log LOG ...] [-o PNG]: the tables,
+    and the PNG at `out` (None: next to `src`)."""
     from sgl_eagle_ext.common.errors import UserError
     from sgl_eagle_ext.tools.bench import request_log
     from sgl_eagle_ext.tools.bench.plot import require_matplotlib
 
-    src = Path(args.file)
     rows, problems = request_log.read(src)
     for p in problems:
         console.warn(p)
     buckets = by_input_bucket(rows)
     positions = {"SGLang per request": position_rates(hist_from_requests(rows))}
-    if args.profile_log:
-        positions[profile_names.TAG] = position_rates(
-            hist_from_profile([Path(p) for p in args.profile_log])
-        )
+    if profile_logs:
+        positions[profile_names.TAG] = position_rates(hist_from_profile(profile_logs))
     if not buckets and not any(positions.values()):
         raise UserError(
             f"{src}: no request carries speculation figures (verify cycles).",
@@ -282,7 +280,7 @@ def main(args, console) -> int:
     require_matplotlib("bench speculation")  # after the input checks: they need none
     for line in tables(buckets, positions):
         console.out(line)
-    out = Path(args.output) if args.output else src.with_name(f"{src.stem}-speculation.png")
+    out = out or src.with_name(f"{src.stem}-speculation.png")
     render_spec(buckets, positions, out)
     console.out(f"wrote {out}")
     return 0

@@ -8,6 +8,9 @@
     --multi-turn [--max-turns K]                  replay ShareGPT conversations
     --save-requests FILE                          per-request records (request_log.py)
 
+`WorkloadOptions` holds these flags as given (commands/groups.py reads them); the
+lengths and the dataset's rules are checked where the workload is built.
+
 `WorkloadSet` stands where the sweep takes a PromptSet: `take(n, seed)` gives the
 first n requests of one seeded order (the same for every level and arm), built
 lazily and kept, so long prompts are fitted once. With --multi-turn it also runs a
@@ -17,10 +20,11 @@ level itself (conversations instead of independent requests).
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.tools.bench import datasets, multiturn, request_log, tokens
+from sgl_eagle_ext.tools.bench import datasets, multiturn, options, request_log, tokens
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
 
 DEFAULT = "shipped"
@@ -72,29 +76,44 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def check_paths(args) -> None:
-    """--save-requests: writable and not the results file, checked before anything runs."""
-    if getattr(args, "save_requests", None):
-        results = None if getattr(args, "no_records", False) else getattr(args, "results", None)
-        request_log.check_writable(Path(args.save_requests), results)
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """add_options's flags, read."""
+
+    dataset: str  # --dataset (its form checked: datasets.parse_spec)
+    input_len: str | None  # --input-len, as given (LengthSpec parses it)
+    output_len: str | None  # --output-len, as given
+    long_text: str | None  # --long-text FILE
+    trace_speed: float  # --trace-speed (> 0)
+    multi_turn: bool  # --multi-turn
+    max_turns: int  # --max-turns (0: all)
+    save_requests: str | None  # --save-requests FILE
+
+    def wanted(self) -> bool:
+        """Whether any workload option differs from the shipped prompt set at --max-tokens."""
+        return (
+            self.dataset != DEFAULT
+            or bool(self.input_len)
+            or bool(self.output_len)
+            or self.multi_turn
+        )
 
 
-def wanted(args) -> bool:
-    """Whether any workload option differs from the shipped prompt set at --max-tokens."""
-    return (
-        getattr(args, "dataset", DEFAULT) != DEFAULT
-        or bool(getattr(args, "input_len", None))
-        or bool(getattr(args, "output_len", None))
-        or bool(getattr(args, "multi_turn", False))
-    )
+def check_paths(save_requests: str | None, results: Path | None) -> None:
+    """--save-requests: writable and not the results file (None: --no-records), checked
+    before anything runs."""
+    if save_requests:
+        request_log.check_writable(Path(save_requests), results)
 
 
 class WorkloadSet:
-    def __init__(self, args, server, default_output: int):
-        self.kind, self.path = datasets.parse_spec(args.dataset)
-        self.input_len = LengthSpec.parse(args.input_len, "--input-len")
-        self.output_len = LengthSpec.parse(args.output_len, "--output-len")
-        self.multi_turn = args.multi_turn
+    def __init__(
+        self, opts: WorkloadOptions, server, default_output: int, *, seed: int, prompt_set: str
+    ):
+        self.kind, self.path = datasets.parse_spec(opts.dataset)
+        self.input_len = LengthSpec.parse(opts.input_len, "--input-len")
+        self.output_len = LengthSpec.parse(opts.output_len, "--output-len")
+        self.multi_turn = opts.multi_turn
         if self.multi_turn and self.kind not in datasets.CONVERSATIONS:
             raise UserError(
                 "--multi-turn replays conversations: it needs --dataset sharegpt:FILE or hf:PATH.",
@@ -110,13 +129,13 @@ class WorkloadSet:
                 "--multi-turn keeps each conversation's own text: --input-len does not apply.",
                 fix="drop --input-len",
             )
-        if args.max_turns < 0:
+        if opts.max_turns < 0:
             raise UserError("--max-turns must be >= 0.", fix="e.g. --max-turns 4")
-        self.max_turns = args.max_turns
-        self.seed = args.seed
+        self.max_turns = opts.max_turns
+        self.seed = seed
         self.default_output = default_output
-        self.prompt_set = args.prompts
-        self.long_text = args.long_text
+        self.prompt_set = prompt_set
+        self.long_text = opts.long_text
         self.paragraphs = (
             tokens.file_paragraphs(self.long_text)
             if self.long_text
@@ -230,30 +249,34 @@ class WorkloadSet:
         return results, took, interrupted
 
 
-def trace_replay(args, wl: WorkloadSet | None, levels, open_loop):
+def trace_replay(
+    sweep: options.SweepOptions, speed: float, wl: WorkloadSet | None, levels, open_loop
+):
     """--dataset trace:FILE without --concurrency/--request-rate: one open-loop level
     at the trace's own arrival times (sglang.bench_serving --use-trace-timestamps), its
-    value the trace's mean rate. Otherwise the levels as given."""
+    value the trace's mean rate, replayed `speed` (--trace-speed) times faster.
+    Otherwise the levels as given."""
     if wl is None or wl.kind != datasets.TRACE:
         return levels, open_loop
-    if args.concurrency is not None or args.request_rate or args.request_rates:
+    if sweep.concurrency is not None or sweep.request_rate:
         return levels, open_loop  # the trace's lengths, the load given
     from sgl_eagle_ext.tools.bench import sweep as sw
 
+    duration = sweep.duration
     times = datasets.trace_times(wl.path)
-    if args.num_prompts:
-        times = times[: args.num_prompts]
-    times = [t / args.trace_speed for t in times]  # --duration counts replayed time
-    if args.duration is not None:
-        times = [t for t in times if t < args.duration]
+    if sweep.num_prompts:
+        times = times[: sweep.num_prompts]
+    times = [t / speed for t in times]  # --duration counts replayed time
+    if duration is not None:
+        times = [t for t in times if t < duration]
     if not times:
         raise UserError(
-            f"--dataset trace:{wl.path}: no request within --duration {args.duration:g} s.",
+            f"--dataset trace:{wl.path}: no request within --duration {duration:g} s.",
             fix="give a longer --duration",
         )
     span = times[-1] - times[0]
     rate = (len(times) - 1) / span if span > 0 else float("inf")
-    return [rate], sw.OpenLoop(1.0, args.duration, "trace", None, times, speed=args.trace_speed)
+    return [rate], sw.OpenLoop(1.0, duration, "trace", None, times, speed=speed)
 
 
 class LevelHook:

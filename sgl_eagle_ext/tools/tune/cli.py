@@ -4,7 +4,8 @@
         --out launch/adaptive/mine.json
     python -m sgl_eagle_ext.tune logs spec.log --baseline-tps 82.2 --grid   # + fixed presets
 
-(`tune LOG...` without the word `logs` is the same command; `tune live` is tools/tune/live.py.)
+(`tune LOG...` without the word `logs` is the same command; `tune live` is tools/tune/live.py:
+its command line is mapped here onto LiveOptions, tools/tune/live_options.py.)
 
 Inputs are server logs (or EAGLE3_PROFILE_FILE records) of EAGLE-3 servers run with
 EAGLE3_PROFILE=1 under the load to tune for: fixed chains (eagle3-3step, -5step) and
@@ -35,6 +36,7 @@ from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.profiling import aggregate
 from sgl_eagle_ext.tools.tune import choose, grid, model
+from sgl_eagle_ext.tools.tune.live_options import LiveOptions
 
 PROG = "sgl_eagle_ext.tune"
 # The commands, and what `tune --help` says of each. The earlier spellings stay:
@@ -97,6 +99,69 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="store_true", help="also rank fixed settings for one stream")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
+
+
+def live_parser() -> argparse.ArgumentParser:
+    """`tune live`'s arguments; the defaults are LiveOptions' own."""
+    from sgl_eagle_ext.tools.tune import live
+
+    d = LiveOptions
+    p = argparse.ArgumentParser(
+        prog=f"python -m {live.PROG}", description=live.__doc__.split("\n")[0]
+    )
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--draft-model-path", required=True)
+    p.add_argument("--preset-file", type=Path, help="your preset (default: eagle3-adaptive)")
+    p.add_argument("--levels", default=d.levels, help="concurrencies (1,2,4,...,64)")
+    p.add_argument(
+        "--max-steps", type=int, default=d.max_steps, help="largest chain step count (5)"
+    )
+    p.add_argument("--steps", help="step counts to measure (default 0..--max-steps)")
+    p.add_argument("--budget-minutes", type=number(0, strict=True), help="plan to fit this")
+    p.add_argument("--results", type=Path, default=d.results)
+    p.add_argument("--baseline-arm", action="store_true", help="also a plain baseline server")
+    p.add_argument("--also-trees", action="store_true", help="also the tree presets' servers")
+    p.add_argument(
+        "--allow-unequal",
+        action="store_true",
+        help="run servers whose resolved settings differ outside speculation (recorded)",
+    )
+    p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="output tokens per request")
+    p.add_argument("--warmup-tokens", type=int, default=d.warmup_tokens, help="per warm-up request")
+    p.add_argument(
+        "--request-cycles", type=int, default=d.request_cycles, help="per cell (see above)"
+    )
+    p.add_argument("--max-rounds", type=int, default=d.max_rounds, help="rounds per cell at most")
+    p.add_argument(
+        "--validation-rounds",
+        type=int,
+        default=d.validation_rounds,
+        help="validation: at least this many adaptive/pinned round pairs per level, "
+        "their order alternating (2)",
+    )
+    p.add_argument("--prompts", default=d.prompts, help="shipped set or JSONL file (mixed)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--cpu", action="store_true", help="the CPU harness overlay (tests, demo)")
+    p.add_argument("--sglang-version")
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--startup-timeout", type=float, default=d.startup_timeout)
+    return p
+
+
+def live_options(argv: list[str]) -> tuple[LiveOptions, list[str]]:
+    """`tune live`'s command line: (its options, the SGLang arguments after `--`)."""
+    own, extra = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
+    return LiveOptions(**vars(live_parser().parse_args(own))), extra
+
+
+def live_command(argv: list[str]) -> int:
+    """`tune live ...`."""
+    opts, extra = live_options(argv)
+    from sgl_eagle_ext.tools.tune import live  # one load, every cell measured
+
+    return live.run(opts, extra)
 
 
 REASONS = Table(
@@ -177,9 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, argv = command(argv)
     if name == LIVE:
-        from sgl_eagle_ext.tools.tune import live  # one load, every cell measured
-
-        return live.run(argv)
+        return live_command(argv)
     return offline(argv)
 
 

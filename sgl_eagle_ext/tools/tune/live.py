@@ -30,7 +30,6 @@ at startup), its rounds alternating with rounds pinned at the level's best cell.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hashlib
@@ -44,7 +43,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from sgl_eagle_ext.common import adaptive_config, chain, interrupts, paths, proctree, releases
-from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.schedule_file import write_request
@@ -55,48 +53,12 @@ from sgl_eagle_ext.tools.bench import arms, probe, prompts
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.tune import live_report
 from sgl_eagle_ext.tools.tune.live_driver import Driver, ProfileTail, Tally
+from sgl_eagle_ext.tools.tune.live_options import LiveOptions
 from sgl_eagle_ext.tools.tune.live_results import Key, Results, fit, schedule
 
 PROG = "sgl_eagle_ext.tune live"  # (the earlier spelling `tune --live` works too)
 TREE_PRESETS = ("eagle3-2step",)
 EXIT_INTERRUPTED = 130
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
-    p.add_argument("--model-path", required=True)
-    p.add_argument("--draft-model-path", required=True)
-    p.add_argument("--preset-file", type=Path, help="your preset (default: eagle3-adaptive)")
-    p.add_argument("--levels", default="1,2,4,8,16,32,64", help="concurrencies (1,2,4,...,64)")
-    p.add_argument("--max-steps", type=int, default=5, help="largest chain step count (5)")
-    p.add_argument("--steps", help="step counts to measure (default 0..--max-steps)")
-    p.add_argument("--budget-minutes", type=number(0, strict=True), help="plan to fit this")
-    p.add_argument("--results", type=Path, default=Path("tune-live/results.jsonl"))
-    p.add_argument("--baseline-arm", action="store_true", help="also a plain baseline server")
-    p.add_argument("--also-trees", action="store_true", help="also the tree presets' servers")
-    p.add_argument(
-        "--allow-unequal",
-        action="store_true",
-        help="run servers whose resolved settings differ outside speculation (recorded)",
-    )
-    p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request")
-    p.add_argument("--warmup-tokens", type=int, default=16, help="per warm-up request")
-    p.add_argument("--request-cycles", type=int, default=300, help="per cell (see above)")
-    p.add_argument("--max-rounds", type=int, default=8, help="rounds per cell at most")
-    p.add_argument(
-        "--validation-rounds",
-        type=int,
-        default=2,
-        help="validation: at least this many adaptive/pinned round pairs per level, "
-        "their order alternating (2)",
-    )
-    p.add_argument("--prompts", default="mixed", help="shipped set or JSONL file (mixed)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cpu", action="store_true", help="the CPU harness overlay (tests, demo)")
-    p.add_argument("--sglang-version")
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--startup-timeout", type=float, default=3600.0)
-    return p
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -115,7 +77,9 @@ def _ints(text: str, flag: str) -> list[int]:
 # -- the live server -------------------------------------------------------------------
 
 
-def live_preset(args, out_dir: Path, levels: list[int], steps: list[int]) -> Path:
+def live_preset(
+    preset_file: Path | None, out_dir: Path, levels: list[int], steps: list[int]
+) -> Path:
     """The preset file of the live server: the user's (or eagle3-adaptive) plus adaptive
     on every step count at every level bucket, profiling and the schedule file."""
     table = adaptive_config.write(
@@ -124,7 +88,7 @@ def live_preset(args, out_dir: Path, levels: list[int], steps: list[int]) -> Pat
         "tune --live: every candidate step in every bucket (the schedule controller pins "
         "one at a time)",
     )
-    base = str(args.preset_file.resolve()) if args.preset_file else "eagle3-adaptive"
+    base = str(preset_file.resolve()) if preset_file else "eagle3-adaptive"
     top = max(steps)
     return presets.write(
         out_dir / "live-preset.toml",
@@ -149,9 +113,9 @@ def live_preset(args, out_dir: Path, levels: list[int], steps: list[int]) -> Pat
     )
 
 
-def arm_preset(args, out_dir: Path, name: str) -> str:
+def arm_preset(preset_file: Path | None, out_dir: Path, name: str) -> str:
     """A separate fixed server: baseline (no speculation) or a tree preset."""
-    if name != "baseline" or not args.preset_file:
+    if name != "baseline" or not preset_file:
         return name
     off = [
         "speculative-algorithm",
@@ -165,7 +129,7 @@ def arm_preset(args, out_dir: Path, name: str) -> str:
         out_dir / "baseline-preset.toml",
         inside=out_dir,
         flag="--results (its folder)",
-        extends=str(args.preset_file.resolve()),
+        extends=str(preset_file.resolve()),
         server=dict.fromkeys(off, False),
     )
     return str(path)
@@ -188,16 +152,16 @@ class Schedule:
         write_request(self.path, self.seq, **fields)
 
 
-def plan_server(preset: str, args, log_file: Path, extra: list[str]) -> arms.ArmPlan:
+def plan_server(preset: str, opts: LiveOptions, log_file: Path, extra: list[str]) -> arms.ArmPlan:
     """The one place that builds a launch of this run (bench's arm code, as it is)."""
     return arms.plan_arm(
         "tune",
         preset,
-        cpu=args.cpu,
-        model_path=args.model_path,
-        draft_model_path=args.draft_model_path,
-        sglang_version=args.sglang_version,
-        force=args.force,
+        cpu=opts.cpu,
+        model_path=opts.model_path,
+        draft_model_path=opts.draft_model_path,
+        sglang_version=opts.sglang_version,
+        force=opts.force,
         port=arms.free_port(),
         log_file=log_file,
         extra=extra,
@@ -263,7 +227,9 @@ def unreachable(levels: list[int], resolved) -> str | None:
     return None
 
 
-def check_servers(plans: dict[str, arms.ArmPlan], levels: list[int], args) -> dict:
+def check_servers(
+    plans: dict[str, arms.ArmPlan], levels: list[int], *, allow_unequal: bool = False
+) -> dict:
     """Before any server starts: every level can be batched whole on every server, and
     the servers differ only in speculation (--allow-unequal: recorded). Returns the
     settings record."""
@@ -279,18 +245,18 @@ def check_servers(plans: dict[str, arms.ArmPlan], levels: list[int], args) -> di
                 f"--cuda-graph-max-bs {max(levels)} (or leave both to {PROG}, which sets them)",
             )
     release = next(iter(launches.values())).release
-    verdict = fairness.judge(resolved, release, getattr(args, "allow_unequal", False))
+    verdict = fairness.judge(resolved, release, allow_unequal)
     verdict.notes = notes
     for line in verdict.lines():
         _say(line)
     return verdict.record()
 
 
-def start_server(plan: arms.ArmPlan, args) -> arms.LauncherProcess:
+def start_server(plan: arms.ArmPlan, startup_timeout: float) -> arms.LauncherProcess:
     """Start a planned launch and wait for READY."""
     proc = arms.LauncherProcess(plan)
     try:
-        proc.wait_ready(args.startup_timeout)
+        proc.wait_ready(startup_timeout)
     except arms.ArmFailed as e:
         raise UserError(str(e), code=1) from None
     except BaseException:  # Ctrl-C while it loads: stop it, then stop
@@ -334,7 +300,9 @@ def _sglang_loads(path: Path, initial: int, python: str) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def write_config(cells, args, out_dir: Path, release) -> tuple[Path | None, int, dict, list]:
+def write_config(
+    cells, opts: LiveOptions, out_dir: Path, release
+) -> tuple[Path | None, int, dict, list]:
     min_step = release.adaptive.min_step if release.adaptive else 0
     table, picks = live_report.adaptive_table(cells, min_step)
     if not table:
@@ -343,8 +311,8 @@ def write_config(cells, args, out_dir: Path, release) -> tuple[Path | None, int,
     initial = union[len(union) // 2]
     about = (
         f"written by python -m {PROG} on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
-        f"{len(cells)} cells measured on one server ({args.model_path} + "
-        f"{args.draft_model_path}); baseline: each level's steps-0 cell; launch with "
+        f"{len(cells)} cells measured on one server ({opts.model_path} + "
+        f"{opts.draft_model_path}); baseline: each level's steps-0 cell; launch with "
         f"--speculative-num-steps {initial}"
     )
     path = adaptive_config.write(out_dir / "adaptive.json", table, about)
@@ -416,17 +384,17 @@ async def _level(driver, sched: Schedule, level: int, keys: list[Key]) -> list[d
         await driver.warm_up(level)
         tallies = {k: Tally(level, k.steps) for k in keys}
         rounds = 0
-        while rounds < driver.args.max_rounds:
+        while rounds < driver.opts.max_rounds:
             for k, t in tallies.items():
-                if rounds and t.enough(driver.args):
+                if rounds and t.enough(driver.opts.request_cycles):
                     continue
                 sched.write(pin=k.steps)  # idle here: every rank sees it at the same batch
                 await driver.into(t)
             rounds += 1
-            if all(t.enough(driver.args) for t in tallies.values()):
+            if all(t.enough(driver.opts.request_cycles) for t in tallies.values()):
                 break
         wall = (time.monotonic() - t0) / len(keys)  # per cell, the level's wall time shared
-        return [t.record(wall, driver.args.max_tokens) for t in tallies.values()]
+        return [t.record(wall, driver.opts.max_tokens) for t in tallies.values()]
 
 
 async def _cells(driver, sched: Schedule, results: Results, todo: list[Key], ctx) -> None:
@@ -475,10 +443,10 @@ async def _validate(driver, sched, results, table: Path, initial: int, levels, c
         # The warm-up lets SGLang's controller settle as it would in service: it decides
         # after 10 batches, then every 5 (its defaults); 24 batches give it two decisions.
         accept = (row[best].get("profile") or {}).get("accept_len") if best is not None else 1
-        tokens = max(driver.args.warmup_tokens, driver.args.max_tokens, int(24 * (accept or 1)))
+        tokens = max(driver.opts.warmup_tokens, driver.opts.max_tokens, int(24 * (accept or 1)))
         rec = await driver.measure(
             lv,
-            rounds_at_least=driver.args.validation_rounds,
+            rounds_at_least=driver.opts.validation_rounds,
             reference=ref,
             setup=adaptive,
             warmup_tokens=tokens,
@@ -495,14 +463,16 @@ def _settings(ctx: dict) -> dict:
     return {"arms_equal": rec["fair"], "arm_settings": rec} if rec else {}
 
 
-def _arm_keys(args, levels) -> list[Key]:
-    names = (["baseline"] if args.baseline_arm else []) + (
-        list(TREE_PRESETS) if args.also_trees else []
+def _arm_keys(opts: LiveOptions, levels) -> list[Key]:
+    names = (["baseline"] if opts.baseline_arm else []) + (
+        list(TREE_PRESETS) if opts.also_trees else []
     )
     return [Key("arm", lv, arm=n) for n in names for lv in levels]
 
 
-def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[list, Path | None]:
+def report(
+    opts: LiveOptions, results: Results, out_dir: Path, steps, release, ctx
+) -> tuple[list, Path | None]:
     cells = results.of_kind("cell")
     sections: list[tuple[str, list[str]]] = []
     sections.append(("cells", live_report.table_lines(cells, steps)))
@@ -516,7 +486,7 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
             + [live_report.crossover(v)],
         )
     )
-    path, initial, theirs, why = write_config(cells, args, out_dir, release)
+    path, initial, theirs, why = write_config(cells, opts, out_dir, release)
     if path:
         cfg = [
             f"wrote {path} (SGLang's loader builds buckets {json.dumps(theirs)})",
@@ -527,7 +497,7 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
     else:
         cfg = ["no adaptive table: no level has both a steps-0 and a drafting cell"]
     sections.append(("adaptive config", cfg))
-    sentence, fixed = live_report.recommended_fixed(cells, str(args.preset_file or "") or None)
+    sentence, fixed = live_report.recommended_fixed(cells, str(opts.preset_file or "") or None)
     rec_lines = [sentence]
     if fixed:
         fixed_path = out_dir / "recommended-fixed.toml"
@@ -546,7 +516,7 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
             sections.append(("validation", live_report.validation_lines(cells, vals)))
     arm_lines = live_report.arm_lines(cells, results.of_kind("arm"))
     if arm_lines:
-        if args.baseline_arm:
+        if opts.baseline_arm:
             arm_lines.append(
                 "  (on the CPU harness the speculative worker's 0-step cycle and the plain "
                 "decode path differ in cost: compare the ratio, do not assume 1.0; on a GPU "
@@ -561,42 +531,40 @@ def report(args, results: Results, out_dir: Path, steps, release, ctx) -> tuple[
             )
         )
     html = out_dir / "report.html"
-    page = live_report.html(f"tune --live: {args.model_path}", sections)
+    page = live_report.html(f"tune --live: {opts.model_path}", sections)
     paths.write_text("--results (its folder)", html, page, inside=out_dir)
     for head, lines in sections:
         _say(f"\n== {head}")
         _say("\n".join(lines))
-    _say(f"\nresults: {args.results}; report: {html}")
+    _say(f"\nresults: {opts.results}; report: {html}")
     return sections, path
 
 
-def run(argv: list[str]) -> int:
-    own, extra = (
-        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    )
-    args = parser().parse_args(own)
+def run(opts: LiveOptions, extra: list[str]) -> int:
+    """One tune live run (tools/tune/cli.py maps the command line onto `opts`); `extra`:
+    the SGLang arguments every server of the run gets."""
     # the results file (and the folder of the run's files) refused before any work
-    paths.check_writable_file("--results", args.results)
-    levels = _ints(args.levels, "--levels")
+    paths.check_writable_file("--results", opts.results)
+    levels = _ints(opts.levels, "--levels")
     if levels[0] < 1:
         raise UserError("--levels: concurrencies start at 1.", fix="e.g. --levels 1,2,4")
-    if not 1 <= args.max_steps <= 16:
-        raise UserError(f"--max-steps {args.max_steps}: must be 1..16.")
-    steps = _ints(args.steps, "--steps") if args.steps else list(range(args.max_steps + 1))
-    if 0 not in steps or max(steps) > args.max_steps:
+    if not 1 <= opts.max_steps <= 16:
+        raise UserError(f"--max-steps {opts.max_steps}: must be 1..16.")
+    steps = _ints(opts.steps, "--steps") if opts.steps else list(range(opts.max_steps + 1))
+    if 0 not in steps or max(steps) > opts.max_steps:
         raise UserError(
-            f"--steps {args.steps}: must hold 0 (the in-server baseline) and stay within "
-            f"--max-steps {args.max_steps}.",
+            f"--steps {opts.steps}: must hold 0 (the in-server baseline) and stay within "
+            f"--max-steps {opts.max_steps}.",
             fix="e.g. --steps 0,1,2,3,5",
         )
     for flag, v in (
-        ("--max-tokens", args.max_tokens),
-        ("--max-rounds", args.max_rounds),
-        ("--validation-rounds", args.validation_rounds),
+        ("--max-tokens", opts.max_tokens),
+        ("--max-rounds", opts.max_rounds),
+        ("--validation-rounds", opts.validation_rounds),
     ):
         if v < 1:
             raise UserError(f"{flag} {v}: must be at least 1.")
-    release, _ = releases.resolve(args.sglang_version, force=args.force)
+    release, _ = releases.resolve(opts.sglang_version, force=opts.force)
     if release.adaptive is None or release.adaptive.control_anchor is None:
         raise UserError(
             f"SGLang {release.version}: the schedule controller has no anchor in this "
@@ -604,26 +572,26 @@ def run(argv: list[str]) -> int:
             fix="use SGLang 0.5.23, or tune offline from profiled logs (python -m "
             "sgl_eagle_ext.tune logs LOG...)",
         )
-    prompt_set = prompts.load(args.prompts)
-    out_dir = args.results.parent
+    prompt_set = prompts.load(opts.prompts)
+    out_dir = opts.results.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     setup = {
-        "model_path": args.model_path,
-        "draft_model_path": args.draft_model_path,
-        "preset_file": str(args.preset_file) if args.preset_file else None,
-        "max_tokens": args.max_tokens,
+        "model_path": opts.model_path,
+        "draft_model_path": opts.draft_model_path,
+        "preset_file": str(opts.preset_file) if opts.preset_file else None,
+        "max_tokens": opts.max_tokens,
         "prompts": prompt_set.sha256,
-        "cpu": args.cpu,
+        "cpu": opts.cpu,
         "extra": extra,
     }
-    results = Results(args.results, setup).load()
+    results = Results(opts.results, setup).load()
     if results.resumed:
-        _say(f"{PROG}: resuming {args.results}: {results.resumed} measurement(s) kept, not rerun")
+        _say(f"{PROG}: resuming {opts.results}: {results.resumed} measurement(s) kept, not rerun")
     todo = [k for k in schedule(levels, steps) if not results.has(k)]
-    arm_todo = [k for k in _arm_keys(args, levels) if not results.has(k)]
+    arm_todo = [k for k in _arm_keys(opts, levels) if not results.has(k)]
     ctx = {
         "t0": time.monotonic(),
-        "budget_s": args.budget_minutes * 60 if args.budget_minutes else None,
+        "budget_s": opts.budget_minutes * 60 if opts.budget_minutes else None,
         "reserve": len(levels) + len(arm_todo),
         "dropped": [],
     }
@@ -635,25 +603,30 @@ def run(argv: list[str]) -> int:
     # and Ctrl-C given back when started with it ignored (`tune --live ... &`)
     signals = contextlib.ExitStack()
     signals.enter_context(interrupts.sigterm_as_sigint())
-    extra = server_pins(levels, release, args.cpu, extra)
+    extra = server_pins(levels, release, opts.cpu, extra)
     stamp = f"{datetime.now():%Y%m%d-%H%M%S}"
     plans = {
         "live": plan_server(
-            str(live_preset(args, out_dir, levels, steps)),
-            args,
+            str(live_preset(opts.preset_file, out_dir, levels, steps)),
+            opts,
             out_dir / f"live-{stamp}.log",
             extra,
         )
     }
-    for name in dict.fromkeys(k.arm for k in _arm_keys(args, levels)):
+    for name in dict.fromkeys(k.arm for k in _arm_keys(opts, levels)):
         plans[name] = plan_server(
-            arm_preset(args, out_dir, name), args, out_dir / f"{Path(name).stem}-{stamp}.log", extra
+            arm_preset(opts.preset_file, out_dir, name),
+            opts,
+            out_dir / f"{Path(name).stem}-{stamp}.log",
+            extra,
         )
-    ctx["settings"] = check_servers(plans, levels, args)  # before any weights load
+    ctx["settings"] = check_servers(
+        plans, levels, allow_unequal=opts.allow_unequal
+    )  # before any weights load
     try:
         need_live = bool(todo)
         if not need_live:  # every cell kept: is the validation pass of its table done?
-            path, _, _, _ = write_config(results.of_kind("cell"), args, out_dir, release)
+            path, _, _, _ = write_config(results.of_kind("cell"), opts, out_dir, release)
             digest = table_digest(path, release) if path else None
             need_live = bool(path) and any(
                 not results.has(Key("validation", lv, table=digest)) for lv in levels
@@ -662,13 +635,13 @@ def run(argv: list[str]) -> int:
             sched = Schedule(schedule_file(out_dir))
             sched.write()
             _say(f"{PROG}: starting the server (one load; {len(todo)} cell(s) to measure)")
-            stop["proc"] = start_server(plans["live"], args)
+            stop["proc"] = start_server(plans["live"], opts.startup_timeout)
             server = probe.Server(stop["proc"].url).connect()
             tail = ProfileTail(out_dir / "profile-0.jsonl")
-            driver = Driver(server, args, prompt_set, tail, stop["proc"].proc.pid)
+            driver = Driver(server, opts, prompt_set, tail, stop["proc"].proc.pid)
             asyncio.run(_cells(driver, sched, results, todo, ctx))
             table_path, initial, _, _ = write_config(
-                results.of_kind("cell"), args, out_dir, release
+                results.of_kind("cell"), opts, out_dir, release
             )
             if table_path:
                 asyncio.run(
@@ -678,11 +651,11 @@ def run(argv: list[str]) -> int:
             stop["proc"] = None
         for name in dict.fromkeys(k.arm for k in arm_todo):
             _say(f"{PROG}: starting the {name} server (a separate load)")
-            stop["proc"] = start_server(plans[name], args)
+            stop["proc"] = start_server(plans[name], opts.startup_timeout)
             server = probe.Server(stop["proc"].url).connect()
             # unprofiled; its server's CPU seconds recorded as the live cells' are
             pid = stop["proc"].proc.pid
-            driver = Driver(server, args, prompt_set, ProfileTail(None), pid)
+            driver = Driver(server, opts, prompt_set, ProfileTail(None), pid)
             for key in [k for k in arm_todo if k.arm == name]:
                 zero = results.records.get(Key("cell", key.level, 0))
                 rounds = zero["rounds"] if zero else 1  # the same load as the steps-0 cell
@@ -698,7 +671,7 @@ def run(argv: list[str]) -> int:
         n = len(results.records) - results.resumed
         _say(
             f"\n{PROG}: interrupted; the server is stopped. {n} measurement(s) of this run "
-            f"kept in {args.results}: rerun the same command to resume."
+            f"kept in {opts.results}: rerun the same command to resume."
         )
         return EXIT_INTERRUPTED
     finally:
@@ -706,5 +679,5 @@ def run(argv: list[str]) -> int:
         if stop["proc"] is not None:
             stop["proc"].stop()
     progress.close()
-    report(args, results, out_dir, steps, release, ctx)
+    report(opts, results, out_dir, steps, release, ctx)
     return 0

@@ -18,6 +18,7 @@ from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import probe
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.progress import Console
+from sgl_eagle_ext.tools.tune.live_options import LiveOptions
 
 # At most this long for the idle flush after a round (it comes IDLE_FLUSH_S after the
 # last batch; a few seconds later on a loaded 2-core host).
@@ -94,8 +95,10 @@ def tree_cpu_s(pid: int) -> float | None:
 
 
 class Driver:
-    def __init__(self, server: probe.Server, args, prompt_set, tail: ProfileTail, pid=None):
-        self.server, self.args, self.prompts, self.tail = server, args, prompt_set, tail
+    def __init__(
+        self, server: probe.Server, opts: LiveOptions, prompt_set, tail: ProfileTail, pid=None
+    ):
+        self.server, self.opts, self.prompts, self.tail = server, opts, prompt_set, tail
         self.pid = pid  # the launcher: the server tree's CPU time per round
         self.client: cl.Client | None = None  # open during measure()
         self.client_args = dict(
@@ -139,17 +142,17 @@ class Driver:
 
     async def warm_up(self, level: int, tokens: int | None = None) -> None:
         """c short requests (not measured), then the windows they made are flushed."""
-        tokens = self.args.warmup_tokens if tokens is None else tokens
+        tokens = self.opts.warmup_tokens if tokens is None else tokens
         start = self.tail.offset()
         if tokens > 0:
-            await self._round(level, tokens, self.args.seed + 10_000)
+            await self._round(level, tokens, self.opts.seed + 10_000)
         await self.tail.settle(start if tokens > 0 else None)
 
     async def into(self, tally: Tally) -> None:
         """One round of c requests of --max-tokens; its windows go to `tally`."""
         start = self.tail.offset()
         cpu0 = tree_cpu_s(self.pid) if self.pid else None
-        lv = await self._round(tally.level, self.args.max_tokens, self.args.seed + tally.rounds)
+        lv = await self._round(tally.level, self.opts.max_tokens, self.opts.seed + tally.rounds)
         cpu1 = tree_cpu_s(self.pid) if self.pid else None  # before the idle wait
         if cpu0 is not None and cpu1 is not None:
             tally.cpu_s += cpu1 - cpu0
@@ -176,7 +179,7 @@ class Driver:
             await self.warm_up(level, warmup_tokens)
             main = Tally(level, None)
             ref = Tally(level, reference[0]) if reference is not None else None
-            while main.rounds < (rounds_at_most or max(self.args.max_rounds, rounds_at_least)):
+            while main.rounds < (rounds_at_most or max(self.opts.max_rounds, rounds_at_least)):
                 if ref is None:
                     await self.into(main)
                 else:  # A B, B A, A B ...: the order within a pair alternates, so an
@@ -186,12 +189,14 @@ class Driver:
                     for switch, tally in pair if main.rounds % 2 == 0 else pair[::-1]:
                         switch()  # idle: every rank sees it at the same batch
                         await self.into(tally)
-                done = main.enough(self.args) and (ref is None or ref.enough(self.args))
+                done = main.enough(self.opts.request_cycles) and (
+                    ref is None or ref.enough(self.opts.request_cycles)
+                )
                 if done and not rounds_at_most and main.rounds >= rounds_at_least:
                     break
-            rec = main.record(time.monotonic() - t0, self.args.max_tokens)
+            rec = main.record(time.monotonic() - t0, self.opts.max_tokens)
             if ref is not None:
-                rec["reference"] = ref.record(None, self.args.max_tokens)
+                rec["reference"] = ref.record(None, self.opts.max_tokens)
             return rec
 
 
@@ -218,9 +223,10 @@ class Tally:
     def cell(self) -> Cell:
         return self.profile.cell(self.level, self.steps)
 
-    def enough(self, args) -> bool:
+    def enough(self, request_cycles: int) -> bool:
+        """At least MIN_CYCLES cycles, and `request_cycles` verified request-cycles."""
         c = self.cell
-        return c.cycles >= MIN_CYCLES and c.cycles * self.level >= args.request_cycles
+        return c.cycles >= MIN_CYCLES and c.cycles * self.level >= request_cycles
 
     def record(self, wall_s: float | None, max_tokens: int) -> dict:
         cell = self.cell

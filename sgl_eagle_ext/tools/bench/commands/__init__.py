@@ -1,5 +1,10 @@
-"""One module per `bench` subcommand: each owns its parser (`register`) and its run.
+"""One module per `bench` subcommand: each owns its parser (`register`), the reading
+of its flags into one typed options object, and its run.
 
-`register(subparsers)` adds the subcommand and sets `run(args, extra, console) -> exit
-code` (and `takes_extra` when arguments after `--` are for the servers it starts).
+`register(subparsers)` adds the subcommand and sets `read(args) -> options` (the only
+place its flags are read; the shared groups through groups.py, which checks their
+values) and `run(options, extra, console) -> exit code` (and `takes_extra` when
+arguments after `--` are for the servers it starts). Below commands/ every function
+takes those typed options, or plain values, never the namespace
+(tests/test_typed_options.py).
 """

@@ -15,11 +15,12 @@ gets the same prompts in the same seeded order, the same lengths and levels.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import re
 import shlex
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.client import HTTPException
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from sgl_eagle_ext.tools.bench import (
     workload,
 )
 from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.progress import Console
 
 MAX_ARMS = len(string.ascii_uppercase)
@@ -95,7 +97,7 @@ def register(sub) -> None:
     a.add_argument("--preset-a", default="baseline", help="reference preset (default baseline)")
     a.add_argument("--preset-b", required=True, help="preset to evaluate, e.g. eagle3-2step")
     add_launch(a)
-    a.set_defaults(run=run_ab, takes_extra=True)
+    a.set_defaults(read=read_ab, run=run_ab, takes_extra=True)
 
     c = sub.add_parser(
         "compare",
@@ -116,7 +118,82 @@ def register(sub) -> None:
         "eagle3-2step --arm eagle3-adaptive)",
     )
     add_launch(c)
-    c.set_defaults(run=run_compare, takes_extra=True)
+    c.set_defaults(read=read_compare, run=run_compare, takes_extra=True)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """add_launch's flags, read: how every arm's server starts, and the lossless check."""
+
+    model_path: str | None  # --model-path
+    draft_model_path: str | None  # --draft-model-path
+    cpu: bool  # --cpu
+    overlays: list[str]  # --overlay NAME ...
+    sglang_version: str | None  # --sglang-version
+    force: bool  # --force
+    port: int  # --port (0: a free one)
+    startup_timeout: float  # --startup-timeout, seconds per server
+    log_dir: Path  # --log-dir
+    lossless_prompts: int  # --lossless-prompts (>= 0; 0 skips the check)
+    lossless_max_tokens: int  # --lossless-max-tokens
+    allow_unequal: bool  # --allow-unequal
+
+
+@dataclass(frozen=True)
+class Options:
+    """bench ab's or bench compare's flags, read."""
+
+    kind: str  # "ab" or "compare": the records' and the logs' name, the report
+    presets: list[str]  # ab: --preset-a, --preset-b; compare: each --arm, in order
+    connection: options.ConnectionOptions
+    requests: options.RequestOptions
+    records: options.RecordOptions
+    sweep: options.SweepOptions
+    workload: workload.WorkloadOptions
+    launch: LaunchOptions
+
+
+def _read_launch(args: argparse.Namespace) -> LaunchOptions:
+    options.positive("--lossless-prompts", args.lossless_prompts, zero_ok=True)
+    return LaunchOptions(
+        model_path=args.model_path,
+        draft_model_path=args.draft_model_path,
+        cpu=args.cpu,
+        overlays=args.overlay,
+        sglang_version=args.sglang_version,
+        force=args.force,
+        port=args.port,
+        startup_timeout=args.startup_timeout,
+        log_dir=Path(args.log_dir),
+        lossless_prompts=args.lossless_prompts,
+        lossless_max_tokens=args.lossless_max_tokens,
+        allow_unequal=args.allow_unequal,
+    )
+
+
+def _read(args: argparse.Namespace, kind: str, presets: list[str]) -> Options:
+    return Options(  # the groups' checks run in this order
+        kind=kind,
+        presets=presets,
+        connection=groups.connection(args),
+        workload=groups.workload(args),
+        requests=groups.requests(args),
+        sweep=groups.sweep(args),
+        launch=_read_launch(args),
+        records=groups.records(args),
+    )
+
+
+def read_ab(args: argparse.Namespace) -> Options:
+    opts = _read(args, "ab", [args.preset_a, args.preset_b])
+    check_presets(args.preset_a, args.preset_b)
+    return opts
+
+
+def read_compare(args: argparse.Namespace) -> Options:
+    opts = _read(args, "compare", list(args.arm))
+    check_arms(args.arm)
+    return opts
 
 
 def check_presets(a: str, b: str) -> None:
@@ -177,7 +254,7 @@ class Run:
 
 async def _arm(
     server,
-    args,
+    opts: Options,
     console,
     rec,
     prov,
@@ -192,19 +269,21 @@ async def _arm(
     settings=None,
 ):
     """One arm's warm-up, sweep and lossless-check generations."""
-    load = session.load(args)
+    conn, req = opts.connection, opts.requests
+    load = session.load(req)
     common = {
         "arm": plan.preset,
         "arm_label": plan.label,
         "url": server.base_url,
-        **session.load_fields(load, args),
+        **session.load_fields(load, conn),
         **settings_fields(settings),
     }
-    async with session.client(server, args) as client:
+    async with session.client(server, conn, req) as client:
         outcome = await session.warm_and_sweep(
             client,
             server,
-            args,
+            req,
+            opts.sweep,
             ps,
             levels,
             console,
@@ -214,7 +293,14 @@ async def _arm(
             derive_slo=derive_slo,
             open_loop=open_loop,
             hook=hook,
-            shape=session.load_shape(args, open_loop, ps if hasattr(ps, "facts") else None),
+            shape=session.load_shape(
+                open_loop,
+                ps if hasattr(ps, "facts") else None,
+                dataset=opts.workload.dataset,
+                max_tokens=req.max_tokens,
+                stream=conn.stream,
+                duration=opts.sweep.duration,
+            ),
         )
         outputs = []
         if check_prompts and not outcome.stopped:
@@ -223,65 +309,80 @@ async def _arm(
                 f"prompt(s), temperature 0"
             )
             outputs, interrupted = await lossless.generate(
-                client, check_prompts, args.lossless_max_tokens, console, f"{plan.label} lossless"
+                client,
+                check_prompts,
+                opts.launch.lossless_max_tokens,
+                console,
+                f"{plan.label} lossless",
             )
             if interrupted:
                 raise sw.Interrupted("during the lossless generations")
     return outcome, outputs
 
 
-def run_arms(args, extra: list[str], console: Console, presets: list[str], kind: str):
+def run_arms(opts: Options, extra: list[str], console: Console):
     """Start, sweep and stop each preset in turn. Returns the Run, or an exit code when
     an arm did not start or its server died (the finished levels are recorded)."""
-    levels, open_loop = options.load_levels(args)
+    presets, kind, launch, sweep = opts.presets, opts.kind, opts.launch, opts.sweep
+    levels, open_loop = options.load_levels(sweep)
     # A key for the servers travels to each launcher in its environment: never on a
     # printed line or a child's command line.
     extra, secrets = secret_flags.take(extra)  # --admin-api-key etc. likewise
-    args.api_key = secrets.pop("api-key", None) or args.api_key
-    ps = prompts.load(args.prompts)
-    workload.check_paths(args)
+    api_key = secrets.pop("api-key", None) or opts.connection.api_key
+    opts = replace(opts, connection=replace(opts.connection, api_key=api_key))
+    conn, req = opts.connection, opts.requests
+    ps = prompts.load(req.prompts)
+    workload.check_paths(opts.workload.save_requests, opts.records.results)
     # --dataset/--input-len/...: checked now, before any server starts
-    wl = workload.WorkloadSet(args, None, args.max_tokens) if workload.wanted(args) else None
-    levels, open_loop = workload.trace_replay(args, wl, levels, open_loop)
-    if wl is not None and wl.multi_turn and (open_loop is not None or args.duration is not None):
+    wl = (
+        workload.WorkloadSet(
+            opts.workload, None, req.max_tokens, seed=req.seed, prompt_set=req.prompts
+        )
+        if opts.workload.wanted()
+        else None
+    )
+    levels, open_loop = workload.trace_replay(
+        sweep, opts.workload.trace_speed, wl, levels, open_loop
+    )
+    if wl is not None and wl.multi_turn and (open_loop is not None or sweep.duration is not None):
         raise UserError(
             "--multi-turn replays conversations in closed loop, a request count each.",
             fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
         )
-    rec = session.recorder(args)
-    log_dir = Path(args.log_dir)
+    rec = session.recorder(opts.records, conn)
+    log_dir = launch.log_dir
     # outside the kernel's ephemeral range: no outgoing connection (health probes
     # included) can take it while a server loads for minutes
-    port = args.port or ports.pick()
+    port = launch.port or ports.pick()
     labels = string.ascii_uppercase[: len(presets)]
     plans = [
         arms.plan_arm(
             label,
             preset,
-            cpu=args.cpu,
-            model_path=args.model_path,
-            draft_model_path=args.draft_model_path,
-            sglang_version=args.sglang_version,
-            force=args.force,
+            cpu=launch.cpu,
+            model_path=launch.model_path,
+            draft_model_path=launch.draft_model_path,
+            sglang_version=launch.sglang_version,
+            force=launch.force,
             port=port,
             log_file=log_dir / f"{kind}-{rec.run_id}-{label}-{Path(preset).stem}.log",
             extra=extra,
-            overlays=args.overlay,
+            overlays=launch.overlays,
         )
         for label, preset in zip(labels, presets)
     ]
     # the arms differ only in speculation, or the run stops here, before any weights load
-    verdict = arms.check_fair(plans, getattr(args, "allow_unequal", False), console.info)
+    verdict = arms.check_fair(plans, launch.allow_unequal, console.info)
     settings = verdict.record() if verdict else {}
     host = provenance.host_facts()
-    slo = options.slo(args)
-    check_prompts = ps.take(args.lossless_prompts, args.seed) if args.lossless_prompts else []
+    slo = replace(sweep.slo)  # a copy: ab's first arm may derive default goals into it
+    check_prompts = ps.take(launch.lossless_prompts, req.seed) if launch.lossless_prompts else []
     title = "A/B" if kind == "ab" else "compare"
     console.info(
         f"{title} run {rec.run_id}: "
         + ", ".join(f"{p.label} = {p.preset}" for p in plans)
-        + f"; levels: {sw.describe_levels(levels, open_loop, args.duration)}; "
-        + (wl.describe() if wl is not None else f"{args.max_tokens} tokens per request")
+        + f"; levels: {sw.describe_levels(levels, open_loop, sweep.duration)}; "
+        + (wl.describe() if wl is not None else f"{req.max_tokens} tokens per request")
         + f"; prompts {ps.name}"
     )
     done: list[ArmRun] = []
@@ -290,7 +391,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
     refused = False
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
-        plan.api_key = args.api_key
+        plan.api_key = conn.api_key
         proc = None
         try:
             # Any failure of one arm (its server never READY, an HTTP failure while
@@ -299,9 +400,9 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
             plan.secret_env = secret_flags.to_environment(secrets)
             proc = arms.LauncherProcess(plan)
             url = startup.wait_ready(
-                proc, plan.label, plan.facts.get("log_file"), args.startup_timeout, console
+                proc, plan.label, plan.facts.get("log_file"), launch.startup_timeout, console
             )
-            server = session.connect(url, args)
+            server = session.connect(url, conn)
             console.info(f"[{plan.label}] ready: {session.describe(server)}")
             if wl is not None and wl.server is None:  # every arm: the same prompts
                 wl.attach(server)
@@ -309,11 +410,11 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
             prov = {
                 "host": host,
                 "server": provenance.server_facts(server, launch=plan.facts),
-                "prompts": session.prompt_facts(wl or ps, args.seed),
+                "prompts": session.prompt_facts(wl or ps, req.seed),
                 **({"workload": wl.facts()} if wl is not None else {}),
             }
             hook = workload.LevelHook(
-                args.save_requests,
+                opts.workload.save_requests,
                 wl,
                 {"run_id": rec.run_id, "arm": plan.preset},
                 console,
@@ -322,7 +423,7 @@ def run_arms(args, extra: list[str], console: Console, presets: list[str], kind:
             outcome, outputs = asyncio.run(
                 _arm(
                     server,
-                    args,
+                    opts,
                     console,
                     rec,
                     prov,
@@ -479,13 +580,12 @@ def _plot_hint(console: Console, rec: records.Recorder) -> None:
 
 
 # ---------------------------------------------------------------- ab
-def run_ab(args, extra: list[str], console: Console) -> int:
-    check_presets(args.preset_a, args.preset_b)
-    run = run_arms(args, extra, console, [args.preset_a, args.preset_b], "ab")
-    return run if isinstance(run, int) else report_ab(args, console, run)
+def run_ab(opts: Options, extra: list[str], console: Console) -> int:
+    run = run_arms(opts, extra, console)
+    return run if isinstance(run, int) else report_ab(opts, console, run)
 
 
-def report_ab(args, console: Console, run: Run) -> int:
+def report_ab(opts: Options, console: Console, run: Run) -> int:
     a, b = run.arms
     pa, pb = a.plan, b.plan
     axis, levels, slo, rec = run.axis, run.levels, run.slo, run.rec
@@ -522,7 +622,7 @@ def report_ab(args, console: Console, run: Run) -> int:
             {
                 "status": "ok",
                 "arm": f"{pa.preset} vs {pb.preset}",
-                "max_tokens": args.lossless_max_tokens,
+                "max_tokens": opts.launch.lossless_max_tokens,
                 "temperature": 0.0,
                 **ll,
             },
@@ -545,7 +645,7 @@ def report_ab(args, console: Console, run: Run) -> int:
             "verdict": thr["verdict"],
             "recommendation": advice,
             "sample_size_warning": thin,
-            "max_tokens": args.max_tokens,
+            "max_tokens": opts.requests.max_tokens,
             **settings_fields(run.settings),
         },
         prov,
@@ -555,13 +655,12 @@ def report_ab(args, console: Console, run: Run) -> int:
 
 
 # ---------------------------------------------------------------- compare
-def run_compare(args, extra: list[str], console: Console) -> int:
-    check_arms(args.arm)
-    run = run_arms(args, extra, console, list(args.arm), "compare")
-    return run if isinstance(run, int) else report_compare(args, console, run)
+def run_compare(opts: Options, extra: list[str], console: Console) -> int:
+    run = run_arms(opts, extra, console)
+    return run if isinstance(run, int) else report_compare(opts, console, run)
 
 
-def report_compare(args, console: Console, run: Run) -> int:
+def report_compare(opts: Options, console: Console, run: Run) -> int:
     axis, levels, slo, rec = run.axis, run.levels, run.slo, run.rec
     names = [a.plan.preset for a in run.arms]
     per_arm = {a.plan.preset: a.fields for a in run.arms}
@@ -631,7 +730,7 @@ def report_compare(args, console: Console, run: Run) -> int:
             "failed_arms": run.failed,
             "failed_arm_kinds": run.failed_kinds,
             "sample_size_warning": thin,
-            "max_tokens": args.max_tokens,
+            "max_tokens": opts.requests.max_tokens,
             **settings_fields(run.settings),
         },
         prov,

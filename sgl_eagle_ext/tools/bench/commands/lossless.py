@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+from dataclasses import dataclass
 
 from sgl_eagle_ext.tools.bench import lossless, options, prompts, provenance, session
 from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
@@ -17,29 +20,51 @@ def register(sub) -> None:
     ll.add_argument("--url-a", required=True, help="reference server (e.g. baseline)")
     ll.add_argument("--url-b", required=True, help="server under test (e.g. EAGLE-3)")
     ll.add_argument("--num-prompts", type=int, default=lossless.DEFAULT_PROMPTS)
-    ll.set_defaults(run=run)
+    ll.set_defaults(read=read, run=run)
 
 
-def run(args, extra: list[str], console: Console) -> int:
-    return asyncio.run(_run(args, console))
+@dataclass(frozen=True)
+class Options:
+    connection: options.ConnectionOptions
+    requests: options.RequestOptions
+    records: options.RecordOptions
+    url_a: str  # --url-a: the reference server
+    url_b: str  # --url-b: the server under test
+    num_prompts: int  # --num-prompts (>= 0)
 
 
-async def _run(args, console: Console) -> int:
-    ps = prompts.load(args.prompts)
-    rec = session.recorder(args)
-    sa = session.connect(args.url_a, args)
-    sb = session.connect(args.url_b, args)
-    chosen = ps.take(args.num_prompts, args.seed)
+def read(args: argparse.Namespace) -> Options:
+    conn, req = groups.connection(args), groups.requests(args)
+    options.positive("--num-prompts", args.num_prompts, zero_ok=True)
+    return Options(
+        connection=conn,
+        requests=req,
+        records=groups.records(args),
+        url_a=args.url_a,
+        url_b=args.url_b,
+        num_prompts=args.num_prompts,
+    )
+
+
+def run(opts: Options, extra: list[str], console: Console) -> int:
+    return asyncio.run(_run(opts, console))
+
+
+async def _run(opts: Options, console: Console) -> int:
+    conn, req = opts.connection, opts.requests
+    ps = prompts.load(req.prompts)
+    rec = session.recorder(opts.records, conn)
+    sa = session.connect(opts.url_a, conn)
+    sb = session.connect(opts.url_b, conn)
+    chosen = ps.take(opts.num_prompts, req.seed)
     console.info(
         f"lossless check: {len(chosen)} prompt(s), temperature 0, up to "
-        f"{args.max_tokens} tokens\n  A: {session.describe(sa)}\n  B: {session.describe(sb)}"
+        f"{req.max_tokens} tokens\n  A: {session.describe(sa)}\n  B: {session.describe(sb)}"
     )
     outs = []
     for server, tag in ((sa, "A"), (sb, "B")):
-        async with session.client(server, args) as client:
-            res, interrupted = await lossless.generate(
-                client, chosen, args.max_tokens, console, tag
-            )
+        async with session.client(server, conn, req) as client:
+            res, interrupted = await lossless.generate(client, chosen, req.max_tokens, console, tag)
         if interrupted:
             raise sw.Interrupted("during the lossless generations")
         outs.append(res)
@@ -54,7 +79,7 @@ async def _run(args, console: Console) -> int:
             "model_path": sb.info.get("model_path"),
         },
         "arms": {"A": provenance.server_facts(sa), "B": provenance.server_facts(sb)},
-        "prompts": session.prompt_facts(ps, args.seed),
+        "prompts": session.prompt_facts(ps, req.seed),
     }
     rec.write(
         "lossless",
@@ -62,7 +87,7 @@ async def _run(args, console: Console) -> int:
             "status": "ok",
             "url_a": sa.base_url,
             "url_b": sb.base_url,
-            "max_tokens": args.max_tokens,
+            "max_tokens": req.max_tokens,
             "temperature": 0.0,
             **f,
         },

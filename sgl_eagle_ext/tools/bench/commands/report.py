@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
@@ -22,10 +26,42 @@ def register(sub) -> None:
         metavar="LOG",
         help="server log with EAGLE3_PROFILE lines: acceptance per draft position (repeatable)",
     )
-    r.set_defaults(run=run)
+    r.set_defaults(read=read, run=run)
 
 
-def run(args, extra: list[str], console: Console) -> int:
+@dataclass(frozen=True)
+class Options:
+    results: Path  # RESULTS: the JSONL
+    output: Path | None  # -o/--output (None: the JSONL's name, .html)
+    run_id: str | None  # --run-id (None: every run)
+    requests: Path | None  # --requests: per-request records
+    slo: str | None  # --slo, as given (goodput.parse_slo)
+    percentiles: str  # --percentiles, as given (goodput.parse_percentiles)
+    profile_logs: tuple[str, ...]  # --profile-log LOG ...
+
+
+def read(args: argparse.Namespace) -> Options:
+    return Options(
+        results=Path(args.results),
+        output=Path(args.output) if args.output else None,
+        run_id=args.run_id,
+        requests=Path(args.requests) if args.requests else None,
+        slo=args.slo,
+        percentiles=args.percentiles,
+        profile_logs=tuple(args.profile_log or ()),
+    )
+
+
+def run(opts: Options, extra: list[str], console: Console) -> int:
     from sgl_eagle_ext.tools.bench import html_report
 
-    return html_report.main(args, console)
+    return html_report.write_report(
+        opts.results,
+        opts.output,
+        console,
+        run_id=opts.run_id,
+        requests=opts.requests,
+        slo_text=opts.slo,
+        percentiles_text=opts.percentiles,
+        profile_logs=opts.profile_logs,
+    )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+from dataclasses import dataclass
 
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.tools.bench import options, prompts, session, single
+from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
@@ -27,11 +30,37 @@ def register(sub) -> None:
     )
     s.add_argument("--label", default="", help="arm name stored in the records")
     s.add_argument("--run-id", help="group this record with others (default: a new id)")
-    s.set_defaults(run=run)
+    s.set_defaults(read=read, run=run)
 
 
-def run(args, extra: list[str], console: Console) -> int:
-    return asyncio.run(_run(args, console))
+@dataclass(frozen=True)
+class Options:
+    connection: options.ConnectionOptions
+    requests: options.RequestOptions
+    records: options.RecordOptions
+    runs: int  # --runs (> 0)
+    warmup: int  # --warmup runs (>= 0)
+    vary_prompts: bool  # --vary-prompts
+    max_cv: float  # --max-cv
+
+
+def read(args: argparse.Namespace) -> Options:
+    conn, req = groups.connection(args), groups.requests(args)
+    options.positive("--runs", args.runs)
+    options.positive("--warmup", args.warmup, zero_ok=True)
+    return Options(
+        connection=conn,
+        requests=req,
+        records=groups.records(args),
+        runs=args.runs,
+        warmup=args.warmup,
+        vary_prompts=args.vary_prompts,
+        max_cv=args.max_cv,
+    )
+
+
+def run(opts: Options, extra: list[str], console: Console) -> int:
+    return asyncio.run(_run(opts, console))
 
 
 def _accept(s: dict, acc: dict) -> None:
@@ -44,33 +73,34 @@ def _accept(s: dict, acc: dict) -> None:
         s["accept_length"], s["accept_length_source"] = None, None
 
 
-async def _run(args, console: Console) -> int:
-    ps = prompts.load(args.prompts)
-    rec = session.recorder(args)
-    server = session.connect(args.url, args)
-    load = session.load(args)
-    prov = session.server_provenance(server, ps, args.seed)
+async def _run(opts: Options, console: Console) -> int:
+    conn, req = opts.connection, opts.requests
+    ps = prompts.load(req.prompts)
+    rec = session.recorder(opts.records, conn)
+    server = session.connect(conn.url, conn)
+    load = session.load(req)
+    prov = session.server_provenance(server, ps, req.seed)
     console.info(f"single stream against {session.describe(server)}")
     console.info(
-        f"{args.warmup} warm-up + {args.runs} run(s) of {load.max_tokens} tokens, EOS "
-        f"{'respected' if args.respect_eos else 'ignored'}, temperature "
+        f"{opts.warmup} warm-up + {opts.runs} run(s) of {load.max_tokens} tokens, EOS "
+        f"{'respected' if req.respect_eos else 'ignored'}, temperature "
         f"{load.temperature:g}, prompts {ps.name}"
     )
-    async with session.client(server, args) as client:
+    async with session.client(server, conn, req) as client:
         warm, done, interrupted, acc = await single.run(
             server,
             client,
             ps,
-            runs=args.runs,
-            warmup=args.warmup,
+            runs=opts.runs,
+            warmup=opts.warmup,
             load=load,
-            respect_eos=args.respect_eos,
-            vary_prompts=args.vary_prompts,
+            respect_eos=req.respect_eos,
+            vary_prompts=opts.vary_prompts,
             console=console,
         )
-    if any(f["short"] for f in warm) and not args.respect_eos:
+    if any(f["short"] for f in warm) and not req.respect_eos:
         console.warn("a warm-up run came back short: the server may not honour ignore_eos")
-    s = single.summarize(done, args.max_cv)
+    s = single.summarize(done, opts.max_cv)
     _accept(s, acc)
     for line in single.summary_lines(s, len(done)):
         console.out(line)
@@ -85,13 +115,13 @@ async def _run(args, console: Console) -> int:
     rec.write(
         "single",
         {
-            "arm": args.label or None,
+            "arm": opts.records.label or None,
             "status": status,
             "url": server.base_url,
-            **session.load_fields(load, args),
+            **session.load_fields(load, conn),
             "warmup": warm,
             "runs_detail": done,
-            "runs_requested": args.runs,
+            "runs_requested": opts.runs,
             **s,
         },
         prov,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
@@ -18,10 +22,25 @@ def register(sub) -> None:
         help="server log with EAGLE3_PROFILE lines: the profiler's accept_hist too (repeatable)",
     )
     s.add_argument("-o", "--output", help="PNG path (default: next to the file)")
-    s.set_defaults(run=run)
+    s.set_defaults(read=read, run=run)
 
 
-def run(args, extra: list[str], console: Console) -> int:
+@dataclass(frozen=True)
+class Options:
+    file: Path  # FILE: --save-requests records
+    profile_logs: list[Path]  # --profile-log LOG ...
+    output: Path | None  # -o/--output (None: next to the file)
+
+
+def read(args: argparse.Namespace) -> Options:
+    return Options(
+        file=Path(args.file),
+        profile_logs=[Path(p) for p in args.profile_log or ()],
+        output=Path(args.output) if args.output else None,
+    )
+
+
+def run(opts: Options, extra: list[str], console: Console) -> int:
     from sgl_eagle_ext.tools.bench import spec_view
 
-    return spec_view.main(args, console)
+    return spec_view.show(opts.file, opts.output, opts.profile_logs, console)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+from dataclasses import dataclass
 
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import options, prompts, session, workload
 from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
@@ -25,66 +28,98 @@ def register(sub) -> None:
         help="share a run id with another sweep (e.g. the other server "
         "of a manual A/B) so `plot` draws both; default: a new id",
     )
-    w.set_defaults(run=run)
+    w.set_defaults(read=read, run=run)
 
 
-def run(args, extra: list[str], console: Console) -> int:
-    return asyncio.run(_run(args, console))
+@dataclass(frozen=True)
+class Options:
+    connection: options.ConnectionOptions
+    requests: options.RequestOptions
+    records: options.RecordOptions
+    sweep: options.SweepOptions
+    workload: workload.WorkloadOptions
 
 
-async def _run(args, console: Console) -> int:
-    levels, open_loop = options.load_levels(args)
-    ps = prompts.load(args.prompts)
-    workload.check_paths(args)
-    rec = session.recorder(args)
-    server = session.connect(args.url, args)
-    load = session.load(args)
-    prov = session.server_provenance(server, ps, args.seed)
-    slo = options.slo(args)
-    wl = workload.WorkloadSet(args, server, args.max_tokens) if workload.wanted(args) else None
+def read(args: argparse.Namespace) -> Options:
+    return Options(  # the groups' checks run in this order
+        connection=groups.connection(args),
+        workload=groups.workload(args),
+        requests=groups.requests(args),
+        sweep=groups.sweep(args),
+        records=groups.records(args),
+    )
+
+
+def run(opts: Options, extra: list[str], console: Console) -> int:
+    return asyncio.run(_run(opts, console))
+
+
+async def _run(opts: Options, console: Console) -> int:
+    conn, req, sweep, work = opts.connection, opts.requests, opts.sweep, opts.workload
+    levels, open_loop = options.load_levels(sweep)
+    ps = prompts.load(req.prompts)
+    workload.check_paths(work.save_requests, opts.records.results)
+    rec = session.recorder(opts.records, conn)
+    server = session.connect(conn.url, conn)
+    load = session.load(req)
+    prov = session.server_provenance(server, ps, req.seed)
+    wl = (
+        workload.WorkloadSet(work, server, req.max_tokens, seed=req.seed, prompt_set=req.prompts)
+        if work.wanted()
+        else None
+    )
     if wl is not None:
-        if wl.multi_turn and (open_loop is not None or args.duration is not None):
+        if wl.multi_turn and (open_loop is not None or sweep.duration is not None):
             raise UserError(
                 "--multi-turn replays conversations in closed loop, a request count each.",
                 fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
             )
-        levels, open_loop = workload.trace_replay(args, wl, levels, open_loop)
+        levels, open_loop = workload.trace_replay(sweep, work.trace_speed, wl, levels, open_loop)
         ps = wl
-        prov["prompts"] = session.prompt_facts(wl, args.seed)
+        prov["prompts"] = session.prompt_facts(wl, req.seed)
         prov["workload"] = wl.facts()
     console.info(f"sweep against {session.describe(server)}")
     console.info(
-        f"levels: {sw.describe_levels(levels, open_loop, args.duration)}; "
+        f"levels: {sw.describe_levels(levels, open_loop, sweep.duration)}; "
         + (
             f"{load.max_tokens} tokens per request; prompts {ps.name}"
             if wl is None
             else wl.describe()
         )
     )
-    common = {"arm": args.label or None, "url": server.base_url, **session.load_fields(load, args)}
+    arm = opts.records.label or None
+    common = {"arm": arm, "url": server.base_url, **session.load_fields(load, conn)}
     if wl is not None:
         common["workload"] = wl.facts()
     hook = workload.LevelHook(
-        args.save_requests,
+        work.save_requests,
         wl,
-        {"run_id": rec.run_id, "arm": args.label or None},
+        {"run_id": rec.run_id, "arm": arm},
         console,
         key=lambda c: sw.level_key(c, open_loop),
     )
-    async with session.client(server, args) as client:
+    async with session.client(server, conn, req) as client:
         outcome = await session.warm_and_sweep(
             client,
             server,
-            args,
+            req,
+            sweep,
             ps,
             levels,
             console,
             lambda c, f: rec.write("sweep", {**common, **sw.level_key(c, open_loop), **f}, prov),
             arm="",
-            slo=slo,
+            slo=sweep.slo,
             open_loop=open_loop,
             hook=hook,
-            shape=session.load_shape(args, open_loop, wl),
+            shape=session.load_shape(
+                open_loop,
+                wl,
+                dataset=work.dataset,
+                max_tokens=req.max_tokens,
+                stream=conn.stream,
+                duration=sweep.duration,
+            ),
         )
     if rec.written:
         console.info(f"{rec.written} record(s) appended to {rec.jsonl} (and {rec.csv})")
