@@ -22,39 +22,60 @@ HARNESS_HINT = (
 )
 
 
-# The README runs the suite on two workers, a file to a worker (`-n 2 --dist loadfile`),
-# each worker taking the next file in collection order. The files that start servers go
-# first, the longest first (minutes of one worker where measured, on a slow 2-core machine
-# whose suite took 56 min; the rest in last round's order), so the short files fill in
-# at the end instead of one worker finishing a long file alone.
+# The README runs the suite on two workers (`-n 2 --dist loadgroup`): a file to a worker,
+# each worker taking the next file in collection order, except that every test reading
+# the session's shared server (`spec_server`) goes to one worker with test_server_cpu.py
+# (its baseline fixture's tokens are compared with that server's): one shared server
+# start, not one per worker. The files that start servers go first, the longest first
+# (minutes of one worker where measured, on a 2-core machine whose suite took 42 min),
+# so the short files fill in at the end instead of one worker finishing a long file alone.
+SHARED_SERVER_GROUP = "spec_server"
+SHARED_SERVER_FILES = ("test_server_cpu.py",)
 LONGEST_FIRST = (
-    "test_server_cpu.py",  # ~16.5
-    "test_tune_live_server.py",  # ~10
-    "test_profile_server.py",  # ~9.5
-    "test_bench.py",  # ~8
-    "test_bench_workloads.py",
-    "test_v1_worker_cpu.py",
-    "test_adaptive_server.py",
-    "test_schedule_tp2_server.py",
-    "test_secret_canary.py",
-    "test_tune_live.py",
-    "test_preflight.py",
+    "test_tune_live_server.py",  # ~8
+    "test_profile_server.py",  # ~8
+    "test_bench.py",  # ~6.5
+    "test_v1_worker_cpu.py",  # ~6 (before its baseline server was dropped)
+    "test_bench_workloads.py",  # ~4.5
+    "test_preflight.py",  # ~4
+    "test_adaptive_server.py",  # ~4
+    "test_schedule_tp2_server.py",  # ~3.5
+    "test_secret_canary.py",  # ~3
+    "test_router_cpu.py",  # ~2.5
+    "test_fuzz_inputs.py",
     "test_bench_labels.py",
-    "test_router_cpu.py",
     "test_bench_load.py",
+    "test_fairness.py",
+    "test_reliability.py",
+    "test_tune_live.py",
+    "test_ask_sglang.py",
     "test_port_race.py",
 )
 
 
+def xdist_group(item) -> str:
+    if "spec_server" in item.fixturenames or item.path.name in SHARED_SERVER_FILES:
+        return SHARED_SERVER_GROUP
+    return item.path.name
+
+
 def pytest_configure(config):
-    # xdist would reorder the files by their number of tests (the fast files have most)
+    # xdist would reorder the groups by their number of tests (the fast files have most)
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files keep order
+    rank = {name: i + 1 for i, name in enumerate(LONGEST_FIRST)}  # the shared group first
+
+    def order(item) -> int:
+        group = xdist_group(item)
+        return 0 if group == SHARED_SERVER_GROUP else rank.get(group, len(rank) + 1)
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    items.sort(key=order)  # stable: files keep their order
 
 
 def pytest_runtest_setup(item):
