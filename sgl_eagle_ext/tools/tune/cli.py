@@ -150,9 +150,7 @@ def live_parser() -> argparse.ArgumentParser:
 
 def live_options(argv: list[str]) -> tuple[LiveOptions, list[str]]:
     """`tune live`'s command line: (its options, the SGLang arguments after `--`)."""
-    own, extra = (
-        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    )
+    own, extra = split_extra(argv)
     return LiveOptions(**vars(live_parser().parse_args(own))), extra
 
 
