@@ -115,16 +115,10 @@ def _path_signature(token: str, cwd: str) -> list | None:
 
 
 def _portless(argv: list[str]) -> list[str]:
-    out, after_flag = [], False
-    for token in argv:
-        if after_flag:
-            out.append(PORT_HOLDER)
-        elif token.startswith(PORT_FLAG + "="):  # one spelling, one key
-            out += [PORT_FLAG, PORT_HOLDER]
-        else:
-            out.append(token)
-        after_flag = token == PORT_FLAG
-    return out
+    """The argument list with its port as a placeholder, at the end (one key for every
+    spelling and place of `--port`)."""
+    rest, port = ServerArgv(argv).without(PORT_FLAG)
+    return list(argv) if port is None else [*rest, PORT_FLAG, PORT_HOLDER]
 
 
 def with_port(answer: dict, argv: list[str]) -> dict:
