@@ -126,7 +126,10 @@ def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path)
         if r["steps"] == 0:
             assert r["profile"]["accept_len"] == 1.0
     one = live_report.grid(cells)[1]
-    assert live_report.best(one) > 0  # drafting wins at one stream with this draft
+    # Which cell is fastest is the host's timing (CI measured 2.48 tok/s at 0 steps and
+    # 2.32 at 1 step at one stream, 2.43 vs 1.67 at two): the decision rule is tested on
+    # recorded cells (tests/test_tune_live.py); here the written table must follow the
+    # cells this run measured, whichever won.
     # drafts accepted (1.0 = none): 2.0 on this machine's build of the pair at 8-token
     # requests (2.33 on an earlier one), so the bound is "clearly accepting", not a design
     assert one[3]["profile"]["accept_len"] > 1.5
