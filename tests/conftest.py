@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -63,6 +65,23 @@ def pytest_configure(config):
     # xdist would reorder the groups by their number of tests (the fast files have most)
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    # One warm SGLang per probe environment for the whole session (probe_server.py): a
+    # launch's preflight probe is a fork, not 13-20 s of imports. Started in the
+    # controlling process, before the workers, which inherit the variable; the probes it
+    # answers are SGLang's own answers (tests/test_probe_server.py).
+    from sgl_eagle_ext.launcher.preflight import probe_server
+
+    if not hasattr(config, "workerinput") and not os.environ.get(probe_server.VAR):
+        folder = tempfile.mkdtemp(prefix="eagle-probes-")
+        config._probe_broker = probe_server.Broker(folder).start()
+        os.environ[probe_server.VAR] = folder
+
+
+def pytest_unconfigure(config):
+    broker = getattr(config, "_probe_broker", None)
+    if broker is not None:
+        broker.close()
+        shutil.rmtree(broker.folder, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers

@@ -22,7 +22,13 @@ from pathlib import Path
 import pytest
 
 from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_cache, run, settings_view
+from sgl_eagle_ext.launcher.preflight import (
+    ask_sglang,
+    probe_cache,
+    probe_server,
+    run,
+    settings_view,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"  # the harness's SGLang 0.5.23
@@ -73,6 +79,8 @@ def fake(tmp_path, monkeypatch):
     """(python, count()) with the cache in tmp_path."""
     monkeypatch.setenv("EAGLE_EXT_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(probe_cache.BYPASS, raising=False)
+    # each run of the stand-in is counted: asked as a one-off subprocess, never warm
+    monkeypatch.delenv(probe_server.VAR, raising=False)
     count = tmp_path / "probe-runs"
     py = tmp_path / "python"
     py.write_text(FAKE.format(python=sys.executable, count=str(count), tag=ask_sglang.TAG))

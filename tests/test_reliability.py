@@ -776,13 +776,15 @@ def test_a_key_with_a_line_break_is_never_sent_or_echoed(monkeypatch):
     assert code == 2 and "control character" in text and "CANARY" not in text, text
 
 
-def test_the_preflight_probe_leaves_no_orphan_behind_a_wrapper(tmp_path):
+def test_the_preflight_probe_leaves_no_orphan_behind_a_wrapper(tmp_path, monkeypatch):
     """--sglang-python naming a wrapper that does not `exec` its python: on the
     probe's timeout the wrapper's whole group goes, not the wrapper alone."""
     import psutil
 
-    from sgl_eagle_ext.launcher.preflight import ask_sglang
+    from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_server
     from tests.conftest import wait_until
+
+    monkeypatch.delenv(probe_server.VAR, raising=False)  # the one-off subprocess's group
 
     pidfile = tmp_path / "child.pid"
     wrapper = tmp_path / "python-wrapper"

@@ -33,11 +33,11 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import proctree
 from sgl_eagle_ext.common.contract import CPU_ENV
-from sgl_eagle_ext.launcher.preflight import probe_cache
+from sgl_eagle_ext.launcher.preflight import probe_cache, probe_server
 from sgl_eagle_ext.launcher.preflight.sglang_probe import TAG
 from sgl_eagle_ext.launcher.resolution import Change, Resolution
 
-PROBE = Path(__file__).with_name("sglang_probe.py")
+PROBE = probe_server.PROBE
 TIMEOUT_S = 240.0  # importing SGLang's model registry takes ~10-40 s on a busy CPU
 
 
@@ -253,7 +253,7 @@ def ask_launches(
             else:
                 out[i] = (_answer(got["version"], got, time.monotonic() - t0, when), "")
         for i, (answer, why, cacheable, got) in zip(
-            todo, _ask(python, launches, envs, cwds, todo, timeout)
+            todo, _ask(python, launches, envs, cwds, todo, timeout, have)
         ):
             out[i] = (answer, why)
             if keys[i] and cacheable:
@@ -261,12 +261,14 @@ def ask_launches(
     return out
 
 
-def _ask(python: str, launches, envs: list, cwds: list, todo: list[int], timeout: float):
-    """One probe subprocess for the launches `todo` (one start environment), if any: per
-    launch (Answer | None, why, cacheable, its answer to cache: None if it failed)."""
+def _ask(python: str, launches, envs: list, cwds: list, todo: list, timeout: float, have: dict):
+    """One probe (probe_server's warm process, or a subprocess) for the launches `todo`
+    (one start environment), if any: per launch (Answer | None, why, cacheable, its
+    answer to cache: None if it failed)."""
     if not todo:
         return
     base, where = envs[todo[0]], cwds[todo[0]]
+    warm = probe_server.identity(python, _start_key(base, where), have.get("src"))
     request = {
         "launches": [
             {"argv": list(launches[i].argv), "env": _env_delta(base, envs[i]), "cwd": cwds[i]}
@@ -274,7 +276,7 @@ def _ask(python: str, launches, envs: list, cwds: list, todo: list[int], timeout
         ]
     }
     t1 = time.monotonic()
-    reply, why, cacheable = _probe(python, request, base, timeout, where)
+    reply, why, cacheable = _probe(python, request, base, timeout, where, warm)
     if reply is not None and len(reply["launches"]) != len(todo):
         reply, why = None, f"asking SGLang failed: {len(reply['launches'])} answers to {len(todo)}"
     per = (time.monotonic() - t1) / len(todo)
@@ -316,8 +318,21 @@ def settings_for(python: str, argv: list[str], env: dict) -> Resolution | None:
     return settings_for_launches(python, [Launch(argv, env)])[0]
 
 
-def _probe(python: str, request: dict, env: dict, timeout: float, cwd: str | None = None):
-    """(the probe's JSON answer, '', _) or (None, why, cacheable)."""
+def _probe(
+    python: str,
+    request: dict,
+    env: dict,
+    timeout: float,
+    cwd: str | None = None,
+    warm: str | None = None,
+):
+    """(the probe's JSON answer, '', _) or (None, why, cacheable). `warm`: the identity
+    of a probe_server process that may answer instead of a subprocess."""
+    line = probe_server.ask(python, request, env, cwd or os.getcwd(), warm, timeout)
+    if line == "timeout":
+        return None, f"asking SGLang timed out after {timeout:.0f} s", False
+    if line is not None:
+        return _reply(line, 0, "")
     with tempfile.TemporaryDirectory(prefix="sgl-eagle-ext-probe-") as tmp:
         path = Path(tmp) / "request.json"
         path.write_text(json.dumps(request))
@@ -334,11 +349,16 @@ def _probe(python: str, request: dict, env: dict, timeout: float, cwd: str | Non
         except OSError as e:
             return None, f"could not run {python}: {e.strerror or e}", False
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(TAG)]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"asking SGLang failed (exit {proc.returncode}): {tail[:300]}", True
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return _reply(lines[-1] if lines else "", proc.returncode, tail)
+
+
+def _reply(line: str, returncode: int, tail: str):
+    """The probe's answer line read: (reply, '', True) or (None, why, True)."""
+    if returncode != 0 or not line:
+        return None, f"asking SGLang failed (exit {returncode}): {tail[:300]}", True
     try:
-        reply = json.loads(lines[-1][len(TAG) :])
+        reply = json.loads(line[len(TAG) :])
     except ValueError:
         return None, "asking SGLang failed: its answer was not JSON", True
     if not isinstance(reply.get("launches"), list):
