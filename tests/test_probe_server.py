@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
 import tempfile
 
@@ -103,4 +104,4 @@ def test_a_warm_answer_is_sglangs_own_and_a_python_that_cannot_serve_falls_back(
         broker.close()
     wait_until(lambda: process.poll() is not None, 30, "the warm process to end")
     assert not list(broker.folder.glob("*.sock"))
-    broker.folder.rmdir()
+    shutil.rmtree(broker.folder)

@@ -11,7 +11,9 @@ that class, and every exception on the way in SGLang's own words.
 Many launches are asked at once in one subprocess (SGLang imported once), each in its
 own environment and working directory; each answer is cached under its own launch's
 key (probe_cache): a repeat of the same launch on the same installed files is read
-from disk; a failed probe is cached as failed, and says so.
+from disk; a failed probe is cached as failed, and says so. Where a probe_server broker
+runs (EAGLE_EXT_PROBE_SERVER), the subprocess is a fork of a process that imported SGLang
+once, from the same probe code; anything short of its answer asks the subprocess.
 
     ask_launch(python, argv, env)   -> (Answer | None, why)  (preflight, dry run)
     ask_launches(python, [Launch(argv, env, cwd), ...])      (one subprocess for many)

@@ -5,9 +5,12 @@ imports SGLang once (sglang_probe.py --serve) and answers each probe in a child 
 from it, in the probe's own environment and working directory: the answer
 sglang_probe.py gives as a one-off subprocess, from the same code.
 
-    EAGLE_EXT_PROBE_SERVER=DIR   the folder of a running Broker (the test suite starts
-                                 one per session: tests/conftest.py)
-    python -m sgl_eagle_ext.launcher.preflight.probe_server DIR   (one in the foreground)
+    broker = Broker(DIR).start()            # in a process that outlives the asks
+    os.environ["EAGLE_EXT_PROBE_SERVER"] = DIR   # for it and every process it starts
+    ...
+    broker.close()                          # its warm processes end with it
+
+(the test suite runs one per session: tests/conftest.py).
 
 ask_sglang asks here first. Anything short of an answer (no broker, a python that
 cannot serve, a child that died) falls back to the one-off subprocess, which gives the
@@ -25,7 +28,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -155,15 +157,16 @@ class Broker:
             self._count += 1
             path = str(self.folder / f"{self._count}.sock")  # short: 108 bytes at most
         try:
-            proc = subprocess.Popen(
-                [hello["python"], str(PROBE), "--serve", path],
-                env=dict(hello["env"]),
-                cwd=hello["cwd"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            with open(path.removesuffix(".sock") + ".log", "wb") as log:  # why it cannot serve
+                proc = subprocess.Popen(
+                    [hello["python"], str(PROBE), "--serve", path],
+                    env=dict(hello["env"]),
+                    cwd=hello["cwd"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,
+                )
         except OSError:
             return None
         self._procs.append(proc)
@@ -176,6 +179,7 @@ class Broker:
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
+            (self.folder / BROKER).unlink(missing_ok=True)
         for path in self.folder.glob("*.sock"):  # the warm processes see it and exit
             path.unlink(missing_ok=True)
         for proc in self._procs:
@@ -190,22 +194,3 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
     if proc.stdout:
         proc.stdout.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    folder = (argv if argv is not None else sys.argv[1:])[:1]
-    if not folder:
-        print(f"usage: python -m {__spec__.name} DIR  (then export {VAR}=DIR)", file=sys.stderr)
-        return 2
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    broker = Broker(folder[0]).start()
-    print(f"export {VAR}={broker.folder}", flush=True)
-    try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    finally:
-        broker.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
