@@ -3,7 +3,8 @@
 The suite runs every preflight probe through one broker (tests/conftest.py); these
 tests hold that what a warm process answers is what the one-off subprocess answers,
 that a python which cannot serve falls back to the subprocess, that no secret reaches
-a warm process, and that the warm processes end with their broker.
+a warm process, that one which ended is started again, and that the warm processes
+end with their broker.
 """
 
 from __future__ import annotations
@@ -100,6 +101,13 @@ def test_a_warm_answer_is_sglangs_own_and_a_python_that_cannot_serve_falls_back(
             assert [comparable(a) for a, _ in answers] == [comparable(a) for a, _ in cold]
         (process,) = [p for p in broker._procs if p.poll() is None]
         assert CANARY not in "\n".join(psutil.Process(process.pid).environ().values())
+
+        # a warm process that ended (its idle timeout, the OOM killer) is started again
+        process.kill()
+        process.wait()
+        revived = ask_sglang.ask_launches(sys.executable, asked[:1])
+        assert runs == [] and [comparable(a) for a, _ in revived] == [comparable(cold[0][0])]
+        (process,) = [p for p in broker._procs if p.poll() is None]
     finally:
         broker.close()
     wait_until(lambda: process.poll() is not None, 30, "the warm process to end")

@@ -109,7 +109,8 @@ class Broker:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        self._known: dict[str, str | None] = {}  # identity -> socket (None: cannot serve)
+        # identity -> (socket, its process); (None, None): that python cannot serve
+        self._known: dict[str, tuple[str | None, subprocess.Popen | None]] = {}
         self._procs: list[subprocess.Popen] = []
         self._count = 0
         self._locks: dict[str, threading.Lock] = {}
@@ -148,11 +149,13 @@ class Broker:
         with self._lock:
             lock = self._locks.setdefault(ident, threading.Lock())
         with lock:
-            if ident not in self._known:
-                self._known[ident] = self._spawn(ident, hello)
-            return self._known[ident]
+            where, proc = self._known.get(ident, (None, None))
+            # a warm process that ended (idle for its timeout, killed) is started again
+            if ident not in self._known or (proc is not None and proc.poll() is not None):
+                where, proc = self._known[ident] = self._spawn(hello)
+            return where
 
-    def _spawn(self, ident: str, hello: dict) -> str | None:
+    def _spawn(self, hello: dict) -> tuple[str | None, subprocess.Popen | None]:
         with self._lock:
             self._count += 1
             path = str(self.folder / f"{self._count}.sock")  # short: 108 bytes at most
@@ -168,13 +171,13 @@ class Broker:
                     start_new_session=True,
                 )
         except OSError:
-            return None
+            return None, None
         self._procs.append(proc)
         ready, _, _ = select.select([proc.stdout], [], [], STARTUP_S)
         if ready and proc.stdout.readline().strip() == b"READY":
-            return path
+            return path, proc
         _kill(proc)
-        return None
+        return None, None
 
     def close(self) -> None:
         if self._sock is not None:

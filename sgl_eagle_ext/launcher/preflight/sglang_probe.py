@@ -952,6 +952,9 @@ def serve(path: str) -> None:
             sock.close()
             _answer_in_child(conn)
         conn.close()
+    sock.close()
+    if os.path.exists(path):  # idle: the broker starts another on the next ask
+        os.unlink(path)
 
 
 if __name__ == "__main__":
