@@ -38,7 +38,6 @@ sys.path.insert(0, str(ROOT))
 
 from sgl_eagle_ext.common import ports  # noqa: E402
 from sgl_eagle_ext.common.errors import UserError  # noqa: E402
-from sgl_eagle_ext.common.server_process import StartupFailed  # noqa: E402
 from sgl_eagle_ext.launcher import fairness, running  # noqa: E402
 from sgl_eagle_ext.launcher import plan as launch_plan  # noqa: E402
 from sgl_eagle_ext.profiling import adaptive_log, names  # noqa: E402
@@ -90,17 +89,7 @@ def start(
     log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}.log"
     port = ("--port", str(free_port()))
     launch = launch_plan.build(launch_request(preset, draft, models, (*port, *extra), PROFILE_ENV))
-    said: list[str] = []  # preflight's report: shown only if the start fails
-    options = running.StartOptions(
-        log_path=log,
-        startup_timeout=running.default_startup_timeout(launch),
-        say=said.append,
-    )
-    try:
-        return running.start(launch, options)
-    except (UserError, StartupFailed) as e:
-        print("\n".join(said), file=sys.stderr)
-        raise SystemExit(f"{preset} ({draft}) did not start: {e}; see {log}") from None
+    return running.start_or_exit(launch, log, f"{preset} ({draft})")
 
 
 def sweep(

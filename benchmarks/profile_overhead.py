@@ -20,13 +20,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, ports
-from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.common.server_process import StartupFailed
 from sgl_eagle_ext.in_sglang_base import patching
 from sgl_eagle_ext.launcher import plan, running
 from sgl_eagle_ext.profiling import names
@@ -135,15 +132,7 @@ def server_tok_s(models: dict, profile: bool, prompts: list[str], tokens: int) -
             env={names.ENV: "1" if profile else "0"},  # the only difference
         )
     )
-    said: list[str] = []  # preflight's report: shown only if the start fails
-    options = running.StartOptions(
-        log_path=log, startup_timeout=running.default_startup_timeout(launch), say=said.append
-    )
-    try:
-        server = running.start(launch, options)
-    except (UserError, StartupFailed) as e:
-        print("\n".join(said), file=sys.stderr)
-        raise SystemExit(f"server did not start: {e}; see {log}") from None
+    server = running.start_or_exit(launch, log, "the server")
     with server:
         http.generate(server.url, prompts[:1], 4)  # warm the interpreter's caches
         t0 = time.perf_counter()

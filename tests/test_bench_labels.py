@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 import urllib.request
@@ -275,8 +276,14 @@ def bench_serving(spec: dict, tmp_path: Path) -> dict:
     """sglang.bench_serving's own reading (and optionally a run) in a subprocess."""
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
+    # bench_serving asks the hub for --model's chat template ("fake-model"): offline it
+    # hears at once that there is none (without a network the hub's retries took 45 s)
     out = subprocess.run(
-        [sys.executable, str(ROWS), str(path)], capture_output=True, text=True, timeout=600
+        [sys.executable, str(ROWS), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

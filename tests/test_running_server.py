@@ -95,6 +95,19 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path):
     assert not (tmp_path / "s.log").exists()
 
 
+def test_a_script_that_cannot_start_its_server_ends_with_one_line(tmp_path, capsys):
+    """start_or_exit (benchmarks/): the failure as one line naming the server and its log."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        log = tmp_path / "s.log"
+        with pytest.raises(SystemExit) as e:
+            running.start_or_exit(launch(s.getsockname()[1]), log, "the 2-step arm")
+    assert str(e.value).startswith("the 2-step arm did not start: ")
+    assert "in use" in str(e.value) and str(e.value).endswith(f"; see {log}")
+    assert not log.exists()
+
+
 # -- bench's arms (tools/bench/arms.py): the same start, in a thread ------------------
 
 

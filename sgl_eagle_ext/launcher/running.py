@@ -300,3 +300,19 @@ def start(
     """Start the server of `launch_plan` and wait until it is ready (see the module's
     text). `command`: another server command for the same plan (tests: a stand-in)."""
     return launch(launch_plan, options, command=command).wait()
+
+
+def start_or_exit(launch_plan: plan.LaunchPlan, log_path: Path, what: str) -> RunningServer:
+    """start() for a script (benchmarks/): preflight's report held back and printed only
+    if the start fails, which ends the script with one line naming `what` and the log."""
+    said: list[str] = []
+    options = StartOptions(
+        log_path=log_path,
+        startup_timeout=default_startup_timeout(launch_plan),
+        say=said.append,
+    )
+    try:
+        return start(launch_plan, options)
+    except (UserError, StartupFailed) as e:
+        print("\n".join(said), file=sys.stderr)
+        raise SystemExit(f"{what} did not start: {e}; see {log_path}") from None
