@@ -24,7 +24,7 @@ HARNESS_HINT = (
 )
 
 
-# The README runs the suite on two workers (`-n 2 --dist loadgroup`): a file to a worker,
+# The README runs the suite on three workers (`-n 3 --dist loadgroup`): a file to a worker,
 # each worker taking the next file in collection order, except that every test reading
 # the session's shared server (`spec_server`) goes to one worker with test_server_cpu.py
 # (its baseline fixture's tokens are compared with that server's): one shared server
