@@ -48,11 +48,6 @@ PROFILE_ENV = {names.ENV: "1", names.ENV_INTERVAL_S: "2"}
 FIXED = ("eagle3-2step", "eagle3-3step", "eagle3-5step")
 
 
-def free_port() -> int:
-    # outside the kernel's ephemeral range: no outgoing connection takes it before the bind
-    return ports.pick()
-
-
 def launch_request(preset: str, draft: str | None, models: Path, extra=(), env=None):
     return launch_plan.LaunchRequest(
         preset=preset,
@@ -87,7 +82,7 @@ def start(
     """One arm's server, started in process from its plan (the launcher's checks,
     preflight and readiness; no spec check, its log to the file only)."""
     log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}.log"
-    port = ("--port", str(free_port()))
+    port = ("--port", str(ports.pick()))
     launch = launch_plan.build(launch_request(preset, draft, models, (*port, *extra), PROFILE_ENV))
     return running.start_or_exit(launch, log, f"{preset} ({draft})")
 

@@ -41,11 +41,6 @@ PY = sys.executable
 FAKE_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake_sglang.py"
 
 
-def free_port() -> int:
-    # outside the kernel's ephemeral range: no outgoing connection takes it before the bind
-    return ports.pick()
-
-
 def pin(cores: set[int]):
     return lambda: os.sched_setaffinity(0, cores)
 
@@ -252,7 +247,7 @@ def main() -> None:
         server_cores = set(range(int(lo), int(hi or lo) + 1))
     else:
         server_cores = set(cores) - {a.client_core} or set(cores)
-    port = free_port()
+    port = ports.pick()
     url = f"http://127.0.0.1:{port}"
     model = a.tokenizer or "fake-model"
     server = subprocess.Popen(

@@ -114,13 +114,8 @@ def host_cost(cuda: bool) -> tuple[float, float]:
     return plain, profiled
 
 
-def free_port() -> int:
-    # outside the kernel's ephemeral range: no outgoing connection takes it before the bind
-    return ports.pick()
-
-
 def server_tok_s(models: dict, profile: bool, prompts: list[str], tokens: int) -> float:
-    port = free_port()
+    port = ports.pick()
     log = Path(f"/tmp/profile-overhead-{port}.log")
     launch = plan.build(
         plan.LaunchRequest(

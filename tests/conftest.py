@@ -6,7 +6,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from sgl_eagle_ext.common import ports
 
 READY_TIMEOUT = 900  # seconds; the CPU harness is slow (Triton interpreter)
 HARNESS_HINT = (
@@ -156,9 +157,9 @@ def wait_until(predicate, timeout: float = 120, what: str = "condition") -> None
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # outside the kernel's ephemeral range (common/ports.py): a port from bind(0) was
+    # taken as some connection's source port during a 35 s server start (3 workers)
+    return ports.pick()
 
 
 class Launcher:

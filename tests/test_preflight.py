@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_eagle_ext.common import releases, wheels
+from sgl_eagle_ext.common import ports, releases, wheels
 from sgl_eagle_ext.launcher.preflight import aux_layers, context_rule, host, run
 from sgl_eagle_ext.launcher.preflight.cli import main as preflight_main
 from sgl_eagle_ext.launcher.preflight.overlay import OVERLAY_NOTE
@@ -877,9 +877,7 @@ def test_sglang_refuses_the_short_draft_and_not_the_fix_overlay(tiny_models, sho
     assert "context.draft-shorter" in ids_of(report, "error")
 
     def server(draft: str, name: str) -> tuple[ServerProcess, str, int]:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = ports.pick()  # outside the ephemeral range (common/ports.py)
         plan = subprocess.run(
             [
                 sys.executable,
