@@ -3,7 +3,8 @@
 The suite runs every preflight probe through one broker (tests/conftest.py); these
 tests hold that what a warm process answers is what the one-off subprocess answers,
 that a python which cannot serve falls back to the subprocess, that no secret reaches
-a warm process, that one which ended is started again, and that the warm processes
+a warm process, that one which ended is started again, that the broker keeps at most max_warm of
+them, and that the warm processes
 end with their broker.
 """
 
@@ -78,7 +79,7 @@ def test_a_warm_answer_is_sglangs_own_and_a_python_that_cannot_serve_falls_back(
     assert [a.draft.get("len") for a, _ in cold] == [2048, 1024]  # SGLang's ModelConfig
 
     # a short folder: a unix socket's path holds 108 bytes at most
-    broker = probe_server.Broker(tempfile.mkdtemp(prefix="probes-")).start()
+    broker = probe_server.Broker(tempfile.mkdtemp(prefix="probes-"), max_warm=1).start()
     monkeypatch.setenv(probe_server.VAR, str(broker.folder))
     try:
         # a python whose warm mode fails (here: refused) is asked as a one-off subprocess
@@ -107,6 +108,16 @@ def test_a_warm_answer_is_sglangs_own_and_a_python_that_cannot_serve_falls_back(
         process.wait()
         revived = ask_sglang.ask_launches(sys.executable, asked[:1])
         assert runs == [] and [comparable(a) for a, _ in revived] == [comparable(cold[0][0])]
+        (process,) = [p for p in broker._procs if p.poll() is None]
+
+        # beyond max_warm, the least recently asked is retired (it exits), and asked
+        # again it starts again: the same answer, still no subprocess
+        other = dataclasses.replace(asked[0], env={**asked[0].env, "SGLANG_EXT_TEST_ARM": "b"})
+        assert [why for _, why in ask_sglang.ask_launches(sys.executable, [other])] == [""]
+        wait_until(lambda: process.poll() is not None, 30, "the retired warm process to end")
+        back = ask_sglang.ask_launches(sys.executable, asked[:1])
+        assert runs == [] and [comparable(a) for a, _ in back] == [comparable(cold[0][0])]
+        assert len(broker._procs) == 5  # the refused wrapper, first, revived, other, back
         (process,) = [p for p in broker._procs if p.poll() is None]
     finally:
         broker.close()

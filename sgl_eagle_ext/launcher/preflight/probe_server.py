@@ -17,6 +17,12 @@ cannot serve, a child that died) falls back to the one-off subprocess, which giv
 same answer or says why not in its own words. The broker starts the warm processes as
 its own children, never the asking process's: a launcher leaves nothing behind.
 Environments travel over the socket without secret-looking names (probe_cache).
+
+Each warm process holds 0.4-0.6 GiB (SGLang imported), and the test suite's launches
+use about ten start environments: the broker keeps MAX_WARM alive (one more while two
+start at once), retiring the least recently asked (its socket removed: it finishes what
+it accepted, then exits; its next ask starts it again). Without the cap, five and eight
+alive in two suites running side by side left a 23 GiB machine paging.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ VAR = "EAGLE_EXT_PROBE_SERVER"
 BROKER = "broker.sock"
 PROBE = Path(__file__).with_name("sglang_probe.py")
 STARTUP_S = 240.0  # importing SGLang's model registry on a busy CPU
+MAX_WARM = 3
 
 
 def identity(python: str, start_key: str, src: str | None) -> str:
@@ -107,10 +114,12 @@ def ask(
 class Broker:
     """Starts and keeps the warm processes; tells each asker its process's socket."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, max_warm: int = MAX_WARM):
         self.folder = Path(folder)
+        self.max_warm = max_warm
         # identity -> (socket, its process); (None, None): that python cannot serve
         self._known: dict[str, tuple[str | None, subprocess.Popen | None]] = {}
+        self._asked: dict[str, float] = {}  # identity -> when it was last asked for
         self._procs: list[subprocess.Popen] = []
         self._count = 0
         self._locks: dict[str, threading.Lock] = {}
@@ -149,11 +158,29 @@ class Broker:
         with self._lock:
             lock = self._locks.setdefault(ident, threading.Lock())
         with lock:
-            where, proc = self._known.get(ident, (None, None))
-            # a warm process that ended (idle for its timeout, killed) is started again
-            if ident not in self._known or (proc is not None and proc.poll() is not None):
-                where, proc = self._known[ident] = self._spawn(hello)
+            with self._lock:
+                self._asked[ident] = time.monotonic()
+                where, proc = self._known.get(ident, (None, None))
+                # a warm process that ended (idle for its timeout, killed, retired) is
+                # started again
+                start = ident not in self._known or (proc is not None and proc.poll() is not None)
+                if start:
+                    self._retire_beyond(self.max_warm - 1, keep=ident)
+            if start:
+                where, proc = self._spawn(hello)
+                with self._lock:
+                    self._known[ident] = (where, proc)
             return where
+
+    def _retire_beyond(self, room: int, keep: str) -> None:
+        """Leave at most `room` warm processes besides `keep`'s, the most recently asked
+        (self._lock held). A retired one loses its socket: it answers what it has
+        accepted and exits; an asker that was just told that socket asks the subprocess."""
+        live = [i for i, (_, p) in self._known.items() if i != keep and p and p.poll() is None]
+        live.sort(key=lambda i: self._asked.get(i, 0.0))
+        for ident in live[: max(len(live) - room, 0)]:
+            where, _ = self._known.pop(ident)
+            Path(where).unlink(missing_ok=True)
 
     def _spawn(self, hello: dict) -> tuple[str | None, subprocess.Popen | None]:
         with self._lock:
