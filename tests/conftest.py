@@ -156,12 +156,6 @@ def wait_until(predicate, timeout: float = 120, what: str = "condition") -> None
         time.sleep(0.05)
 
 
-def free_port() -> int:
-    # outside the kernel's ephemeral range (common/ports.py): a port from bind(0) was
-    # taken as some connection's source port during a 35 s server start (3 workers)
-    return ports.pick()
-
-
 class Launcher:
     """`python -m sgl_eagle_ext.launch ...` as a subprocess, with its output
     collected and every descendant it ever had remembered (orphan checks)."""
@@ -169,7 +163,9 @@ class Launcher:
     def __init__(
         self, args: list[str], tmp: Path, env: dict | None = None, python: str | Path | None = None
     ):
-        self.port = free_port()
+        # outside the kernel's ephemeral range: a port from bind(0) was taken as some
+        # connection's source port during a 35 s server start (3 workers on 2 cores)
+        self.port = ports.pick()
         self.log_file = tmp / f"server-{self.port}.log"
         ours, sep, extra = (
             (args[: args.index("--")], ["--"], args[args.index("--") + 1 :])

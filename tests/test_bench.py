@@ -17,10 +17,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import SPEC_SERVER_ARGS, TARGET_DRAFT, free_port, wait_until
+from conftest import SPEC_SERVER_ARGS, TARGET_DRAFT, wait_until
 from fakes.fake_sglang import Background, FakeSGLang, Faults
 
-from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common import http, ports
 from sgl_eagle_ext.tools.bench import (
     cli,
     compare,
@@ -463,7 +463,7 @@ def test_url_with_nothing_listening(tmp_path):
     out = run_bench(
         "sweep",
         "--url",
-        f"http://127.0.0.1:{free_port()}",
+        f"http://127.0.0.1:{ports.pick()}",
         "--results",
         str(tmp_path / "r.jsonl"),
         timeout=120,

@@ -3,9 +3,8 @@
 The suite runs every preflight probe through one broker (tests/conftest.py); these
 tests hold that what a warm process answers is what the one-off subprocess answers,
 that a python which cannot serve falls back to the subprocess, that no secret reaches
-a warm process, that one which ended is started again, that the broker keeps at most max_warm of
-them, and that the warm processes
-end with their broker.
+a warm process, that one which ended is started again, that the broker keeps at most
+max_warm of them, and that the warm processes end with their broker.
 """
 
 from __future__ import annotations

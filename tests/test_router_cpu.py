@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
-from conftest import READY_TIMEOUT, free_port, wait_until
+from conftest import READY_TIMEOUT, wait_until
 
-from sgl_eagle_ext.common import http, server_process
+from sgl_eagle_ext.common import http, ports, server_process
 from sgl_eagle_ext.tools import healthcheck, router
 
 MAX_NEW = 8
@@ -38,7 +38,7 @@ class RouterRun:
     """`python -m sgl_eagle_ext.router ...` as a subprocess, output collected."""
 
     def __init__(self, args: list[str], tmp):
-        self.port, self.metrics_port = free_port(), free_port()
+        self.port, self.metrics_port = ports.pick(), ports.pick()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.cmd = [
             sys.executable,
@@ -166,7 +166,7 @@ def test_usage_errors(start_router):
 def test_a_worker_that_never_gets_ready_stops_the_start(start_router):
     import sglang_router  # noqa: F401  (in the harness requirements: missing = a failure)
 
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    dead = f"http://127.0.0.1:{ports.pick()}"  # nothing listens there
     run = start_router("--worker-url", dead, "--worker-timeout", "3")
     assert run.proc.wait(timeout=120) == server_process.EXIT_WATCHDOG, run.output
     assert f"{dead} (no answer)" in run.output

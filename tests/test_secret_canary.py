@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sgl_eagle_ext.common import http, redaction
+from sgl_eagle_ext.common import http, ports, redaction
 from sgl_eagle_ext.common.redaction import redact_args
-from tests.conftest import free_port, wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.server
 
@@ -178,7 +178,7 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
             )
         )
         # the router in front of it, given the key through the environment
-        rport, mport = free_port(), free_port()
+        rport, mport = ports.pick(), ports.pick()
         router = subprocess.Popen(
             [
                 sys.executable,

@@ -165,20 +165,20 @@ class Broker:
                 # started again
                 start = ident not in self._known or (proc is not None and proc.poll() is not None)
                 if start:
-                    self._retire_beyond(self.max_warm - 1, keep=ident)
+                    self._make_room(ident)
             if start:
                 where, proc = self._spawn(hello)
                 with self._lock:
                     self._known[ident] = (where, proc)
             return where
 
-    def _retire_beyond(self, room: int, keep: str) -> None:
-        """Leave at most `room` warm processes besides `keep`'s, the most recently asked
-        (self._lock held). A retired one loses its socket: it answers what it has
+    def _make_room(self, keep: str) -> None:
+        """Leave at most max_warm - 1 warm processes besides `keep`'s, the most recently
+        asked (self._lock held). A retired one loses its socket: it answers what it has
         accepted and exits; an asker that was just told that socket asks the subprocess."""
         live = [i for i, (_, p) in self._known.items() if i != keep and p and p.poll() is None]
         live.sort(key=lambda i: self._asked.get(i, 0.0))
-        for ident in live[: max(len(live) - room, 0)]:
+        for ident in live[: max(len(live) - (self.max_warm - 1), 0)]:
             where, _ = self._known.pop(ident)
             Path(where).unlink(missing_ok=True)
 

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import ports, secret_flags
+from sgl_eagle_ext.common import secret_flags
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.common.server_process import StartupFailed
 from sgl_eagle_ext.launcher import fairness, running
@@ -35,10 +35,6 @@ class ArmFailed(Exception):
         self.code = EXIT_USAGE if launcher_code == EXIT_USAGE else None
         # for the record: refused (its input), exited (before READY), not_ready (timeout)
         self.kind = kind or ("refused" if self.code == EXIT_USAGE else "exited")
-
-
-def free_port() -> int:
-    return ports.pick()  # outside the ephemeral range (common/ports.py)
 
 
 @dataclass

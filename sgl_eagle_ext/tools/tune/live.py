@@ -42,7 +42,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sgl_eagle_ext.common import adaptive_config, chain, interrupts, paths, proctree, releases
+from sgl_eagle_ext.common import (
+    adaptive_config,
+    chain,
+    interrupts,
+    paths,
+    ports,
+    proctree,
+    releases,
+)
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.schedule_file import write_request
@@ -162,7 +170,7 @@ def plan_server(preset: str, opts: LiveOptions, log_file: Path, extra: list[str]
         draft_model_path=opts.draft_model_path,
         sglang_version=opts.sglang_version,
         force=opts.force,
-        port=arms.free_port(),
+        port=ports.pick(),
         log_file=log_file,
         extra=extra,
     )
