@@ -70,6 +70,15 @@ def written_table(tmp_path) -> dict[int, list[int]]:
     return buckets
 
 
+def top_step(row: dict[int, dict]) -> int:
+    """The step count the table must reach at a level, from the cells measured: the
+    fastest cell, unless it drafts and beats 0 steps by no more than the noise margin
+    (live_report.MIN_GAIN; CI measured 1.97 vs 1.94 tok/s at c=2), then 0."""
+    b = live_report.best(row)
+    gain = live_report.tok_s(row[b]) / live_report.tok_s(row[0])
+    return b if b == 0 or gain > live_report.MIN_GAIN else 0
+
+
 def records(tmp_path) -> list[dict]:
     path = tmp_path / "out" / "results.jsonl"
     return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
@@ -136,13 +145,13 @@ def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path)
 
     cfg = written_table(tmp_path)
     assert "SGLang's loader builds buckets" in out
-    assert max(cfg[1]) == live_report.best(one)
+    assert max(cfg[1]) == top_step(one)
     vals = [r for r in recs if r["kind"] == "validation"]
     assert sorted(v["level"] for v in vals) == [1, 2]
-    best = {lv: live_report.best(row) for lv, row in live_report.grid(cells).items()}
+    top = {lv: top_step(row) for lv, row in live_report.grid(cells).items()}
     for v in vals:  # SGLang's own controller on the written table, beside the best cell
         # What the table decides is which step counts SGLang's controller may choose: it
-        # chose only among the level's candidates, and the best cell's count is one. The
+        # chose only among the level's candidates, and top_step's count is one. The
         # speed ratio to the best cell is measured and printed, never asserted: with both
         # sides at the same step count it is the host's noise (0.95x per CPU second and
         # 0.94x wall clock at c=2 on a busy 2-core machine, where the controller ran the
@@ -152,7 +161,7 @@ def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path)
         key = max((k for k in cfg if k <= v["level"]), default=min(cfg))
         ran = {int(k) for k, n in v["profile"]["steps_mix"].items() if n}
         assert ran and ran <= set(cfg[key]), (v["level"], v["profile"]["steps_mix"], cfg)
-        assert best[v["level"]] in cfg[key], (v["level"], best, cfg)
+        assert top[v["level"]] in cfg[key], (v["level"], top, cfg)
         assert live_report.validation_ratio(v) is not None
         assert live_report.validation_cpu_ratio(v) is not None
     assert "SGLang's controller on" in log and "AdaptiveSpeculativeParams initialized" in log

@@ -6,12 +6,19 @@ Ctrl-C (asyncio.run cancelling its task, a KeyboardInterrupt) handles it.
 A command started with SIGINT ignored (a shell script's `cmd &` ignores it, and the
 child inherits that) would then ignore `kill` too: inside, SIGINT gets Python's own
 handler back, so SIGTERM always stops the run with its results recorded. A SIGHUP or
-SIGUSR1 ignored at start (`nohup`) stays ignored."""
+SIGUSR1 ignored at start (`nohup`) stays ignored.
+
+`run(coro)` is asyncio.run for the tools: the kernel may hand a process-wide signal to
+any thread (tqdm's monitor, a resolver), and then nothing wakes the main thread's event
+loop, asleep in epoll for as long as its next timer (600 s was seen): a `kill` did not
+stop `tune --live`. A wakeup fd the loop reads wakes it, and Python runs the handlers."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import socket
 import threading
 from contextlib import contextmanager
 
@@ -45,3 +52,34 @@ def sigterm_as_sigint():
             signal.signal(sig, was)
         if old_int == signal.SIG_IGN:
             signal.signal(signal.SIGINT, old_int)
+
+
+def run(coro):
+    """asyncio.run(coro), its loop woken by a signal whichever thread receives it."""
+    return asyncio.run(_woken_by_signals(coro))
+
+
+async def _woken_by_signals(coro):
+    if threading.current_thread() is not threading.main_thread():
+        return await coro  # no signal handler runs here
+    loop = asyncio.get_running_loop()
+    rsock, wsock = socket.socketpair()
+    for s in (rsock, wsock):
+        s.setblocking(False)
+    loop.add_reader(rsock.fileno(), _drain, rsock)
+    old = signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+    try:
+        return await coro
+    finally:
+        signal.set_wakeup_fd(old)
+        loop.remove_reader(rsock.fileno())
+        rsock.close()
+        wsock.close()
+
+
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(4096):
+            pass
+    except OSError:  # BlockingIOError: drained
+        pass

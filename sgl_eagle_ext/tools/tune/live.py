@@ -30,7 +30,6 @@ at startup), its rounds alternating with rounds pinned at the level's best cell.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -607,8 +606,8 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
     ctx["progress"] = progress
     stop = {"proc": None}
 
-    # SIGTERM/SIGHUP as Ctrl-C (asyncio.run cancels its task: no shutdown traceback),
-    # and Ctrl-C given back when started with it ignored (`tune --live ... &`)
+    # SIGTERM/SIGHUP as Ctrl-C (interrupts.run's loop cancels its task: no shutdown
+    # traceback), and Ctrl-C given back when started with it ignored (`tune --live ... &`)
     signals = contextlib.ExitStack()
     signals.enter_context(interrupts.sigterm_as_sigint())
     extra = server_pins(levels, release, opts.cpu, extra)
@@ -647,12 +646,12 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
             server = probe.Server(stop["proc"].url).connect()
             tail = ProfileTail(out_dir / "profile-0.jsonl")
             driver = Driver(server, opts, prompt_set, tail, stop["proc"].proc.pid)
-            asyncio.run(_cells(driver, sched, results, todo, ctx))
+            interrupts.run(_cells(driver, sched, results, todo, ctx))
             table_path, initial, _, _ = write_config(
                 results.of_kind("cell"), opts, out_dir, release
             )
             if table_path:
-                asyncio.run(
+                interrupts.run(
                     _validate(driver, sched, results, table_path, initial, levels, ctx, release)
                 )
             stop["proc"].stop()
@@ -667,7 +666,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
             for key in [k for k in arm_todo if k.arm == name]:
                 zero = results.records.get(Key("cell", key.level, 0))
                 rounds = zero["rounds"] if zero else 1  # the same load as the steps-0 cell
-                rec = asyncio.run(driver.measure(key.level, rounds))
+                rec = interrupts.run(driver.measure(key.level, rounds))
                 results.append({"kind": "arm", "arm": name, **rec, **_settings(ctx)})
                 progress.done(key, rec)
             stop["proc"].stop()

@@ -16,7 +16,6 @@ gets the same prompts in the same seeded order, the same lengths and levels.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
 import shlex
 import string
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from http.client import HTTPException
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, ports, secret_flags
+from sgl_eagle_ext.common import http, interrupts, ports, secret_flags
 from sgl_eagle_ext.common.cli_args import number, port_number
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.tools.bench import (
@@ -420,7 +419,7 @@ def run_arms(opts: Options, extra: list[str], console: Console):
                 console,
                 key=lambda c: sw.level_key(c, open_loop),
             )
-            outcome, outputs = asyncio.run(
+            outcome, outputs = interrupts.run(
                 _arm(
                     server,
                     opts,

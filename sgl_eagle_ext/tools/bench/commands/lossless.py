@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from dataclasses import dataclass
 
+from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.tools.bench import lossless, options, prompts, provenance, session
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import groups
@@ -47,7 +47,7 @@ def read(args: argparse.Namespace) -> Options:
 
 
 def run(opts: Options, extra: list[str], console: Console) -> int:
-    return asyncio.run(_run(opts, console))
+    return interrupts.run(_run(opts, console))
 
 
 async def _run(opts: Options, console: Console) -> int:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from dataclasses import dataclass
 
+from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.tools.bench import options, prompts, session, single
 from sgl_eagle_ext.tools.bench.commands import groups
@@ -60,7 +60,7 @@ def read(args: argparse.Namespace) -> Options:
 
 
 def run(opts: Options, extra: list[str], console: Console) -> int:
-    return asyncio.run(_run(opts, console))
+    return interrupts.run(_run(opts, console))
 
 
 def _accept(s: dict, acc: dict) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from dataclasses import dataclass
 
+from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import options, prompts, session, workload
 from sgl_eagle_ext.tools.bench import sweep as sw
@@ -51,7 +51,7 @@ def read(args: argparse.Namespace) -> Options:
 
 
 def run(opts: Options, extra: list[str], console: Console) -> int:
-    return asyncio.run(_run(opts, console))
+    return interrupts.run(_run(opts, console))
 
 
 async def _run(opts: Options, console: Console) -> int:
