@@ -12,13 +12,18 @@ server started in this process from its launch plan as the launcher starts one
   eagle3-2step/3step/5step       fixed presets, mostly-accepted draft (best at concurrency 1
                                  is "the best fixed EAGLE preset")
   eagle3-adaptive  never draft   the shipped table; must not fall below the baseline
+  eagle3-adaptive  zero          the never draft pinned at 0 steps (the schedule controller):
+                                 every cycle is a 0-step verify, nothing drafted
   eagle3-adaptive  mostly draft  must keep the fixed presets' gain at one stream
 
 Prints tok/s per arm and level and the two ratios the project holds adaptive to:
 adaptive(never) / baseline at every level (goal >= 0.95) and adaptive(mostly) / best
 fixed at concurrency 1 (goal >= 0.95), plus how many cycles adaptive ran at each step
-count (its profile windows) and SGLang's switch lines. Figures, not assertions: wall-clock
-speeds on a shared CPU are noisy; --repeat runs each sweep more than once. Before any
+count (its profile windows) and SGLang's switch lines, and beside every tok/s the
+scheduler's CPU time per generated token (its process's CPU seconds over SGLang's own
+generation-token counter, warm-up included on both sides): a shared machine's load moves
+wall-clock speed, much less CPU time. Figures, not assertions; --repeat runs each sweep
+more than once. Before any
 server starts, the arms' resolved settings must differ only in speculation
 (launcher/fairness.py): else it stops (exit 2) unless --allow-unequal.
 """
@@ -36,16 +41,36 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sgl_eagle_ext.common import ports  # noqa: E402
+import psutil  # noqa: E402
+
+from sgl_eagle_ext.common import http, ports, schedule_file  # noqa: E402
 from sgl_eagle_ext.common.errors import UserError  # noqa: E402
 from sgl_eagle_ext.launcher import fairness, running  # noqa: E402
 from sgl_eagle_ext.launcher import plan as launch_plan  # noqa: E402
 from sgl_eagle_ext.profiling import adaptive_log, names  # noqa: E402
 from sgl_eagle_ext.profiling.aggregate import Profile  # noqa: E402
+from sgl_eagle_ext.tools.bench.probe import parse_prometheus  # noqa: E402
 
 # every arm's server profiles itself: its windows give adaptive's cycles per step count
 PROFILE_ENV = {names.ENV: "1", names.ENV_INTERVAL_S: "2"}
 FIXED = ("eagle3-2step", "eagle3-3step", "eagle3-5step")
+
+
+GENERATED = "sglang:generation_tokens_total"
+ZERO = "zero"  # the adaptive arm pinned at 0 steps: the never draft, never drafting
+
+
+def arm_env(draft: str | None, out: Path) -> dict:
+    """The zero arm's schedule file: every bucket pinned at 0 steps from the first verify."""
+    if draft != ZERO:
+        return {}
+    request = out / "pin-0.json"
+    schedule_file.write_request(request, 1, pin=0)
+    return {"EAGLE_EXT_SCHEDULE_FILE": str(request)}
+
+
+def draft_dir(draft: str) -> str:
+    return "never" if draft == ZERO else draft
 
 
 def launch_request(preset: str, draft: str | None, models: Path, extra=(), env=None):
@@ -53,7 +78,7 @@ def launch_request(preset: str, draft: str | None, models: Path, extra=(), env=N
         preset=preset,
         cpu=True,
         model_path=str(models / "target"),
-        draft_model_path=str(models / f"draft-{draft}") if draft else None,
+        draft_model_path=str(models / f"draft-{draft_dir(draft)}") if draft else None,
         extra=tuple(extra),
         env=dict(env or {}),
     )
@@ -83,8 +108,39 @@ def start(
     preflight and readiness; no spec check, its log to the file only)."""
     log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}.log"
     port = ("--port", str(ports.pick()))
-    launch = launch_plan.build(launch_request(preset, draft, models, (*port, *extra), PROFILE_ENV))
+    env = {**PROFILE_ENV, **arm_env(draft, out)}
+    launch = launch_plan.build(launch_request(preset, draft, models, (*port, *extra), env))
     return running.start_or_exit(launch, log, f"{preset} ({draft})")
+
+
+def scheduler_cpu_s(server_pid: int) -> float:
+    """CPU seconds of the server's scheduler processes so far (every TP rank)."""
+    total = 0.0
+    for proc in psutil.Process(server_pid).children(recursive=True):
+        try:
+            if "sglang::scheduler" in " ".join(proc.cmdline()) or "scheduler" in proc.name():
+                t = proc.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def generated_tokens(url: str) -> float | None:
+    reply = http.request(f"{url}/metrics", timeout=10)
+    return parse_prometheus(reply.text, {GENERATED}).get(GENERATED) if reply.status == 200 else None
+
+
+def sweep_levels(server, label, results, levels, **kw) -> tuple[dict[int, float], dict[int, float]]:
+    """One sweep per level; (tok/s, scheduler CPU ms per generated token) per level."""
+    tps, cpu = {}, {}
+    for level in levels.split(","):
+        cpu0, gen0 = scheduler_cpu_s(server.pid), generated_tokens(server.url)
+        tps.update(sweep(server.url, label, results, level, **kw))
+        cpu1, gen1 = scheduler_cpu_s(server.pid), generated_tokens(server.url)
+        if gen0 is not None and gen1 is not None and gen1 > gen0:
+            cpu[int(level)] = 1000 * (cpu1 - cpu0) / (gen1 - gen0)
+    return tps, cpu
 
 
 def sweep(
@@ -155,11 +211,12 @@ def main() -> int:
     wanted = set(args.arms.split(","))
     fixed = [f for f in args.fixed.split(",") if f] if "fixed" in wanted else []
     arms = [("baseline", None)] + [(f, "mostly") for f in fixed]
-    arms += [("eagle3-adaptive", d) for d in ("never", "mostly") if f"adaptive-{d}" in wanted]
+    arms += [("eagle3-adaptive", d) for d in ("never", ZERO, "mostly") if f"adaptive-{d}" in wanted]
     settings = check_arms(arms, models, extra, args.allow_unequal)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "arm-settings.json").write_text(json.dumps(settings, indent=1))
     runs_of: dict[str, list[dict[int, float]]] = {}
+    cpu_of: dict[str, list[dict[int, float]]] = {}
     logs: dict[str, list[Path]] = {}
     t0 = time.monotonic()
     for round_no in range(args.rounds):
@@ -168,16 +225,16 @@ def main() -> int:
             with start(preset, draft, models, args.out, round_no, extra) as server:
                 levels = args.fixed_levels if preset in fixed else args.levels
                 for _ in range(args.repeat):
-                    runs_of.setdefault(name, []).append(
-                        sweep(
-                            server.url,
-                            name,
-                            results,
-                            levels,
-                            max_tokens=args.max_tokens,
-                            prompts_per_level=args.prompts_per_level,
-                        )
+                    tps, cpu = sweep_levels(
+                        server,
+                        name,
+                        results,
+                        levels,
+                        max_tokens=args.max_tokens,
+                        prompts_per_level=args.prompts_per_level,
                     )
+                    runs_of.setdefault(name, []).append(tps)
+                    cpu_of.setdefault(name, []).append(cpu)
             logs.setdefault(name, []).append(server.log_path)
             last = runs_of[name][-1]
             print(
@@ -188,6 +245,10 @@ def main() -> int:
     table = {
         name: {c: sum(r[c] for r in rs) / len(rs) for c in rs[0]} for name, rs in runs_of.items()
     }
+    cpu_table = {
+        name: {c: sum(r[c] for r in rs) / len(rs) for c in rs[0] if all(c in r for r in rs)}
+        for name, rs in cpu_of.items()
+    }
 
     levels = sorted(table["baseline"])
     print(f"\n== output tok/s per arm and concurrency ({time.monotonic() - t0:.0f} s, CPU harness)")
@@ -196,13 +257,22 @@ def main() -> int:
         print(
             f"{name:26}" + "".join(f"{row[c]:10.2f}" if c in row else f"{'-':>10}" for c in levels)
         )
+    print("\n== scheduler CPU ms per generated token (SGLang's counter; warm-up included)")
+    for name, row in cpu_table.items():
+        print(
+            f"{name:26}" + "".join(f"{row[c]:10.1f}" if c in row else f"{'-':>10}" for c in levels)
+        )
     print("\n== ratios")
     if not settings["fair"]:
         print(f"UNEQUAL ARMS (--allow-unequal): {json.dumps(settings['unequal'])}")
-    if "eagle3-adaptive/never" in table:
-        for c in levels:
-            r = table["eagle3-adaptive/never"][c] / table["baseline"][c]
-            print(f"adaptive(never) / baseline      c={c}: {r:5.2f}x  (goal >= 0.95)")
+    for arm in ("eagle3-adaptive/never", f"eagle3-adaptive/{ZERO}"):
+        for c in levels if arm in table else ():
+            r = table[arm][c] / table["baseline"][c]
+            cpu = cpu_table[arm].get(c, 0) / cpu_table["baseline"].get(c, float("nan"))
+            print(
+                f"{arm.split('/')[1]:>6} / baseline  c={c}: {r:5.2f}x tok/s (goal >= 0.95), "
+                f"{cpu:5.2f}x CPU per token"
+            )
     if fixed:
         best = max(fixed, key=lambda f: table[f"{f}/mostly"].get(1, 0))
         if "eagle3-adaptive/mostly" in table:
@@ -210,7 +280,7 @@ def main() -> int:
             print(f"adaptive(mostly) / {best}(mostly)  c=1: {r:5.2f}x  (goal >= 0.95)")
         r = table[f"{best}/mostly"][1] / table["baseline"][1]
         print(f"{best}(mostly) / baseline  c=1: {r:5.2f}x")
-    for name in [n for n in ("eagle3-adaptive/never", "eagle3-adaptive/mostly") if n in logs]:
+    for name in [n for n in logs if n.startswith("eagle3-adaptive/")]:
         mix = sum((steps_mix(log) for log in logs[name]), Counter())
         total = sum(mix.values()) or 1
         sw = adaptive_log.AdaptiveLog([], [])

@@ -91,3 +91,58 @@ def test_release_table_columns_match_the_release_source(release):
     assert release.accept_counts_attr in fields
     rule_file = wheels.source(release.version) / release.context_rule_file
     assert "get_context_length" in top_level_functions(rule_file)
+
+
+def assigned_in_init(source_root, anchor: str) -> set[str]:
+    """The `self.X = ...` attributes a class's __init__ assigns (its own body)."""
+    module, cls = anchor.split(":")
+    path = source_root.parent.joinpath(*module.split(".")).with_suffix(".py")
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                    return {
+                        t.attr
+                        for n in ast.walk(fn)
+                        if isinstance(n, ast.Assign)
+                        for t in n.targets
+                        if isinstance(t, ast.Attribute)
+                    }
+    return set()
+
+
+def module_globals(source_root, module: str) -> set[str] | None:
+    path = source_root.parent.joinpath(*module.split(".")).with_suffix(".py")
+    if not path.is_file():
+        return None
+    return {
+        t.id
+        for n in ast.parse(path.read_text()).body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+
+@pytest.mark.parametrize("release", releases.RELEASES, ids=lambda r: r.version)
+def test_chain_verify_anchors_exist_in_release_source(release):
+    """Every attribute in_sglang/chain_verify.py sets or reads on the Triton backend is
+    assigned by that release's __init__, and the launch parameters it may set are the
+    kernel modules' globals; a release without a row has no split-KV verify kernel."""
+    root = wheels.source(release.version)
+    cv = release.chain_verify
+    if cv is None:
+        default = releases.ChainVerify()
+        assert module_globals(root, default.splitkv_module) is None, release.version
+        return
+    attrs = assigned_in_init(root, cv.backend)
+    wanted = {*cv.splitkv, cv.extend, "topk", "use_mla", "num_draft_tokens"}
+    wanted |= set(cv.shared_kv or ())
+    assert wanted <= attrs, f"{release.version}: missing {wanted - attrs}"
+    assert {"MAX_N_SPLITS", "MIN_N_SPLITS", "DEFAULT_BLOCK_N"} <= module_globals(
+        root, cv.splitkv_module
+    )
+    if cv.shared_kv_module:
+        assert {"MAX_N_SPLITS", "DEFAULT_BLOCK_N"} <= module_globals(root, cv.shared_kv_module)
+    else:
+        assert module_globals(root, releases.ChainVerify().shared_kv_module) is None

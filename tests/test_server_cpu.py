@@ -158,6 +158,12 @@ def test_eagle3_is_lossless_and_accepts_as_designed(
     assert low <= acc <= high, (preset, draft, acc)
     reported = float(re.search(r"accept length ([\d.]+)", spec_line).group(1))
     assert low <= reported <= high, spec_line
+    steps, topk, draft_tokens = setting.split(",")
+    verified = "EAGLE_EXT_CHAIN_VERIFY: target verify on verify_splitkv_fwd"
+    if topk == "1":  # a chain verifies on SGLang's split-KV kernel (in_sglang/chain_verify.py)
+        assert f"{verified} ({draft_tokens} token(s) per request)" in launcher.log_text()
+    else:  # a tree stays on the extend kernel: its mask is not causal
+        assert verified not in launcher.log_text()
     if not shared:  # the shared one (unprofiled) stops at the end of the session
         launcher.wait_until(lambda: "EAGLE3_PROFILE v=" in launcher.log_text())
         stop_cleanly(launcher)

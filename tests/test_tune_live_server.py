@@ -10,6 +10,7 @@ No wall-clock assertion anywhere.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -106,7 +107,9 @@ def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path)
     first_log = list((tmp_path / "out").glob("live-*.log"))
     assert len(first_log) == 1  # one server start
 
-    p = tune(tiny_models, "mostly", tmp_path, *args)
+    # the rest, and a plain baseline server beside it (--baseline-arm: not part of the
+    # resume key): the in-server 0-step cell against a real baseline at every level
+    p = tune(tiny_models, "mostly", tmp_path, *args, "--baseline-arm")
     out, _ = p.communicate(timeout=3600)
     assert p.returncode == 0, out[-3000:]
     assert "Traceback" not in out
@@ -166,4 +169,6 @@ def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path)
         assert live_report.validation_cpu_ratio(v) is not None
     assert "SGLang's controller on" in log and "AdaptiveSpeculativeParams initialized" in log
     assert "c=1: " in out and "crossover:" in out and "recommended fixed preset" in out
+    ratios = re.findall(r"baseline c=(\d+): .*in-server steps 0 / baseline server = [\d.]+x", out)
+    assert sorted(ratios) == ["1", "2"], out[-3000:]  # measured, printed, never asserted
     assert (tmp_path / "out" / "report.html").read_text().count("<h2>") >= 5

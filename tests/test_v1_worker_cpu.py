@@ -161,5 +161,9 @@ def test_v1_worker_lossless_accepts_as_designed(
     log = launcher.log_text()
     assert "v1 worker builds FULL_MASK itself" in log  # the harness saw the v1 release
     assert f"EAGLE3_PROFILE: on (SGLang {RELEASE}, workers v1" in log
+    # no split-KV verify kernel in this release: one line per scheduler, the extend kernel
+    refused = f"EAGLE_EXT_CHAIN_VERIFY: disabled: SGLang {RELEASE} ships no split-KV verify"
+    assert log.count(refused) == 1, log.count(refused)
+    assert "target verify on" not in log
     ours = check_profile(lines, outs)  # per cycle, over the batch
     assert low <= ours <= high, ours

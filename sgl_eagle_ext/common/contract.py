@@ -20,6 +20,9 @@ NCCL_EXTRA = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES")
 # The adaptive controller's probe backoff (in_sglang/adaptive_backoff.py): the most
 # decisions to stay at 0 steps after failed probes; unset or 0 = SGLang's own behaviour.
 ADAPTIVE_BACKOFF_ENV = "EAGLE_EXT_ADAPTIVE_BACKOFF"
+# Chain verifies on SGLang's split-KV verify kernels (in_sglang/chain_verify.py): "1"
+# on with SGLang's launch parameters, "splits=N,block-n=M" with these, "0"/unset off.
+CHAIN_VERIFY_ENV = "EAGLE_EXT_CHAIN_VERIFY"
 # The schedule controller (in_sglang/schedule_control.py): a JSON file the tuner writes
 # (tune --live) and every scheduler rank reads at each adaptive decision: hold one step
 # count everywhere, or run SGLang's own controller on another table, without a restart.

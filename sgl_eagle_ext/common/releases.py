@@ -258,6 +258,32 @@ _ADAPTIVE_0523 = AdaptiveSpec(
 
 
 @dataclass(frozen=True)
+class ChainVerify:
+    """SGLang's split-KV verify kernels for topk-1 chains on the Triton attention backend
+    (in_sglang/chain_verify.py puts chain verifies and the draft's constant-length
+    draft-extend on them; SGLang dispatches them on AMD gfx95 only).
+
+    `backend` is the class whose __init__ sets, and whose forward_extend reads, the
+    instance attributes named here (tests/test_anchors.py checks each release's source)."""
+
+    backend: str = "sglang.srt.layers.attention.triton_backend:TritonAttnBackend"
+    # (switch, kernel) instance attributes of the per-head split-KV kernel (MHA/GQA)
+    # and of the grouped-head one (absorbed MLA); None: the release has no MLA kernel.
+    splitkv: tuple[str, str] = ("use_verify_splitkv", "verify_splitkv_fwd")
+    shared_kv: tuple[str, str] | None = ("use_verify_shared_kv", "verify_shared_kv_fwd")
+    # The extend kernel the draft-extend dispatch sits in front of (an instance attribute).
+    extend: str = "extend_attention_fwd"
+    # Kernel modules whose launch parameters a launch may set (MAX/MIN_N_SPLITS,
+    # DEFAULT_BLOCK_N: module globals read at every call).
+    splitkv_module: str = "sglang.kernels.ops.attention.verify_splitkv"
+    shared_kv_module: str | None = "sglang.kernels.ops.attention.verify_mla"
+
+
+_CHAIN_VERIFY_0516 = ChainVerify(shared_kv=None, shared_kv_module=None)
+_CHAIN_VERIFY = ChainVerify()
+
+
+@dataclass(frozen=True)
 class Release:
     version: str
     # "v1": EAGLEWorker (speculative/eagle_worker.py) runs EAGLE-3 by default;
@@ -329,6 +355,9 @@ class Release:
     chat_spec_details_field: str | None = "return_spec_tokens_details"
     # --speculative-adaptive (EAGLE/EAGLE3 chains): None where the release has none.
     adaptive: AdaptiveSpec | None = None
+    # SGLang's split-KV chain-verify kernels (0.5.16+); None: the release has none, and
+    # chain verifies stay on the extend kernel (in_sglang/chain_verify.py says so).
+    chain_verify: ChainVerify | None = None
 
     @property
     def patches(self) -> tuple[str, ...]:
@@ -513,6 +542,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.16",
         spec_worker="v2",
+        chain_verify=_CHAIN_VERIFY_0516,
         adaptive=_ADAPTIVE_0516,
         plugin_entry_point=True,
         resolve_once=False,
@@ -528,6 +558,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.19",
         spec_worker="v2",
+        chain_verify=_CHAIN_VERIFY,
         adaptive=_ADAPTIVE_0516,
         plugin_entry_point=True,
         torch="2.13.0",
@@ -542,6 +573,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.21",
         spec_worker="v2",
+        chain_verify=_CHAIN_VERIFY,
         pcie_allreduce=True,
         adaptive=_ADAPTIVE_0516,
         plugin_entry_point=True,
@@ -565,6 +597,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.23",
         spec_worker="v2",
+        chain_verify=_CHAIN_VERIFY,
         pcie_allreduce=True,
         adaptive=_ADAPTIVE_0523,
         plugin_entry_point=True,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sgl_eagle_ext.cpu import harness, v1_fixes  # noqa: F401 (they register)
 from sgl_eagle_ext.in_sglang import (  # noqa: F401 (they register)
     adaptive_backoff,
+    chain_verify,
     faults,
     nccl_report,
     schedule_control,

@@ -274,6 +274,13 @@ def validation_cpu_ratio(v: dict) -> float | None:
     return got / ref if got and ref else None
 
 
+def cpu_ratio(ours: dict, theirs: dict) -> float | None:
+    """Output tokens per server CPU second, ours over theirs (None where not measured)."""
+    a = (ours.get("client") or {}).get("tok_per_server_cpu_s")
+    b = (theirs.get("client") or {}).get("tok_per_server_cpu_s")
+    return a / b if a and b else None
+
+
 def validation_ratio(v: dict) -> float | None:
     got, ref = tok_s(v), tok_s(v.get("reference") or {})
     return got / ref if got and ref else None
@@ -291,6 +298,8 @@ def arm_lines(cells: list[dict], arms: list[dict]) -> list[str]:
         note = ""
         if a["arm"] == "baseline" and ours and t:
             note = f"; in-server steps 0 / baseline server = {ours / t:.2f}x"
+            cpu = cpu_ratio(zero, a)
+            note += f" ({cpu:.2f}x per server CPU second)" if cpu else ""
         lines.append(f"  {a['arm']} c={a['level']}: {t or 0:.2f} tok/s{note}")
     return lines
 

@@ -1,0 +1,81 @@
+"""Driver (run in the harness's interpreter, TRITON_INTERPRET=1): SGLang's split-KV
+verify kernels against its extend kernel on one topk-1 verify shape.
+
+    python tests/chain_kernels.py '[{"kernel": "splitkv", "bs": 2, ...}, ...]'
+
+Prints one JSON line per case: the largest absolute difference, the bound it must stay under,
+and whether the verify kernel served the shape (its own can_handle). The chain's mask is
+the one SGLang builds for topk 1 (every prefix key, causal among the chain), so the
+extend kernel computes exactly what a verify computes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+
+
+DEFAULTS: dict[str, dict] = {}
+
+
+def run(case: dict) -> dict:
+    import torch
+    from sglang.kernels.ops.attention import verify_mla, verify_splitkv
+    from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+
+    gen = torch.Generator().manual_seed(case.get("seed", 0))
+    bs, h_q, h_kv, L = case["bs"], case["h_q"], case["h_kv"], case["chain"]
+    dk, dv = case["dk"], case["dv"]
+    prefixes = case["prefixes"]  # one per request: a ragged batch
+    mla = case["kernel"] == "shared_kv"
+    module = verify_mla if mla else verify_splitkv
+    defaults = DEFAULTS.setdefault(module.__name__, dict(vars(module)))
+    for name in ("MAX_N_SPLITS", "MIN_N_SPLITS", "DEFAULT_BLOCK_N"):
+        if name in defaults:  # SGLang's own launch parameters unless the case sets them
+            setattr(module, name, case.get("params", {}).get(name, defaults[name]))
+    getattr(module, "_VMLA_CACHE" if mla else "_VK_CACHE").clear()
+
+    slots = sum(prefixes) + bs * L
+    k_buffer = torch.randn(slots, h_kv, dk, generator=gen)
+    # absorbed MLA: V is the latent part of the one cached row (its first dv dims)
+    v_buffer = k_buffer[..., :dv].clone() if mla else torch.randn(slots, h_kv, dv, generator=gen)
+    q = torch.randn(bs * L, h_q, dk, generator=gen)
+    perm = torch.randperm(slots, generator=gen)
+    kv_indices = perm[: sum(prefixes)].to(torch.int64)  # the prefix, scattered in the pool
+    chain_slots = perm[sum(prefixes) :]
+    k = k_buffer[chain_slots]
+    v = v_buffer[chain_slots]
+    kv_indptr = torch.tensor([0, *torch.tensor(prefixes).cumsum(0).tolist()], dtype=torch.int32)
+    qo_indptr = torch.arange(0, (bs + 1) * L, L, dtype=torch.int32)
+    mask, mask_indptr = [], [0]
+    for p in prefixes:
+        for i in range(L):
+            mask += [True] * p + [j <= i for j in range(L)]
+        mask_indptr.append(mask_indptr[-1] + L * (p + L))
+    mask = torch.tensor(mask)
+    mask_indptr = torch.tensor(mask_indptr, dtype=torch.int32)
+    scale = dk**-0.5
+    ref = torch.empty(bs * L, h_q, dv)
+    out = torch.empty(bs * L, h_q, dv)
+    args = (kv_indptr, kv_indices, mask, True, mask_indptr, L, 1.0, 1.0)
+    extend_attention_fwd(q, k, v, ref, k_buffer, v_buffer, qo_indptr, *args, scale)
+    kernel = verify_mla.verify_shared_kv_fwd if mla else verify_splitkv.verify_splitkv_fwd
+    served = kernel(q, k, v, out, k_buffer, v_buffer, qo_indptr, *args, scale, max_bs=bs)
+    # fp32 partials: reassociation only. The MLA kernel keeps its split partials in bf16
+    # (SGLang's choice, "halves scratch traffic"): one bf16 rounding (unit roundoff 2^-8) of a
+    # convex combination of V rows, so the error is bounded by 2^-8 x max |V|.
+    bound = 2**-8 * float(v_buffer.abs().max()) + 1e-5 if mla else 2e-5
+    return {
+        "served": bool(served),
+        "max_diff": float((out - ref).abs().max()) if served else None,
+        "bound": bound,
+    }
+
+
+if __name__ == "__main__":
+    for case in json.loads(sys.argv[1]):
+        sys.stdout.write(json.dumps(run(case)) + "\n")

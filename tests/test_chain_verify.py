@@ -1,0 +1,196 @@
+"""Chain verifies on SGLang's split-KV verify kernels (in_sglang/chain_verify.py).
+
+Kernel level: SGLang's own `verify_splitkv_fwd` (MHA/GQA) and `verify_shared_kv_fwd`
+(absorbed MLA, 576/512 like Kimi-K2.5's) against its `extend_attention_fwd` on topk-1
+verify shapes, run by Triton's interpreter in a child process (TRITON_INTERPRET must be
+set before the kernels are defined): contexts 1 to 4096, batches 1 to 8 with ragged
+prefixes, chains of 1 to 6 tokens, with the harness's launch parameters and with
+SGLang's own. Each kernel earns its tolerance: fp32 partials differ from the extend
+kernel by reassociation only; the MLA kernel keeps its split partials in bf16, one bf16
+rounding (unit roundoff 2^-8) of a convex combination of V rows (bound: 2^-8 x max |V|).
+
+Decisions: which calls the draft-extend dispatch sends to the verify kernel (a
+constant-length causal chain, nothing else), the switch's grammar, and the one refusal
+line for a release without the kernels. Servers: tests/test_chain_verify_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sgl_eagle_ext.in_sglang import chain_verify
+
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "tests" / "chain_kernels.py"
+STANDIN = ROOT / "sgl_eagle_ext" / "cpu" / "standin"
+HARNESS = {"MAX_N_SPLITS": 1, "MIN_N_SPLITS": 1, "DEFAULT_BLOCK_N": 128}  # cpu.toml
+
+GQA = [  # (bs, h_q, h_kv, head dim, prefixes, chain, launch parameters)
+    (1, 4, 2, 16, [1], 1, HARNESS),
+    (1, 4, 2, 16, [4096], 4, HARNESS),
+    (8, 4, 2, 16, [1, 3, 17, 64, 100, 250, 31, 8], 6, HARNESS),
+    (3, 8, 1, 64, [1000, 5, 333], 3, HARNESS),
+    (2, 4, 4, 32, [2000, 700], 2, {}),  # SGLang's own: 4 splits of 32 keys
+    (1, 4, 2, 16, [4100], 5, {}),  # 8 splits past 4k
+    (4, 4, 2, 16, [9, 90, 900, 1], 1, {}),  # a 0-step verify: one token per request
+]
+MLA = [  # Kimi-K2.5 at TP 8: 8 query heads per rank on one 576-wide latent row
+    (1, 8, 1, 576, [1], 1, {}),
+    (2, 8, 1, 576, [64, 1500], 4, {}),
+    (4, 8, 1, 576, [5, 40, 300, 2], 6, {"MAX_N_SPLITS": 1}),  # the harness's one split
+]
+
+
+def run_driver(cases: list[dict]) -> list[dict]:
+    env = dict(os.environ, TRITON_INTERPRET="1", SGLANG_USE_CPU_ENGINE="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(STANDIN), str(ROOT)])
+    out = subprocess.run(
+        [sys.executable, str(DRIVER), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def as_cases(kernel: str, shapes) -> list[dict]:
+    return [
+        {
+            "kernel": kernel,
+            "bs": bs,
+            "h_q": hq,
+            "h_kv": hkv,
+            "dk": d,
+            "dv": 512 if kernel == "shared_kv" else d,
+            "prefixes": prefixes,
+            "chain": chain,
+            "params": params,
+            "seed": i,
+        }
+        for i, (bs, hq, hkv, d, prefixes, chain, params) in enumerate(shapes)
+    ]
+
+
+@pytest.mark.parametrize("kernel, shapes", [("splitkv", GQA), ("shared_kv", MLA)])
+def test_split_kv_verify_equals_the_extend_kernel(kernel, shapes):
+    cases = as_cases(kernel, shapes)
+    for case, result in zip(cases, run_driver(cases), strict=True):
+        assert result["served"], case  # the kernel took the shape: no silent fallback
+        assert result["max_diff"] <= result["bound"], (case, result)
+
+
+# --- the draft-extend dispatch --------------------------------------------------------
+
+
+class Pool:
+    size = 16
+
+
+class Backend:
+    num_draft_tokens = 4
+    req_to_token_pool = Pool()
+
+
+def fake_kernel(log):
+    def verify(q, k, v, o, kb, vb, qo, kvp, kvi, mask, causal, mip, max_len, ks, vs, *rest,
+               sm_scale=None, logit_cap=0.0, sliding_window_size=-1, sinks=None,
+               window_kv_offsets=None, xai_temperature_len=-1, max_bs=None):  # fmt: skip
+        log.append(("verify", max_len, max_bs))
+        return True
+
+    return verify
+
+
+def chain_args(mask=None, causal=True, max_len=4):
+    return ("q", "k", "v", "o", "kb", "vb", "qo", "kvp", "kvi", mask, causal, "mip", max_len, 1, 1)
+
+
+@pytest.fixture
+def dispatch(monkeypatch):
+    monkeypatch.setattr(chain_verify.PATCHES, "_installed", [object()])  # as if installed
+    log = []
+    extend = chain_verify._ChainExtend(
+        Backend(), lambda *a, **k: log.append(("extend", a[12])), fake_kernel(log), "verify"
+    )
+    return extend, log
+
+
+def test_a_causal_chain_goes_to_the_verify_kernel(dispatch):
+    extend, log = dispatch
+    extend(*chain_args(max_len=4), 0.25, page_size=1, extend_seq_lens_cpu=[4])
+    extend(*chain_args(max_len=1), 0.25, score_mod=None)
+    assert log == [("verify", 4, 16), ("verify", 1, 16)]
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        (chain_args(mask="tree mask"), {}),  # a custom mask: a tree, or a target verify
+        (chain_args(causal=False), {}),
+        (chain_args(max_len=5), {}),  # longer than any chain of this backend: a prefill
+        (chain_args(), {"page_size": 16}),  # paged KV: the verify kernels are slot-based
+        (chain_args(), {"score_mod": "mod"}),
+        (chain_args(), {"something_new": 1}),  # a keyword from a later release
+    ],
+)
+def test_anything_else_stays_on_the_extend_kernel(dispatch, args, kwargs):
+    extend, log = dispatch
+    extend(*args, **kwargs)
+    assert log == [("extend", args[12])]
+
+
+def test_uninstalled_dispatch_is_the_extend_kernel(monkeypatch):
+    log = []
+    extend = chain_verify._ChainExtend(
+        Backend(), lambda *a, **k: log.append("extend"), fake_kernel(log), "verify"
+    )
+    monkeypatch.setattr(chain_verify.PATCHES, "_installed", [])
+    extend(*chain_args())
+    assert log == ["extend"]
+
+
+# --- the switch -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, params",
+    [
+        ("", None),
+        ("0", None),
+        ("1", {}),
+        ("splits=1,block-n=128", {"splits": 1, "block-n": 128}),
+        ("block-n=64", {"block-n": 64}),
+    ],
+)
+def test_switch_values(text, params):
+    assert chain_verify.parse(text) == params
+
+
+@pytest.mark.parametrize("text", ["splits=3", "splits=0", "blocks=4", "splits=", "yes"])
+def test_bad_switch_values_are_refused(text):
+    with pytest.raises(ValueError):
+        chain_verify.parse(text)
+
+
+def test_a_bad_switch_is_one_line_and_stock(monkeypatch):
+    lines = []
+    monkeypatch.setattr(chain_verify.PATCHES, "sink", lines.append)
+    assert chain_verify.install_from_env({"EAGLE_EXT_CHAIN_VERIFY": "splits=3"}) is False
+    assert len(lines) == 1 and "EAGLE_EXT_CHAIN_VERIFY" in lines[0] and "power of two" in lines[0]
+
+
+@pytest.mark.parametrize("version", ["0.5.10.post1", "0.5.13.post1", "0.4.0"])
+def test_a_release_without_the_kernels_is_refused_with_one_line(monkeypatch, version):
+    lines = []
+    monkeypatch.setattr(chain_verify.PATCHES, "sink", lines.append)
+    assert chain_verify.install({}, version=version) is False
+    assert len(lines) == 1, lines
+    assert not chain_verify.PATCHES.installed
