@@ -171,6 +171,6 @@ def test_a_tls_launch_reaches_ready_and_bench_works_against_it(
         done = subprocess.run([*base, *flags], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "4 tokens" in done.stdout or "tok/s" in done.stdout, done.stdout
-    assert PASSWORD not in run.output() + run.log_text()
+    assert PASSWORD not in run.output + run.log_text()
     for cmd in run.commands.values():
         assert PASSWORD not in cmd
