@@ -336,6 +336,7 @@ def _probe(
     of a probe_server process that may answer instead of a subprocess. One deadline,
     `timeout`, for both: the subprocess gets what the warm ask left."""
     deadline = time.monotonic() + timeout
+    env = env_allow.allowed(os.environ if env is None else env)  # idempotent after probe_env
     line = probe_server.ask(python, request, env, cwd or os.getcwd(), warm, timeout)
     if line == "timeout" or time.monotonic() >= deadline:
         return None, f"asking SGLang timed out after {timeout:.0f} s", False
