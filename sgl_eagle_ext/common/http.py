@@ -78,7 +78,7 @@ def tls_context(
 
 def add_tls_arguments(p) -> None:
     """--insecure and --ca-cert on an argparse parser (bench, healthcheck); read them
-    with tls_from_args()."""
+    with tls_from_flags(args.insecure, args.ca_cert)."""
     p.add_argument(
         "--insecure",
         action="store_true",
@@ -91,9 +91,8 @@ def add_tls_arguments(p) -> None:
     )
 
 
-def tls_from_args(args) -> ssl.SSLContext | None:
+def tls_from_flags(insecure: bool, cafile: str | None) -> ssl.SSLContext | None:
     """The TLS context --insecure / --ca-cert ask for, or one clear UserError."""
-    insecure, cafile = bool(getattr(args, "insecure", False)), getattr(args, "ca_cert", None)
     if insecure and cafile:
         raise UserError(
             "--insecure and --ca-cert: give one of them.",

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing when healthy")
     http.add_tls_arguments(p)
     args = p.parse_args(argv)
-    tls = http.tls_from_args(args)
+    tls = http.tls_from_flags(args.insecure, args.ca_cert)
 
     targets = (
         [Target(http.check_url("--url (or $" + URL_ENV + ")", args.url))]

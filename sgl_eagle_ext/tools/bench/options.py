@@ -217,7 +217,7 @@ class ConnectionOptions:
     headers: dict[str, str]  # --header NAME=VALUE ..., parsed (request_headers)
     stream: bool  # False with --no-stream
     extra_body: dict  # --extra-body, parsed (extra_body)
-    tls: ssl.SSLContext | None = None  # --insecure / --ca-cert (http.tls_from_args)
+    tls: ssl.SSLContext | None = None  # --insecure / --ca-cert (http.tls_from_flags)
 
 
 def request_headers(texts: Iterable[str]) -> dict[str, str]:

@@ -33,7 +33,7 @@ def connection(args: argparse.Namespace) -> options.ConnectionOptions:
         headers=headers,
         stream=args.stream,
         extra_body=options.extra_body(args.extra_body),
-        tls=http.tls_from_args(args),
+        tls=http.tls_from_flags(args.insecure, args.ca_cert),
     )
 
 
