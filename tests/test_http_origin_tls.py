@@ -174,3 +174,13 @@ def test_a_tls_launch_reaches_ready_and_bench_works_against_it(
     assert PASSWORD not in run.output + run.log_text()
     for cmd in run.commands.values():
         assert PASSWORD not in cmd
+
+
+def test_a_tls_server_found_on_this_host_is_probed_over_https():
+    t = healthcheck.target_from_cmdline(
+        ["python", "-m", "sglang.launch_server", "--port", "30011"]
+        + ["--ssl-certfile", "/srv/c.pem", "--ssl-keyfile", "/srv/k.pem"]
+    )
+    assert (t.url, t.cert) == ("https://127.0.0.1:30011", "/srv/c.pem")
+    plain = healthcheck.target_from_cmdline(["python", "-m", "sglang.launch_server"])
+    assert (plain.url, plain.cert) == ("http://127.0.0.1:30000", None)

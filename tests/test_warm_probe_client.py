@@ -286,3 +286,11 @@ def test_the_broker_keeps_its_cap_and_takes_over_a_stale_socket(tmp_path):
     finally:
         broker.close()
     assert broker.alive() == []
+
+
+def test_the_broker_and_the_serve_mode_are_the_suites_not_the_packages():
+    from sgl_eagle_ext.launcher.preflight import sglang_probe
+
+    assert not hasattr(probe_server, "Broker")
+    assert "--serve" not in Path(sglang_probe.__file__).read_text()
+    assert Path(__file__).with_name("probe_serve.py").is_file()
