@@ -66,15 +66,16 @@ def pytest_configure(config):
     # xdist would reorder the groups by their number of tests (the fast files have most)
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
-    # One warm SGLang per probe environment for the whole session (probe_server.py): a
-    # launch's preflight probe is a fork, not 13-20 s of imports. Started in the
+    # One warm SGLang per probe environment for the whole session (tests/probe_broker.py):
+    # a launch's preflight probe is a fork, not 13-20 s of imports. Started in the
     # controlling process, before the workers, which inherit the variable; the probes it
     # answers are SGLang's own answers (tests/test_probe_server.py).
     from sgl_eagle_ext.launcher.preflight import probe_server
+    from tests.probe_broker import Broker
 
     if not hasattr(config, "workerinput") and not os.environ.get(probe_server.VAR):
         folder = tempfile.mkdtemp(prefix="eagle-probes-")
-        config._probe_broker = probe_server.Broker(folder).start()
+        config._probe_broker = Broker(folder).start()
         os.environ[probe_server.VAR] = folder
 
 

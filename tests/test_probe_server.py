@@ -1,4 +1,5 @@
-"""The warm probe (launcher/preflight/probe_server.py): SGLang's own answers, from a fork.
+"""The warm probe (the client launcher/preflight/probe_server.py, the suite's broker
+tests/probe_broker.py): SGLang's own answers, from a fork.
 
 The suite runs every preflight probe through one broker (tests/conftest.py); these
 tests hold that what a warm process answers is what the one-off subprocess answers,
@@ -20,6 +21,7 @@ import pytest
 
 from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_cache, probe_server
 from tests.conftest import wait_until
+from tests.probe_broker import Broker
 
 pytestmark = pytest.mark.harness  # asks the harness's SGLang 0.5.23
 CANARY = "CANARY-probe-server-7d1"
@@ -78,7 +80,7 @@ def test_a_warm_answer_is_sglangs_own_and_a_python_that_cannot_serve_falls_back(
     assert [a.draft.get("len") for a, _ in cold] == [2048, 1024]  # SGLang's ModelConfig
 
     # a short folder: a unix socket's path holds 108 bytes at most
-    broker = probe_server.Broker(tempfile.mkdtemp(prefix="probes-"), max_warm=1).start()
+    broker = Broker(tempfile.mkdtemp(prefix="probes-"), max_warm=1).start()
     monkeypatch.setenv(probe_server.VAR, str(broker.folder))
     try:
         # a python whose warm mode fails (here: refused) is asked as a one-off subprocess

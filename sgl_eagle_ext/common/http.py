@@ -1,5 +1,13 @@
 """The small blocking HTTP client every side uses (launcher, bench probes, router,
-health check, demo), and the local-port facts around it. Standard library only."""
+health check, demo), and the local-port facts around it. Standard library only.
+
+Redirects are followed within one origin (scheme, host, port) only: a redirect to
+another origin is answered as the redirect itself (its status, the target's origin
+named), so no key or header goes to a host it was not given for, and no check passes
+on another server's answer. TLS (https://) is verified as usual; tls_context() makes
+the context for --insecure or a CA/certificate file, and a verification failure says
+so (TLS_FAILED), not "no answer".
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ import http.client
 import json
 import re
 import socket
+import ssl
 import threading
 import urllib.error
 import urllib.parse
@@ -39,6 +48,92 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 BODY_CAP = 64 << 20
 # A timeout beyond this is no timeout (and 1e300 overflows the OS's timers).
 MAX_TIMEOUT = 7 * 24 * 3600.0
+TLS_FAILED = "TLS certificate verification failed"
+TLS_FIX = (
+    "--insecure skips the check (a test server's self-signed certificate), "
+    "--ca-cert FILE trusts the server's certificate or its CA"
+)
+
+
+def tls_context(
+    insecure: bool = False, cafile: str | None = None, pinned: bool = False
+) -> ssl.SSLContext | None:
+    """The TLS context for https:// requests: None (the system's trust store), an
+    unverified one (insecure), or one trusting `cafile` (the server's certificate or
+    its CA; `pinned`: that certificate alone, whatever host name it names: the launcher
+    polling the server it started on a loopback address)."""
+    if insecure:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    if not cafile:
+        return None
+    ctx = ssl.create_default_context(cafile=cafile)
+    if pinned:
+        ctx.check_hostname = False
+        ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # a leaf certificate as the anchor
+    return ctx
+
+
+def add_tls_arguments(p) -> None:
+    """--insecure and --ca-cert on an argparse parser (bench, healthcheck); read them
+    with tls_from_flags(args.insecure, args.ca_cert)."""
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="https: do not verify the server's certificate (a self-signed test server)",
+    )
+    p.add_argument(
+        "--ca-cert",
+        metavar="FILE",
+        help="https: trust the certificate(s) in this PEM file (the server's own, or its CA)",
+    )
+
+
+def tls_from_flags(insecure: bool, cafile: str | None) -> ssl.SSLContext | None:
+    """The TLS context --insecure / --ca-cert ask for, or one clear UserError."""
+    if insecure and cafile:
+        raise UserError(
+            "--insecure and --ca-cert: give one of them.",
+            fix="--ca-cert FILE to verify against that certificate, or --insecure not to verify",
+        )
+    try:
+        return tls_context(insecure, cafile)
+    except (OSError, ssl.SSLError) as e:
+        why = getattr(e, "strerror", None) or getattr(e, "reason", None) or e
+        raise UserError(
+            f"--ca-cert {cafile}: not a readable PEM certificate ({why}).",
+            fix="give the server's certificate or its CA's, in PEM",
+        ) from None
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
+class _CrossOrigin(Exception):
+    def __init__(self, code: int, target: str):
+        super().__init__(target)
+        self.code, self.target = code, target
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, except that one to another origin is not followed."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if origin(newurl) != origin(req.full_url):
+            scheme, host, port = origin(newurl)
+            fp.close()
+            raise _CrossOrigin(code, f"{scheme}://{host}:{port}")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 class _Deadline:
@@ -81,8 +176,9 @@ class _Deadline:
         self._timer.cancel()
 
 
-def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
-    """urllib's opener (proxies, redirects as usual) whose connections are watched."""
+def _opener(deadline: _Deadline, tls: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies as usual, same-origin redirects) whose connections are
+    watched; https:// with `tls` (None: the system's trust store)."""
 
     def watched(base):
         class Conn(base):
@@ -104,7 +200,7 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
                 context=self._context,
             )
 
-    return urllib.request.build_opener(HTTP, HTTPS)
+    return urllib.request.build_opener(HTTP, HTTPS(context=tls), _SameOriginRedirects)
 
 
 def request(
@@ -113,9 +209,11 @@ def request(
     api_key: str | None = None,
     timeout: float = 30.0,
     headers: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Reply:
     """`headers`: extra request headers (e.g. a gateway's), sent as given. `timeout`
-    bounds the whole request (headers and body), not each read."""
+    bounds the whole request (headers and body), not each read. `tls`: tls_context()'s
+    answer for an https:// URL (None: the system's trust store)."""
     timeout = min(max(float(timeout), 0.001), MAX_TIMEOUT)
     data = None if payload is None else json.dumps(payload).encode()
     headers = {"Content-Type": "application/json", **(headers or {})}
@@ -131,15 +229,15 @@ def request(
     except ValueError as e:  # a malformed URL
         return Reply(0, error=f"bad URL: {e}")
     with _Deadline(timeout) as deadline:
-        reply = _send(req, timeout, deadline)
+        reply = _send(req, timeout, deadline, tls)
     if deadline.expired and (reply.status == 0 or reply.error):
         return Reply(0, error=describe_error(TimeoutError(), timeout))
     return reply
 
 
-def _send(req, timeout: float, deadline: _Deadline) -> Reply:
+def _send(req, timeout: float, deadline: _Deadline, tls: ssl.SSLContext | None) -> Reply:
     try:
-        with _opener(deadline).open(req, timeout=timeout) as r:
+        with _opener(deadline, tls).open(req, timeout=timeout) as r:
             raw = r.read(BODY_CAP + 1)
             status = r.status
         if len(raw) > BODY_CAP:
@@ -152,8 +250,20 @@ def _send(req, timeout: float, deadline: _Deadline) -> Reply:
         except (OSError, http.client.HTTPException, ValueError):
             said = str(e.reason)
         return Reply(e.code, error=said)
-    except (urllib.error.URLError, OSError) as e:  # refused, reset, timeout
-        return Reply(0, error=describe_error(getattr(e, "reason", e), timeout))
+    except _CrossOrigin as e:
+        return Reply(
+            e.code,
+            error=f"redirected to another origin ({e.target}): not followed, and nothing "
+            f"sent there; if that is the server, give its URL",
+        )
+    except (urllib.error.URLError, OSError) as e:  # refused, reset, timeout, TLS
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            why = reason.verify_message or reason.reason or "not trusted"
+            return Reply(0, error=f"{TLS_FAILED} ({why}): {TLS_FIX}")
+        if isinstance(reason, ssl.SSLError):
+            return Reply(0, error=f"TLS handshake failed ({reason.reason or reason})")
+        return Reply(0, error=describe_error(reason, timeout))
     except (ValueError, http.client.InvalidURL) as e:  # a malformed URL (or host)
         return Reply(0, error=f"bad URL: {e}")
     except http.client.HTTPException as e:  # BadStatusLine, IncompleteRead, LineTooLong...
@@ -260,6 +370,7 @@ def generate(
     max_new_tokens: int,
     api_key: str | None = None,
     timeout: float = 600.0,
+    tls: ssl.SSLContext | None = None,
 ) -> list[dict]:
     """Greedy generations of `texts` through /generate (one batched request)."""
     reply = request(
@@ -274,6 +385,7 @@ def generate(
         },
         api_key=api_key,
         timeout=timeout,
+        tls=tls,
     )
     if reply.status != 200 or not isinstance(reply.body, list):
         raise HTTPFailed(f"/generate failed: HTTP {reply.status} {reply.error}")

@@ -1,5 +1,11 @@
 """Process-tree facts and signals (psutil), shared by the launcher, bench ab,
-the router wrapper and the health check."""
+the router wrapper, the health check and the warm-probe client.
+
+A signal goes only to what this process started: a psutil.Process found among its
+own descendants (psutil refuses a PID reused since: it checks the start time), or the
+process group of a child it started and has not yet reaped (the group's leader holds
+the number). A number read from anywhere else (a socket, a file) is looked up with
+own() first: PID <= 1, this process, and any process it did not start are refused."""
 
 from __future__ import annotations
 
@@ -37,12 +43,45 @@ def is_alive(p: psutil.Process) -> bool:
 
 def send(p: psutil.Process, sig: int) -> None:
     try:
-        p.send_signal(sig)
+        p.send_signal(sig)  # psutil: refused if the PID now names another process
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass
 
 
+def own(pid: object, started: float | None = None) -> psutil.Process | None:
+    """`pid` as a process this one started (a live descendant), or None: a number that
+    is not a PID > 1, this process itself, an ancestor, a stranger, or (with `started`,
+    its start time as psutil reports it) a process started at another time."""
+    if type(pid) is not int or pid <= 1 or pid == os.getpid():
+        return None
+    try:
+        p = psutil.Process(pid)
+        if started is not None and abs(p.create_time() - started) > 0.01:
+            return None
+        if os.getpid() not in {a.pid for a in p.parents()}:
+            return None
+    except (psutil.Error, OSError):
+        return None
+    return p
+
+
+def signal_own(pid: object, sig: int, started: float | None = None) -> bool:
+    """Send `sig` to `pid` only if this process started it (own()); True if sent."""
+    p = own(pid, started)
+    if p is None:
+        return False
+    try:
+        p.send_signal(sig)
+    except psutil.Error:
+        return False
+    return True
+
+
 def killpg(pgid: int, sig: int) -> None:
+    """Signal the process group of a child started with start_new_session, by its
+    Popen's pid before it is reaped. Never group 0 or 1, nor this process's own group."""
+    if type(pgid) is not int or pgid <= 1 or pgid == os.getpgrp():
+        return
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):

@@ -129,6 +129,15 @@ class ServerArgv(Sequence[str]):
         return self.value("host") or DEFAULT_HOST
 
     @property
+    def tls_certfile(self) -> str | None:
+        """--ssl-certfile: SGLang serves https:// when it is given (its ServerArgs.url)."""
+        return self.value("ssl-certfile")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_certfile else "http"
+
+    @property
     def port_text(self) -> str:
         """The port as given (checked by the caller: http.parse_port)."""
         return self.value("port") or str(DEFAULT_PORT)

@@ -213,11 +213,11 @@ def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
     print(shlex.join(launch.command()))
 
 
-def spec_check(base_url: str, api_key: str | None) -> None:
+def spec_check(base_url: str, api_key: str | None, tls=None) -> None:
     """One greedy generation; report SGLang's accept length for it. Advisory: a
     failed check warns and never stops a server that is ready."""
     try:
-        out = http.generate(base_url, [SPEC_CHECK_PROMPT], 32, api_key=api_key)[0]
+        out = http.generate(base_url, [SPEC_CHECK_PROMPT], 32, api_key=api_key, tls=tls)[0]
     except http.HTTPFailed as e:
         print(f"{PROG}: warning: spec check skipped: {e}", file=sys.stderr, flush=True)
         return
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         elif preset.speculative and not args.no_spec_check:
-            spec_check(srv.url, srv.api_key)
+            spec_check(srv.url, srv.api_key, srv.tls)
         return serve_until_exit(srv.server, PROG, "server")
 
     # Leaving run_supervised stops the whole tree, however it is left.

@@ -39,6 +39,7 @@ def wait_ready(
     port: int,
     *,
     api_key: str | None,
+    tls=None,
     stall_timeout: float,
     startup_timeout: float,
     poll: float = 2.0,
@@ -73,7 +74,7 @@ def wait_ready(
                 f"while {server.phase}" + _polls(polls, answer, server),
                 EXIT_WATCHDOG,
             )
-        reply = request(f"{base_url}/health_generate", api_key=api_key, timeout=30)
+        reply = request(f"{base_url}/health_generate", api_key=api_key, timeout=30, tls=tls)
         polls += 1
         answer = f"HTTP {reply.status}" if reply.status else "no connection"
         if reply.status == 200:

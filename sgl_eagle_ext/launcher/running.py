@@ -16,13 +16,14 @@ Used as a context manager, the server is stopped however the block is left:
 
     launch = plan.build(plan.LaunchRequest(preset="eagle3-2step", model_path=M, ...))
     with running.start(launch, running.StartOptions(log_path=Path("logs/a.log"))) as srv:
-        http.generate(srv.url, prompts, 64, api_key=srv.api_key)
+        http.generate(srv.url, prompts, 64, api_key=srv.api_key, tls=srv.tls)
 """
 
 from __future__ import annotations
 
 import os
 import re
+import ssl
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,8 +69,11 @@ class NcclReports:
 class RunningServer:
     """A ready server started by start(): its URL, log, NCCL reports, process tree."""
 
-    def __init__(self, launch, server, url, api_key, nccl_reports, startup_s, expected_nccl):
+    def __init__(
+        self, launch, server, url, api_key, nccl_reports, startup_s, expected_nccl, tls=None
+    ):
         self.launch: plan.LaunchPlan = launch
+        self.tls = tls  # the https context its clients use (None: plain HTTP)
         self.server: ServerProcess = server
         self.url: str = url
         self.api_key: str | None = api_key
@@ -198,10 +202,10 @@ class Starting:
     when the THREAD that called launch() ends (Linux's parent-death signal follows the
     thread): call it from a thread that outlives the server."""
 
-    def __init__(self, launch, options, server, bind, reports, url, api_key, env):
+    def __init__(self, launch, options, server, bind, reports, url, api_key, env, tls=None):
         self.launch, self.options, self.server = launch, options, server
         self._bind, self._reports, self.url, self.api_key = bind, reports, url, api_key
-        self._env = env
+        self._env, self.tls = env, tls
 
     def begin(self) -> Starting:
         """Start the server process (the port-taken watch armed first)."""
@@ -219,6 +223,7 @@ class Starting:
                 self.url,
                 self.launch.port,
                 api_key=self.api_key,
+                tls=self.tls,
                 stall_timeout=self.options.stall_timeout,
                 startup_timeout=self.options.startup_timeout,
             )
@@ -237,6 +242,7 @@ class Starting:
             self._reports,
             took,
             nccl.expected(self._env),
+            self.tls,
         )
 
     def stop(self, grace: float = 20.0) -> set[int]:
@@ -277,8 +283,19 @@ def prepare(
         listeners=[reports, bind],
         adaptive_states=states.extra_states if states and states.extra_states else None,
     )
-    url = f"http://{http.probe_host(host)}:{port}"
-    return Starting(launch, options, server, bind, reports, url, api_key, env)
+    # https:// when SGLang serves TLS (its own rule: --ssl-certfile), polled trusting
+    # exactly the certificate it was given (a self-signed one, named for another host)
+    url = f"{launch.argv.scheme}://{http.probe_host(host)}:{port}"
+    cert = launch.argv.tls_certfile
+    try:
+        tls = http.tls_context(cafile=cert, pinned=True) if cert else None
+    except (OSError, ssl.SSLError) as e:
+        raise UserError(
+            f"--ssl-certfile {cert}: not a readable PEM certificate "
+            f"({getattr(e, 'strerror', None) or getattr(e, 'reason', None) or e}).",
+            fix="give SGLang the server's certificate in PEM (and its key with --ssl-keyfile)",
+        ) from None
+    return Starting(launch, options, server, bind, reports, url, api_key, env, tls)
 
 
 def launch(

@@ -57,6 +57,7 @@ class Target:
     url: str
     port: int | None = None  # set when found from a process: check who holds it
     pid: int | None = None
+    cert: str | None = None  # its --ssl-certfile: trusted when no --insecure/--ca-cert
 
 
 def target_from_cmdline(cmdline: list[str]) -> Target | None:
@@ -73,7 +74,7 @@ def target_from_cmdline(cmdline: list[str]) -> Target | None:
         port = int(argv.port_text)
     except ValueError:
         return None
-    return Target(f"http://{probe_host(host)}:{port}", port)
+    return Target(f"{argv.scheme}://{probe_host(host)}:{port}", port, cert=argv.tls_certfile)
 
 
 def discover() -> list[Target]:
@@ -90,10 +91,12 @@ def discover() -> list[Target]:
     return found
 
 
-def probe(t: Target, api_key: str | None, timeout: float) -> tuple[bool, str]:
-    reply = http.request(f"{t.url}/health_generate", api_key=api_key, timeout=timeout)
+def probe(t: Target, api_key: str | None, timeout: float, tls=None) -> tuple[bool, str]:
+    reply = http.request(f"{t.url}/health_generate", api_key=api_key, timeout=timeout, tls=tls)
     if reply.status != 200:
         why = f"HTTP {reply.status}" if reply.status else f"no answer ({reply.error})"
+        if 300 <= reply.status < 400:  # a redirect to another origin: not this server's 200
+            why += f" ({reply.error})"
         return False, f"{t.url}/health_generate: {why}"
     if t.pid is not None and t.port is not None:
         owners = http.listener_pids(t.port)
@@ -120,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds to wait for the answer (SGLang itself gives up after 20)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing when healthy")
+    http.add_tls_arguments(p)
     args = p.parse_args(argv)
+    tls = http.tls_from_flags(args.insecure, args.ca_cert)
 
     targets = (
         [Target(http.check_url("--url (or $" + URL_ENV + ")", args.url))]
@@ -132,7 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         secret_flags.check_value("api-key", api_key, shown=f"${API_KEY_ENV}")
     healthy = True
     for t in targets:
-        ok, message = probe(t, api_key, args.timeout)
+        own = tls
+        if own is None and t.cert:  # a server found here: trust the certificate it serves
+            try:
+                own = http.tls_context(cafile=t.cert, pinned=True)
+            except (OSError, ValueError):
+                own = None  # unreadable here: verified as usual, and said if it fails
+        ok, message = probe(t, api_key, args.timeout, own)
         healthy &= ok
         if not ok or not args.quiet:
             print(

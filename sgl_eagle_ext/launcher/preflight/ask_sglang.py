@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import proctree
+from sgl_eagle_ext.common import env_allow, proctree
 from sgl_eagle_ext.common.contract import CPU_ENV
 from sgl_eagle_ext.launcher.preflight import probe_cache, probe_server
 from sgl_eagle_ext.launcher.preflight.sglang_probe import TAG
@@ -103,10 +103,13 @@ if s:
 def installed(python: str, env: Mapping[str, str] | None = None) -> dict:
     """What `python` would import: {"sglang": version, "transformers": ..., "torch": ...,
     "src": signature of the sglang distribution's files}; {} when it has no SGLang or
-    cannot run. Read from its files in one short subprocess, never imported."""
+    cannot run. Read from its files in one short subprocess, never imported (in the
+    allow-listed environment: common/env_allow.py)."""
     try:
         out = proctree.run_in_group(
-            [python, "-c", _INSTALLED], 60, env=None if env is None else dict(env)
+            [python, "-c", _INSTALLED],
+            60,
+            env=env_allow.allowed(os.environ if env is None else env),
         )
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -131,7 +134,9 @@ def installed_version(python: str, env: Mapping[str, str] | None = None) -> str 
 def probe_env(env: Mapping[str, str] | None) -> dict:
     """The launch environment, minus what would bend SGLang's verdicts, plus what the
     server entry itself sets up before SGLang loads (in_sglang/serve.py): on the CPU
-    harness, its required variables and the sgl_kernel stand-in first on the path."""
+    harness, its required variables and the sgl_kernel stand-in first on the path.
+    Only its allow-listed variables (common/env_allow.py): this is the environment
+    that goes to the probe (its subprocess, its request, a warm process's socket)."""
     base = dict(os.environ if env is None else env)
     for name in ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_IS_IN_CI"):
         base.pop(name, None)
@@ -143,7 +148,7 @@ def probe_env(env: Mapping[str, str] | None) -> dict:
         parts = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
         parts = [harness.STANDIN_DIR] + [p for p in parts if p != harness.STANDIN_DIR]
         base["PYTHONPATH"] = os.pathsep.join(parts)
-    return base
+    return env_allow.allowed(base)
 
 
 def _resolution(version: str, got: dict, cached_at: str | None) -> Resolution | None:
@@ -197,11 +202,10 @@ def _start_key(env: Mapping[str, str], cwd: str) -> str:
 
 def _env_delta(base: Mapping[str, str], env: Mapping[str, str]) -> dict:
     """What the probe sets (or unsets: None) for a launch whose environment is `env`, in
-    a process started with `base`. Secret-looking names stay out of the request file
-    (neither SGLang's answer nor its cache key depends on them)."""
+    a process started with `base` (both allow-listed already: probe_env)."""
     delta: dict = {k: v for k, v in env.items() if base.get(k) != v}
     delta.update({k: None for k in base if k not in env})
-    return {k: v for k, v in delta.items() if not probe_cache.looks_secret(k)}
+    return delta
 
 
 def ask_launches(
@@ -329,9 +333,12 @@ def _probe(
     warm: str | None = None,
 ):
     """(the probe's JSON answer, '', _) or (None, why, cacheable). `warm`: the identity
-    of a probe_server process that may answer instead of a subprocess."""
+    of a probe_server process that may answer instead of a subprocess. One deadline,
+    `timeout`, for both: the subprocess gets what the warm ask left."""
+    deadline = time.monotonic() + timeout
+    env = env_allow.allowed(os.environ if env is None else env)  # idempotent after probe_env
     line = probe_server.ask(python, request, env, cwd or os.getcwd(), warm, timeout)
-    if line == "timeout":
+    if line == "timeout" or time.monotonic() >= deadline:
         return None, f"asking SGLang timed out after {timeout:.0f} s", False
     if line is not None:
         return _reply(line, 0, "")
@@ -341,7 +348,7 @@ def _probe(
         try:
             proc = proctree.run_in_group(  # its group killed on timeout, every way out
                 [python, str(PROBE), str(path)],
-                timeout,
+                deadline - time.monotonic(),
                 env=env,
                 # the (first) launch's own directory; the probe moves to each one's
                 cwd=cwd or os.getcwd(),

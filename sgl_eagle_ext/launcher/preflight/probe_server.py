@@ -1,28 +1,20 @@
-"""A warm SGLang for many probes: ~13 s of imports per probe become a fork.
+"""The warm-probe client: ask a process that imported SGLang once, where one is offered.
 
-One process per (python, start environment, installed SGLang files, probe script)
-imports SGLang once (sglang_probe.py --serve) and answers each probe in a child forked
-from it, in the probe's own environment and working directory: the answer
-sglang_probe.py gives as a one-off subprocess, from the same code.
+The test suite runs a broker (tests/probe_broker.py) and names its folder in
+EAGLE_EXT_PROBE_SERVER, for itself and every launcher it starts: one warm process per
+(python, start environment, installed SGLang files, probe script) answers each probe
+in a child forked from it, in the probe's own environment and working directory, from
+the same code as the one-off subprocess (sglang_probe.py). Users run no broker: without
+the variable, ask() returns None at once and ask_sglang runs the subprocess.
 
-    broker = Broker(DIR).start()            # in a process that outlives the asks
-    os.environ["EAGLE_EXT_PROBE_SERVER"] = DIR   # for it and every process it starts
-    ...
-    broker.close()                          # its warm processes end with it
-
-(the test suite runs one per session: tests/conftest.py).
-
-ask_sglang asks here first. Anything short of an answer (no broker, a python that
-cannot serve, a child that died) falls back to the one-off subprocess, which gives the
-same answer or says why not in its own words. The broker starts the warm processes as
-its own children, never the asking process's: a launcher leaves nothing behind.
-Environments travel over the socket without secret-looking names (probe_cache).
-
-Each warm process holds 0.4-0.6 GiB (SGLang imported), and the test suite's launches
-use about ten start environments: the broker keeps MAX_WARM alive (one more while two
-start at once), retiring the least recently asked (its socket removed: it finishes what
-it accepted, then exits; its next ask starts it again). Without the cap, five and eight
-alive in two suites running side by side left a 23 GiB machine paging.
+What the socket may say is untrusted. What leaves this process is the allow-listed
+environment (common/env_allow.py), never more. The whole ask ends within its timeout
+(every read bounded by the one deadline, however slowly the peer trickles); a warm
+process that does not start answering within HANDSHAKE_S (stopped, gone) is left for
+the subprocess. On the deadline the answering child named by the socket is killed
+only if this process started it (proctree.own: a descendant, by PID and start time);
+any other PID, -1 or 1 included, is never signalled: the child ends itself when this
+side hangs up (tests/probe_serve.py).
 """
 
 from __future__ import annotations
@@ -30,23 +22,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
 import signal
 import socket
-import subprocess
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from sgl_eagle_ext.launcher.preflight import probe_cache
+from sgl_eagle_ext.common import env_allow, proctree
 from sgl_eagle_ext.launcher.preflight.sglang_probe import TAG
 
 VAR = "EAGLE_EXT_PROBE_SERVER"
 BROKER = "broker.sock"
 PROBE = Path(__file__).with_name("sglang_probe.py")
-STARTUP_S = 240.0  # importing SGLang's model registry on a busy CPU
-MAX_WARM = 3
+HANDSHAKE_S = 10.0  # a warm child says its PID right after the fork
+LINE_CAP = 64 << 20  # far above any answer: a bound on a peer that streams without end
+
+
+class Late(Exception):
+    """The ask's deadline passed."""
 
 
 def identity(python: str, start_key: str, src: str | None) -> str:
@@ -61,166 +54,83 @@ def identity(python: str, start_key: str, src: str | None) -> str:
     return hashlib.sha256(json.dumps(material).encode()).hexdigest()[:24]
 
 
-def _plain(env: Mapping[str, str]) -> dict:
-    return {k: v for k, v in env.items() if not probe_cache.looks_secret(k)}
+class _Peer:
+    """One unix-socket exchange: a JSON line sent, lines read back, every step bounded
+    by the ask's deadline (and `soon`, a shorter one for the first line)."""
 
+    def __init__(self, path: str, msg: dict, deadline: float):
+        self.deadline = deadline
+        self.buf = b""
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._bound(deadline)
+            self.sock.connect(path)
+            self._bound(deadline)
+            self.sock.sendall(json.dumps(msg).encode() + b"\n")
+        except BaseException:
+            self.sock.close()
+            raise
 
-def _exchange(path: str, msg: dict, timeout: float) -> tuple[socket.socket, object]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(max(timeout, 0.1))
-    try:
-        s.connect(path)
-        s.sendall(json.dumps(msg).encode() + b"\n")
-    except BaseException:
-        s.close()
-        raise
-    return s, s.makefile("rb")
+    def _bound(self, until: float) -> None:
+        left = until - time.monotonic()
+        if left <= 0:
+            raise Late
+        self.sock.settimeout(left)
+
+    def line(self, until: float | None = None) -> str:
+        until = min(until or self.deadline, self.deadline)
+        while b"\n" not in self.buf:
+            self._bound(until)
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                raise Late from None
+            if not chunk:
+                return ""  # the peer hung up
+            self.buf += chunk
+            if len(self.buf) > LINE_CAP:
+                raise ValueError("an answer line beyond the cap")
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line.decode("utf-8", "replace")
+
+    def __enter__(self) -> _Peer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
 
 
 def ask(
     python: str, request: dict, env: Mapping[str, str], cwd: str, ident: str, timeout: float
 ) -> str | None:
-    """The warm answer's line (TAG + JSON), "timeout", or None: ask the subprocess."""
+    """The warm answer's line (TAG + JSON), "timeout" (the deadline passed), or None:
+    ask the subprocess (within what is left of `timeout`)."""
     folder = os.environ.get(VAR)
     if not folder or not ident:
         return None
     deadline = time.monotonic() + timeout
-    hello = {"identity": ident, "python": python, "env": _plain(env), "cwd": cwd}
+    hello = {"identity": ident, "python": python, "env": env_allow.allowed(env), "cwd": cwd}
+    child = None
     try:
-        s, f = _exchange(str(Path(folder) / BROKER), hello, timeout)
-        with s, f:
-            where = json.loads(f.readline() or "{}").get("socket")
-        if not where:
+        with _Peer(str(Path(folder) / BROKER), hello, deadline) as broker:
+            where = json.loads(broker.line() or "{}").get("socket")
+        if not isinstance(where, str) or not where:
             return None
-        s, f = _exchange(where, {**hello, "request": request}, deadline - time.monotonic())
-        with s, f:
-            first = f.readline().decode()
-            if not first.startswith("PID "):
+        with _Peer(where, {**hello, "request": request}, deadline) as warm:
+            first = warm.line(time.monotonic() + HANDSHAKE_S).split()
+            if len(first) < 2 or first[0] != "PID":
                 return None
-            child = int(first.split()[1])
+            child = proctree.own(int(first[1]) if first[1].lstrip("-").isdigit() else None)
             try:
-                line = f.readline().decode()
-            except TimeoutError:
-                try:
-                    os.kill(child, signal.SIGKILL)
-                except OSError:
-                    pass
+                line = warm.line()
+            except Late:
+                if child is not None:  # ours (this process runs the broker): gone now
+                    proctree.send(child, signal.SIGKILL)
                 return "timeout"
-    except (OSError, ValueError):
-        return None  # no broker, or it went away: the subprocess asks
+    except Late:
+        if child is None and time.monotonic() < deadline:
+            return None  # no PID line within HANDSHAKE_S: a stopped or stuck warm process
+        return "timeout"
+    except (OSError, ValueError, AttributeError):
+        return None  # no broker, or it went away, or said nonsense: the subprocess asks
     return line if line.startswith(TAG) else None
-
-
-class Broker:
-    """Starts and keeps the warm processes; tells each asker its process's socket."""
-
-    def __init__(self, folder: str | Path, max_warm: int = MAX_WARM):
-        self.folder = Path(folder)
-        self.max_warm = max_warm
-        # identity -> (socket, its process); (None, None): that python cannot serve
-        self._known: dict[str, tuple[str | None, subprocess.Popen | None]] = {}
-        self._asked: dict[str, float] = {}  # identity -> when it was last asked for
-        self._procs: list[subprocess.Popen] = []
-        self._count = 0
-        self._locks: dict[str, threading.Lock] = {}
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-
-    def start(self) -> Broker:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.folder, 0o700)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(self.folder / BROKER))
-        self._sock.listen(64)
-        threading.Thread(target=self._serve, daemon=True, name="probe-broker").start()
-        return self
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rwb") as f:
-            try:
-                hello = json.loads(f.readline())
-                where = self._warm(hello)
-                f.write(json.dumps({"socket": where}).encode() + b"\n")
-                f.flush()
-            except (OSError, ValueError, KeyError):
-                pass
-
-    def _warm(self, hello: dict) -> str | None:
-        ident = str(hello["identity"])
-        with self._lock:
-            lock = self._locks.setdefault(ident, threading.Lock())
-        with lock:
-            with self._lock:
-                self._asked[ident] = time.monotonic()
-                where, proc = self._known.get(ident, (None, None))
-                # a warm process that ended (idle for its timeout, killed, retired) is
-                # started again
-                start = ident not in self._known or (proc is not None and proc.poll() is not None)
-                if start:
-                    self._make_room(ident)
-            if start:
-                where, proc = self._spawn(hello)
-                with self._lock:
-                    self._known[ident] = (where, proc)
-            return where
-
-    def _make_room(self, keep: str) -> None:
-        """Leave at most max_warm - 1 warm processes besides `keep`'s, the most recently
-        asked (self._lock held). A retired one loses its socket: it answers what it has
-        accepted and exits; an asker that was just told that socket asks the subprocess."""
-        live = [i for i, (_, p) in self._known.items() if i != keep and p and p.poll() is None]
-        live.sort(key=lambda i: self._asked.get(i, 0.0))
-        for ident in live[: max(len(live) - (self.max_warm - 1), 0)]:
-            where, _ = self._known.pop(ident)
-            Path(where).unlink(missing_ok=True)
-
-    def _spawn(self, hello: dict) -> tuple[str | None, subprocess.Popen | None]:
-        with self._lock:
-            self._count += 1
-            path = str(self.folder / f"{self._count}.sock")  # short: 108 bytes at most
-        try:
-            with open(path.removesuffix(".sock") + ".log", "wb") as log:  # why it cannot serve
-                proc = subprocess.Popen(
-                    [hello["python"], str(PROBE), "--serve", path],
-                    env=dict(hello["env"]),
-                    cwd=hello["cwd"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
-                    start_new_session=True,
-                )
-        except OSError:
-            return None, None
-        self._procs.append(proc)
-        ready, _, _ = select.select([proc.stdout], [], [], STARTUP_S)
-        if ready and proc.stdout.readline().strip() == b"READY":
-            return path, proc
-        _kill(proc)
-        return None, None
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            (self.folder / BROKER).unlink(missing_ok=True)
-        for path in self.folder.glob("*.sock"):  # the warm processes see it and exit
-            path.unlink(missing_ok=True)
-        for proc in self._procs:
-            _kill(proc)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    proc.wait()
-    if proc.stdout:
-        proc.stdout.close()

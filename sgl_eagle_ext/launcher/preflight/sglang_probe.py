@@ -1,7 +1,7 @@
 """Ask an installed SGLang for its own verdicts (run as a script by SGLang's python).
 
     SGLANG_PYTHON sglang_probe.py REQUEST.json      -> one line: PROBE {json}
-    SGLANG_PYTHON sglang_probe.py --serve SOCKET    (warm mode: probe_server.py)
+    (the test suite's warm processes answer with this code too: tests/probe_serve.py)
 
 Runs inside the python that will start the server, so it imports only SGLang, its
 transformers and the standard library (never sgl_eagle_ext). Nothing heavy starts:
@@ -873,94 +873,7 @@ def main() -> None:
     sys.stdout.write(TAG + json.dumps(answer(req)) + "\n")
 
 
-# -- warm mode (probe_server.py) -------------------------------------------------------
-# The same answers from a process that imported SGLang once: each request is answered
-# in a child forked from it (its own copy of every module: no request sees another's
-# state), in the environment and working directory the request names.
-IDLE_EXIT_S = 900.0
-
-
-def _warm() -> None:
-    """What every answer imports: SGLang's argument parser, ModelConfig, and its model
-    registry (every model module). A failure here is left for the answer to report."""
-    for name in (
-        "sglang",
-        "sglang.srt.server_args",
-        "sglang.srt.configs.model_config",
-        "sglang.srt.models.registry",
-        "sglang.srt.model_loader.utils",
-    ):
-        try:
-            importlib.import_module(name)
-        except BaseException:
-            pass
-
-
-def _answer_in_child(conn) -> None:
-    """In the forked child: read the request line, answer it as the script would."""
-    import signal
-
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # SGLang's own subprocesses are waited for
-    status = 0
-    try:
-        with conn.makefile("rwb") as f:
-            msg = json.loads(f.readline())
-            f.write(f"PID {os.getpid()}\n".encode())
-            f.flush()
-            os.environ.clear()
-            os.environ.update(msg["env"])
-            os.chdir(msg["cwd"])
-            _own_environment()
-            import random
-
-            random.seed()  # as a fresh process would be (SGLang draws its random_seed)
-            try:
-                line = TAG + json.dumps(answer(msg["request"]))
-            except BaseException as e:  # as the script would exit: the client says so
-                line = f"ERROR {type(e).__name__}: {e}"
-            f.write((line + "\n").encode())
-    except BaseException:
-        status = 1
-    finally:
-        os._exit(status)
-
-
-def serve(path: str) -> None:
-    """Answer requests on the unix socket `path` until it is removed or idle for
-    IDLE_EXIT_S; prints READY once SGLang is imported and the socket listens."""
-    import signal
-    import socket
-
-    _warm()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(path)
-    os.chmod(path, 0o600)
-    sock.listen(64)
-    sock.settimeout(1.0)
-    sys.stdout.write("READY\n")
-    sys.stdout.flush()
-    last = time.monotonic()
-    while os.path.exists(path) and time.monotonic() - last < IDLE_EXIT_S:
-        try:
-            conn, _ = sock.accept()
-        except TimeoutError:
-            continue
-        last = time.monotonic()
-        conn.settimeout(None)
-        if os.fork() == 0:
-            sock.close()
-            _answer_in_child(conn)
-        conn.close()
-    sock.close()
-    if os.path.exists(path):  # idle: the broker starts another on the next ask
-        os.unlink(path)
-
-
 if __name__ == "__main__":
     _own_environment()
     importlib.invalidate_caches()
-    if sys.argv[1:2] == ["--serve"]:
-        serve(sys.argv[2])
-    else:
-        main()
+    main()

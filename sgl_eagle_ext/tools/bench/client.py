@@ -346,6 +346,7 @@ class Client:
         headers: dict[str, str] | None = None,
         incremental: bool = False,
         stream: bool = True,
+        tls=None,
     ):
         self.stream = stream  # False: one JSON answer (sglang.bench_serving --disable-stream)
         self.endpoint = endpoint
@@ -359,9 +360,12 @@ class Client:
         self.spec_details_field = spec_details_field
         self.extra_body = extra_body or {}
         self.session: aiohttp.ClientSession | None = None
+        self.tls = tls  # an ssl.SSLContext for https (None: the system's trust store)
 
     async def __aenter__(self) -> Client:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(
+            limit=0, ttl_dns_cache=300, ssl=self.tls if self.tls is not None else True
+        )
         self.session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
@@ -436,7 +440,9 @@ class Client:
         r.start = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
-                async with self.session.post(self.url, json=body) as resp:
+                # a redirect is the server's answer, never followed (its headers, a
+                # gateway's key among them, go nowhere else: common/http.py's rule)
+                async with self.session.post(self.url, json=body, allow_redirects=False) as resp:
                     if resp.status != 200:
                         r.error = f"{E_HTTP} {resp.status}"
                         r.detail = _short(await resp.text(errors="replace"))

@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_eagle_ext.common import nesting, redaction, secret_flags
+from sgl_eagle_ext.common import http, nesting, redaction, secret_flags
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError
@@ -191,6 +192,7 @@ def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
         "sglang.bench_serving takes them, --header X-A=1 X-B=2), or --header repeated; "
         "NAME=VALUE or 'NAME: VALUE'; values are never recorded",
     )
+    http.add_tls_arguments(p)
     p.add_argument(
         "--no-stream",
         dest="stream",
@@ -215,6 +217,7 @@ class ConnectionOptions:
     headers: dict[str, str]  # --header NAME=VALUE ..., parsed (request_headers)
     stream: bool  # False with --no-stream
     extra_body: dict  # --extra-body, parsed (extra_body)
+    tls: ssl.SSLContext | None = None  # --insecure / --ca-cert (http.tls_from_flags)
 
 
 def request_headers(texts: Iterable[str]) -> dict[str, str]:

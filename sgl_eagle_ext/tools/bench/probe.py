@@ -54,12 +54,17 @@ def server_root(base_url: str) -> str:
 
 class Server:
     def __init__(
-        self, base_url: str, api_key: str | None = None, headers: dict[str, str] | None = None
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        headers: dict[str, str] | None = None,
+        tls=None,
     ):
         url = http.check_url("--url", server_root(base_url))
         parts = urlsplit(url)
         self.base_url = url
         self.headers = dict(headers or {})
+        self.tls = tls  # http.tls_context's answer for https (None: the system's trust)
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.api_key = api_key
@@ -70,7 +75,11 @@ class Server:
 
     def get(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
         return http.request(
-            self.base_url + path, api_key=self.api_key, timeout=timeout, headers=self.headers
+            self.base_url + path,
+            api_key=self.api_key,
+            timeout=timeout,
+            headers=self.headers,
+            tls=self.tls,
         )
 
     def get_text(self, path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
@@ -80,12 +89,22 @@ class Server:
 
     def post(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
         return http.request(
-            self.base_url + path, {}, api_key=self.api_key, timeout=timeout, headers=self.headers
+            self.base_url + path,
+            {},
+            api_key=self.api_key,
+            timeout=timeout,
+            headers=self.headers,
+            tls=self.tls,
         )
 
     def connect(self) -> Server:
         """Check the server answers; learn its model, args and release. Raises UserError."""
         reply = self.get("/v1/models")
+        if reply.status == 0 and reply.error.startswith(http.TLS_FAILED):
+            raise UserError(
+                f"{self.base_url}: {reply.error.split(':')[0]}.",
+                fix=http.TLS_FIX,
+            )
         if reply.status == 0:
             raise UserError(
                 f"nothing answers at {self.base_url} ({reply.error}).",

@@ -70,7 +70,7 @@ def prompt_facts(ps: prompts.PromptSet, seed: int) -> dict:
 
 
 def connect(url: str, conn: options.ConnectionOptions) -> probe.Server:
-    return probe.Server(url, conn.api_key, conn.headers).connect()
+    return probe.Server(url, conn.api_key, conn.headers, conn.tls).connect()
 
 
 def client(
@@ -87,6 +87,7 @@ def client(
         headers=conn.headers,
         incremental=bool(server.info.get("incremental_streaming_output")),
         stream=conn.stream,
+        tls=conn.tls,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sgl_eagle_ext.common import secret_flags
+from sgl_eagle_ext.common import http, secret_flags
 from sgl_eagle_ext.tools.bench import datasets, options
 from sgl_eagle_ext.tools.bench import workload as wl
 
@@ -33,6 +33,7 @@ def connection(args: argparse.Namespace) -> options.ConnectionOptions:
         headers=headers,
         stream=args.stream,
         extra_body=options.extra_body(args.extra_body),
+        tls=http.tls_from_flags(args.insecure, args.ca_cert),
     )
 
 
