@@ -65,7 +65,7 @@ def test_verdicts_crossover_and_table_from_measured_cells():
     )
     assert live_report.verdict_basis(cells).startswith("verdicts against 0 steps on this server")
     assert v[4][0] is False and v[4][1].startswith("c=4: do not draft")
-    assert live_report.crossover(v) == (
+    assert live_report.crossover_line(v) == (
         "crossover: drafting pays up to 1 stream(s); from 4 do not draft"
     )
     table, picks = live_report.adaptive_table(cells)

@@ -490,7 +490,7 @@ def report(
             "verdict",
             [live_report.verdict_basis(cells, plain)]
             + [s for _, s in v.values()]
-            + [live_report.crossover(v)],
+            + [live_report.crossover_line(v)],
         )
     )
     path, initial, theirs, why = write_config(cells, opts, out_dir, release)
