@@ -193,10 +193,13 @@ def _tune(pair, tmp_path, *more: str) -> list[str]:
 @pytest.fixture
 def no_start(monkeypatch):
     """Predicted resolution (no SGLang subprocess), and no server may start."""
-    from sgl_eagle_ext.launcher.preflight import ask_sglang
+    from sgl_eagle_ext.common import releases
     from sgl_eagle_ext.tools.bench import arms
 
-    monkeypatch.setattr(ask_sglang, "installed_version", lambda python, env=None: None)
+    own = releases.installed_version  # this process's release still resolves the table
+    monkeypatch.setattr(
+        releases, "installed_version", lambda python=None, env=None: None if python else own()
+    )
 
     def refuse(plan):
         raise AssertionError(f"a server was started: {plan.preset}")
