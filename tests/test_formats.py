@@ -11,7 +11,8 @@ from collections import Counter
 
 import pytest
 
-from sgl_eagle_ext.common import accept_length, adaptive_config, releases
+from sgl_eagle_ext.common import adaptive_config, releases
+from sgl_eagle_ext.common import figures as accept_length
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling import record
 from sgl_eagle_ext.profiling.recorder import window
@@ -150,7 +151,7 @@ def test_preflight_reads_the_config_through_the_format_module(tmp_path):
     assert finding.file == str(path) and finding.severity == "warning"
 
 
-# -- SGLang's accept length (common/accept_length.py) ---------------------------------
+# -- SGLang's accept length (common/figures.py) ---------------------------------
 def test_accept_length_guards():
     assert accept_length.per_cycle(0) == 1 and accept_length.per_cycle(3) == 4
     assert accept_length.from_counts(30, 12) == 2.5

@@ -65,7 +65,7 @@ def test_verdicts_crossover_and_table_from_measured_cells():
     )
     assert live_report.verdict_basis(cells).startswith("verdicts against 0 steps on this server")
     assert v[4][0] is False and v[4][1].startswith("c=4: do not draft")
-    assert live_report.crossover(v) == (
+    assert live_report.crossover_line(v) == (
         "crossover: drafting pays up to 1 stream(s); from 4 do not draft"
     )
     table, picks = live_report.adaptive_table(cells)
@@ -193,10 +193,13 @@ def _tune(pair, tmp_path, *more: str) -> list[str]:
 @pytest.fixture
 def no_start(monkeypatch):
     """Predicted resolution (no SGLang subprocess), and no server may start."""
-    from sgl_eagle_ext.launcher.preflight import ask_sglang
+    from sgl_eagle_ext.common import releases
     from sgl_eagle_ext.tools.bench import arms
 
-    monkeypatch.setattr(ask_sglang, "installed_version", lambda python, env=None: None)
+    own = releases.installed_version  # this process's release still resolves the table
+    monkeypatch.setattr(
+        releases, "installed_version", lambda python=None, env=None: None if python else own()
+    )
 
     def refuse(plan):
         raise AssertionError(f"a server was started: {plan.preset}")

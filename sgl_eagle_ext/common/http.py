@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from sgl_eagle_ext.common import accept_length as _accept_length
+from sgl_eagle_ext.common import figures as _figures
 from sgl_eagle_ext.common import nesting
 from sgl_eagle_ext.common.errors import UserError
 
@@ -360,8 +360,8 @@ def probe_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-# SGLang's accept length of one request from its meta_info (common/accept_length.py).
-accept_length = _accept_length.of_meta
+# SGLang's accept length of one request from its meta_info (common/figures.py).
+accept_length = _figures.of_meta
 
 
 def generate(

@@ -15,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
 
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.installed import installed_version
 
 # SGLang flags whose value is a secret (every supported release has all three; read from
 # each release's server_args.py). They never go on a command line: the launcher hands
@@ -649,13 +649,6 @@ def first_release(has) -> Release | None:
     """The oldest supported release for which has(release) is true, e.g. the first
     without the CUDA-graph aux-layer reset (for messages that name it)."""
     return next((r for r in RELEASES if has(r)), None)
-
-
-def installed_version() -> str | None:
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def resolve(version: str | None, force: bool = False) -> tuple[Release, str]:

@@ -29,7 +29,7 @@ PHASES = startup_phase.PHASES
 LINE_END = re.compile(rb"[\r\n]")
 
 
-# Exit codes of the launcher and the router (README: "Exit codes"); Stopped: 128+signal.
+# Exit codes of the launcher and the router (README and docs/launcher.md: exit codes); Stopped: 128+signal.
 EXIT_SERVER_FAILED = 1
 EXIT_WATCHDOG = 3
 

@@ -41,6 +41,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.cpu.tiny_corpus import CORPUS, DEMO_PROMPTS
 
 BUILD_VERSION = 4  # bump when anything below changes the built files (new subdir)
@@ -325,7 +326,7 @@ def _accept_once(probs, keep, last, future, steps, topk, num_draft):
         if not nxt:
             break
         parent, n = nxt[0], n + 1
-    return n + 1
+    return figures.per_cycle(n)  # n correct drafts and the bonus token
 
 
 def _replay(probs, keep, runs, steps, topk, num_draft, new_tokens):
@@ -340,7 +341,7 @@ def _replay(probs, keep, runs, steps, topk, num_draft, new_tokens):
             pos += _accept_once(probs, keep, gen[pos - 1], gen[pos:], steps, topk, num_draft)
             cycles += 1
         tokens += len(gen)
-    return round(tokens / max(cycles, 1), 3)
+    return round(figures.from_counts(tokens, max(cycles, 1)) or 0.0, 3)
 
 
 # ---------------------------------------------------------------- build

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common import figures, http
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.profiling import names
 
@@ -129,7 +129,7 @@ def profile(log_path: Path, bench_tps: float | None = None) -> None:
     row = next((r for r in rows if r["bs"] == 1), max(rows, key=lambda r: r["cycles"]))
     report.print_table([row], prof)
     if bench_tps and row.get("tok_s") and row["bs"] == 1:
-        pct = 100 * (row["tok_s"] / bench_tps - 1)
+        pct = figures.pct_apart(row["tok_s"], bench_tps)
         print(
             f"  profile {row['tok_s']:.1f} tok/s vs the benchmark's {bench_tps:.1f} tok/s: "
             + (

@@ -168,7 +168,7 @@ def resolve_arms(
 
     first = next(iter(plans.values()))
     out: dict[str, Resolution] = {}
-    if ask_sglang.installed_version(python) == first.release.version:
+    if releases.installed_version(python) == first.release.version:
         launches = [
             ask_sglang.Launch(list(p.argv), {**os.environ, **p.env}) for p in plans.values()
         ]

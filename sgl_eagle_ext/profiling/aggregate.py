@@ -20,7 +20,7 @@ Rules, stated once:
   median window of the rest are warm-up (JIT compilation, autotuning, first
   allocations): left out of the cells and counted (`Profile.warmup`).
 - Merge: a cell's mean/p50/p90 are the cycle-weighted means of its windows'.
-- Accept length: common/accept_length.py, from the histogram.
+- Accept length, tok/s, ms per token: common/figures.py, from the histogram.
 - Histogram: one convention, SGLang's (`spec_correct_drafts_histogram`): correct
   drafts per request-cycle (the record's accept_hist, accepted tokens with the bonus
   token, is converted here and nowhere else).
@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import accept_length, chain
+from sgl_eagle_ext.common import chain, figures
 from sgl_eagle_ext.profiling.record import (
     BAD_LINE,
     ROWS,
@@ -95,7 +95,7 @@ class Cell:
             self.sums[p, "p50"] += s.p50 * n
             self.sums[p, "p90"] += s.p90 * n
         for tokens, k in w.accept_hist.items():
-            self.hist[accept_length.correct_drafts(tokens)] += k
+            self.hist[figures.correct_drafts(tokens)] += k
 
     def absorb(self, other: Cell) -> None:
         """Merge another cell of the same key (another log of the same setting)."""
@@ -117,13 +117,12 @@ class Cell:
 
     @property
     def accept_len(self) -> float | None:
-        return accept_length.from_histogram(self.hist)
+        return figures.from_histogram(self.hist)
 
     @property
     def tok_s(self) -> float | None:
         """Decode tokens/s over all streams: accept length x batch size / wall cycle."""
-        acc, cycle = self.accept_len, self.mean("cycle")
-        return 1000 * acc * self.bs / cycle if acc and cycle else None
+        return figures.cycle_tok_s(self.accept_len, self.bs, self.mean("cycle"))
 
 
 @dataclass
@@ -357,5 +356,5 @@ def baseline_ms(profiles: Iterable[Profile]) -> dict[int, float]:
     for bs, lines in merged.sglang.items():
         tps = lines.gen_tps
         if tps:
-            out[bs] = 1000 * bs / tps
+            out[bs] = figures.ms_per_token(tps, bs)
     return out

@@ -37,6 +37,7 @@ import math
 import sys
 from pathlib import Path
 
+from sgl_eagle_ext.common import figures as fig  # report.figures: this module's rows
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
@@ -118,7 +119,7 @@ def figures(
             if lines.gen_tps is not None:
                 row["sglang_gen_tps"] = lines.gen_tps
                 if row.get("tok_s"):
-                    row["profile_vs_sglang_pct"] = 100 * (row["tok_s"] / lines.gen_tps - 1)
+                    row["profile_vs_sglang_pct"] = fig.pct_apart(row["tok_s"], lines.gen_tps)
         rows.append(row)
     return rows
 
@@ -147,12 +148,12 @@ def cell_figures(cell: Cell, base: float | None, target_tps: float | None) -> di
     row["tok_s"] = cell.tok_s
     if base:
         row["baseline_ms_per_token"] = base
-        row["break_even_accept_len"] = cycle / base
+        row["break_even_accept_len"] = fig.break_even(cycle, base)
         if acc and cycle:
-            row["speedup"] = acc * base / cycle
-    if target_tps:
+            row["speedup"] = fig.gain(acc, cycle, base)
+    if target_tps:  # the accept length that reaches target_tps per stream
         row["target_tps"] = target_tps
-        row["accept_len_for_target"] = target_tps * cycle / 1000
+        row["accept_len_for_target"] = fig.break_even(cycle, fig.ms_per_token(target_tps))
     return row
 
 
@@ -361,9 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             fix=f"start the server with {ENV}=1 and send it some load",
             code=1,
         )
-    one_stream_ms = args.baseline_ms_per_token or (
-        1000 / args.baseline_tps if args.baseline_tps else None
-    )
+    one_stream_ms = args.baseline_ms_per_token or fig.ms_per_token(args.baseline_tps)
     rows = figures(prof, baseline, one_stream_ms, args.target_tps)
     if args.json:
         json.dump(

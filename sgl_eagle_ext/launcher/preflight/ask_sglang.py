@@ -19,6 +19,7 @@ once, from the same probe code; anything short of its answer asks the subprocess
     ask_launches(python, [Launch(argv, env, cwd), ...])      (one subprocess for many)
     settings_for_launches(python, [Launch, ...]) -> [Resolution | None]  (arm fairness)
     settings_for(python, argv, env) -> Resolution | None     (the same, one launch)
+    adaptive_buckets(python, path, initial) -> (buckets | None, why)  (tune live's table)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import env_allow, proctree
 from sgl_eagle_ext.common.contract import CPU_ENV
+from sgl_eagle_ext.common.installed import installed
 from sgl_eagle_ext.launcher.preflight import probe_cache, probe_server
 from sgl_eagle_ext.launcher.preflight.sglang_probe import TAG
 from sgl_eagle_ext.launcher.resolution import Change, Resolution
@@ -70,65 +72,6 @@ class Answer:
     @property
     def draft(self) -> dict:
         return self.context.get("draft_own") or {}
-
-
-# Line 1: the sglang version (nothing if absent). Line 2 (JSON): what else the probe's
-# answer depends on, for its cache: transformers / torch versions and a signature of
-# the SGLang distribution's installed files (its RECORD, and the size and mtime of
-# every file of the package: a patch changes them, not the version). Nothing is
-# imported: importlib.metadata and find_spec read files only.
-_INSTALLED = """
-import hashlib, importlib.metadata as m, importlib.util as u, json, os
-def v(d):
-    try: return m.version(d)
-    except m.PackageNotFoundError: return None
-s = v('sglang')
-if s:
-    print(s)
-    h = hashlib.sha256((m.distribution('sglang').read_text('RECORD') or '').encode())
-    spec = u.find_spec('sglang')
-    n = 0
-    for root in list(spec.submodule_search_locations or []) if spec else []:
-        for dp, dn, fn in os.walk(root):
-            dn[:] = sorted(d for d in dn if d != '__pycache__')
-            for f in sorted(fn):
-                st = os.stat(os.path.join(dp, f))
-                h.update(f'{dp}/{f}:{st.st_size}:{st.st_mtime_ns}'.encode())
-                n += 1
-    src = h.hexdigest() if n else None
-    print(json.dumps({'transformers': v('transformers'), 'torch': v('torch'), 'src': src}))
-"""
-
-
-def installed(python: str, env: Mapping[str, str] | None = None) -> dict:
-    """What `python` would import: {"sglang": version, "transformers": ..., "torch": ...,
-    "src": signature of the sglang distribution's files}; {} when it has no SGLang or
-    cannot run. Read from its files in one short subprocess, never imported (in the
-    allow-listed environment: common/env_allow.py)."""
-    try:
-        out = proctree.run_in_group(
-            [python, "-c", _INSTALLED],
-            60,
-            env=env_allow.allowed(os.environ if env is None else env),
-        )
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    lines = out.stdout.strip().splitlines()
-    if not lines or not lines[0].strip():
-        return {}
-    found = {"sglang": lines[0].strip()}
-    try:
-        extra = json.loads(lines[1]) if len(lines) > 1 else {}
-        if isinstance(extra, dict):
-            found.update({k: v for k, v in extra.items() if k != "sglang"})
-    except ValueError:
-        pass  # a python that answers only the version: its answers are not cached
-    return found
-
-
-def installed_version(python: str, env: Mapping[str, str] | None = None) -> str | None:
-    """The sglang release `python` would import (read from its files, not imported)."""
-    return installed(python, env).get("sglang")
 
 
 def probe_env(env: Mapping[str, str] | None) -> dict:
@@ -322,6 +265,31 @@ def settings_for(python: str, argv: list[str], env: dict) -> Resolution | None:
     """settings_for_launches for one launch: python, the interpreter that will start the
     server; argv, the launch's final SGLang argument list; env, the server's environment."""
     return settings_for_launches(python, [Launch(argv, env)])[0]
+
+
+def adaptive_buckets(
+    python: str, path: Path, initial: int, timeout: float = TIMEOUT_S
+) -> tuple[dict | None, str]:
+    """The buckets SGLang's own loader builds from the adaptive config at `path` (its
+    AdaptiveSpeculativeParams, as the server does at startup, started at `initial`
+    steps): ({batch size: candidate steps}, '') or (None, why: SGLang's refusal in its
+    own words, or why it could not be asked). Through the probe (warm where a broker
+    runs), in this process's environment; not cached (the file is the question)."""
+    env, cwd = probe_env(None), os.path.realpath(os.getcwd())
+    have = installed(python, env)
+    if not have.get("sglang"):
+        return None, f"no SGLang in {python}"
+    warm = probe_server.identity(python, _start_key(env, cwd), have.get("src"))
+    # a request may hold several kinds; an empty "launches" keeps the answer's shape
+    request = {"launches": [], "adaptive": [{"path": str(path), "initial": int(initial)}]}
+    reply, why, _ = _probe(python, request, env, timeout, cwd, warm)
+    if reply is None:
+        return None, why
+    got = (reply.get("adaptive") or [{}])[0]
+    if isinstance(got.get("buckets"), dict):
+        return got["buckets"], ""
+    err = got.get("error") or {}
+    return None, f"{err.get('type', 'no answer')}: {err.get('message', '')}".rstrip(": ")
 
 
 def _probe(

@@ -30,7 +30,7 @@ def resolve(
     """(SGLang's or the table's Resolution, '') or (None, why there is none)."""
     python = python or sys.executable
     model = ServerArgv(argv).model_path
-    installed = ask_sglang.installed_version(python, env)
+    installed = releases.installed_version(python, env)
     why = ""
     if installed != release.version:
         why = (

@@ -24,6 +24,10 @@ directory (as_launched), one launch after the other in this one process. The ans
       (a class without it is refused, as SGLang refuses it at startup);
   errors: every exception on the way (any type), with SGLang's message and the step.
 
+Adaptive tables ("adaptive": [{"path": ..., "initial": N}, ...]): the buckets SGLang's
+own loader (AdaptiveSpeculativeParams, what the server builds at startup) makes of each
+config file: {"buckets": {batch size: candidate steps}} or {"error": ...} (tune live).
+
 Legacy requests (the oracle tests): "context", "aux", "families", "family_cases".
 """
 
@@ -837,6 +841,17 @@ def as_launched(case: dict):
             os.environ.update(saved_env)
 
 
+def adaptive_case(case: dict) -> dict:
+    """The buckets SGLang's loader builds from one adaptive config file."""
+    try:
+        from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+        p = AdaptiveSpeculativeParams(initial_steps=int(case["initial"]), cfg_path=case["path"])
+        return {"buckets": {str(k): list(s.candidate_steps) for k, s in p._slots.items()}}
+    except BaseException as e:  # SGLang refused the file: its own words
+        return {"error": _error("adaptive", e, case.get("path"))}
+
+
 def answer(req: dict) -> dict:
     """SGLang's answers to one request (the launches' and the legacy kinds)."""
     t0 = time.monotonic()
@@ -854,6 +869,7 @@ def answer(req: dict) -> dict:
                 got = {"errors": [_error("probe", e)]}
             got["seconds"] = round(time.monotonic() - t1, 2)
             out["launches"].append(got)
+    out["adaptive"] = [adaptive_case(c) for c in req.get("adaptive", [])]
     out["context"] = [context_case(c) for c in req.get("context", [])]
     out["aux"] = [aux_case(c) for c in req.get("aux", [])]
     if req.get("families"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 
-from sgl_eagle_ext.common import accept_length, releases
+from sgl_eagle_ext.common import figures, releases
 from sgl_eagle_ext.in_sglang_base import patching
 from sgl_eagle_ext.in_sglang_base.patching import resolve as resolve_anchor  # noqa: F401 (tests)
 from sgl_eagle_ext.profiling import phases
@@ -83,7 +83,7 @@ def _accepted_from(result) -> list[int] | None:
     """Per-request tokens per cycle, bonus included (SGLang's accept length unit)."""
     drafts = getattr(result, _accept_attr, None)  # accepted drafts, bonus excluded
     if drafts is not None:
-        return [accept_length.per_cycle(d) for d in drafts]
+        return [figures.per_cycle(d) for d in drafts]
     return None
 
 

@@ -4,7 +4,7 @@
 The record's fields: `cycle` is wall time, from a cycle's start to the next cycle's
 start on the same stream (recorder/cycles.py says where a gap ends); `accept_len` is
 tokens per request per verify cycle, bonus token included (SGLang's definition,
-common/accept_length.py); `accept_hist` counts request-cycles by accepted tokens;
+common/figures.py); `accept_hist` counts request-cycles by accepted tokens;
 `tok_s` = accepted tokens / summed cycle time, the decode speed the window implies;
 `share` is each row's percentage of summed cycle time: the phases, `other` (the step
 minus its phases: host work inside the step) and `host` (the gap after the step:
@@ -25,7 +25,7 @@ from collections import Counter
 
 import numpy as np
 
-from sgl_eagle_ext.common import accept_length
+from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.profiling.phases import PHASES
 from sgl_eagle_ext.profiling.record import FORMAT_VERSION, Stats, Window, log_line
 from sgl_eagle_ext.profiling.recorder.cycles import Resolved
@@ -71,7 +71,7 @@ def summarize(cycles: list[Resolved], rank: int, clock: str, dropped: int = 0) -
     w.phases = {"cycle": _stats(wall, 0.0)}  # no share: it is the whole
     w.phases |= {p: _stats(v, total) for p, v in rows.items()}
     accepted = [a for c in decode for a in c.accepted]
-    w.accept_len = accept_length.from_counts(sum(accepted), len(accepted))
+    w.accept_len = figures.from_counts(sum(accepted), len(accepted))
     w.accept_hist = dict(Counter(accepted))
-    w.tok_s = 1000 * sum(accepted) / total if total else None
+    w.tok_s = figures.tok_s(sum(accepted), total)
     return w

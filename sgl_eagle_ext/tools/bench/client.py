@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from sgl_eagle_ext.common import figures
+
 try:  # SGLang depends on orjson; fall back to the standard library elsewhere
     import orjson
 
@@ -123,7 +125,7 @@ class RequestResult:
         drafts = (self.spec_details or {}).get("spec_num_correct_drafts")
         verify = self.spec_verify_ct
         if isinstance(drafts, int) and isinstance(verify, int) and verify > 0:
-            return drafts + verify
+            return figures.tokens_of_cycles(drafts, verify)
         return self.completion_tokens - 1 if self.completion_tokens else None
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.bench.sweep import CONCURRENCY, Axis
 
@@ -21,47 +22,8 @@ def ratio(b: float | None, a: float | None) -> float | None:
     return b / a
 
 
-def crossover(levels: list[int], ratios: list[float | None]) -> dict:
-    """Where B (speculation) stops paying: the lowest level from which B/A < 1 at every
-    higher level. `verdict`: always | never | until | mixed | no data.
-
-    `estimate` interpolates the crossing in log(concurrency) between the last
-    paying level and the crossover level.
-    """
-    pts = [(c, r) for c, r in zip(levels, ratios) if r is not None]
-    if not pts:
-        return {"verdict": "no data", "level": None, "estimate": None, "last_paying": None}
-    wins = [r >= 1.0 for _, r in pts]
-    if all(wins):
-        return {"verdict": "always", "level": None, "estimate": None, "last_paying": pts[-1][0]}
-    if not any(wins):
-        return {"verdict": "never", "level": pts[0][0], "estimate": None, "last_paying": None}
-    k = len(pts)
-    while k > 0 and not wins[k - 1]:
-        k -= 1
-    # pts[k:] all lose; pts[k-1] wins
-    if k == len(pts):  # B wins at the highest level but lost somewhere below
-        losing = [c for (c, _), w in zip(pts, wins) if not w]
-        return {
-            "verdict": "mixed",
-            "level": None,
-            "estimate": None,
-            "last_paying": pts[-1][0],
-            "losing_levels": losing,
-        }
-    (c0, r0), (c1, r1) = pts[k - 1], pts[k]
-    est = None
-    if r0 != r1 and c0 > 0 and c1 > 0 and math.isfinite(r0):
-        t = (r0 - 1.0) / (r0 - r1)
-        est = math.exp(math.log(c0) + t * (math.log(c1) - math.log(c0)))
-    earlier_losses = [c for (c, _), w in zip(pts[:k], wins[:k]) if not w]
-    return {
-        "verdict": "mixed" if earlier_losses else "until",
-        "level": c1,
-        "estimate": est,
-        "last_paying": c0,
-        **({"losing_levels": earlier_losses} if earlier_losses else {}),
-    }
+# Where B (speculation) stops paying over the levels: common/figures.py.
+crossover = figures.crossover
 
 
 def _x(r: float | None) -> str:

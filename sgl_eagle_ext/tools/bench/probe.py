@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sgl_eagle_ext.common import http, releases
+from sgl_eagle_ext.common import figures, http, releases
 from sgl_eagle_ext.common.errors import UserError
 
 PROBE_TIMEOUT = 10.0
@@ -232,6 +232,6 @@ def accept_from_counters(before: Counters | None, after: Counters | None) -> dic
     return {
         "generation_tokens": tokens,
         "verify_calls": verify,
-        "accept_length": tokens / verify if verify else None,
+        "accept_length": figures.from_counts(tokens, verify),
         "requests": requests,
     }

@@ -24,6 +24,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from sgl_eagle_ext.common import accept_length as accept
+from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.table import Col, Table
 from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import plot
@@ -96,27 +97,7 @@ CONVENTION = {
 }
 
 
-def position_rates(hist: Counter) -> list[dict]:
-    """Per draft position j (1-based): `rate`, the cumulative acceptance (share of all
-    cycles that accepted draft j), and `conditional` (share of the cycles that accepted
-    drafts 1..j-1 that accepted j too)."""
-    total = sum(hist.values())
-    if not total:
-        return []
-    top = max(hist)
-    out, reached = [], total
-    for j in range(1, top + 1):
-        accepted = sum(v for k, v in hist.items() if k >= j)
-        out.append(
-            {
-                "position": j,
-                "accepted_cycles": accepted,
-                "rate": accepted / total,
-                "conditional": accepted / reached if reached else None,
-            }
-        )
-        reached = accepted
-    return out
+position_rates = figures.position_rates  # cumulative and conditional, per position
 
 
 def mean_accept_length(hist: Counter) -> float | None:
@@ -228,7 +209,7 @@ def pareto_points(sweeps: list[dict]) -> dict[str, list[dict]]:
             "request_rate": rate,
             "label": f"{rate:g}/s" if rate is not None else f"c={r.get('concurrency')}",
             "total_tok_s": r["output_tok_s"],
-            "user_tok_s": 1000.0 / tpot,
+            "user_tok_s": figures.tok_s(1, tpot),
         }
     return {a: [lv[k] for k in sorted(lv)] for a, lv in arms.items()}
 

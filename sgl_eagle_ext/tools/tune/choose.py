@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.tools.tune.model import Prediction
 
 MAX_CANDIDATES = 4  # each candidate is a prebuilt runtime state (graphs, memory)
@@ -61,7 +62,8 @@ def choose(
         zero = next((p for p in rated if p.steps == 0), None)
         why += "; 0 as the floor"
         if probe and zero and probe.baseline_ms and zero.cycle_ms + probe.cycle_ms > 0:
-            floor_gain = 2 * probe.baseline_ms / (zero.cycle_ms + probe.cycle_ms)
+            # one token from each of the two cycles (no draft accepted)
+            floor_gain = figures.gain(2, zero.cycle_ms + probe.cycle_ms, probe.baseline_ms)
             why += (
                 f" (a useless draft would still probe {ladder[0]} step(s) half the time: "
                 f"~{floor_gain:.2f}x the baseline)"

@@ -11,7 +11,7 @@ steps + 1.
 
 from __future__ import annotations
 
-from sgl_eagle_ext.common import chain
+from sgl_eagle_ext.common import chain, figures
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.tune import model
 
@@ -44,7 +44,7 @@ def rank(runs, cells, baseline_ms: float | None, max_steps: int) -> list[dict]:
             "valid": valid(*setting),
             "accept_len": cell.accept_len,
             "cycle_ms": cycle,
-            "tok_s": 1000 * cell.accept_len / cycle,
+            "tok_s": figures.cycle_tok_s(cell.accept_len, 1, cycle),
             "source": f"measured ({run.path.name})",
         }
     one = {k: v for k, v in cells.items() if k[0] == 1}
@@ -64,7 +64,7 @@ def rank(runs, cells, baseline_ms: float | None, max_steps: int) -> list[dict]:
         }
     ranked = sorted(rows.values(), key=lambda r: (not r["valid"], -r["tok_s"]))
     for r in ranked:
-        r["vs_baseline"] = r["tok_s"] * baseline_ms / 1000 if baseline_ms else None
+        r["vs_baseline"] = figures.gain(r["accept_len"], r["cycle_ms"], baseline_ms)
     return ranked
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -47,7 +46,6 @@ from sgl_eagle_ext.common import (
     interrupts,
     paths,
     ports,
-    proctree,
     releases,
 )
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
@@ -55,6 +53,7 @@ from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.schedule_file import write_request
 from sgl_eagle_ext.launcher import fairness, presets
 from sgl_eagle_ext.launcher import plan as launch_plan
+from sgl_eagle_ext.launcher.preflight import ask_sglang
 from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import arms, probe, prompts
 from sgl_eagle_ext.tools.bench import sweep as sw
@@ -275,21 +274,13 @@ def start_server(plan: arms.ArmPlan, startup_timeout: float) -> arms.LauncherPro
 # -- the adaptive config ---------------------------------------------------------------
 
 
-SGLANG_LOADER = (
-    "import json, sys\n"
-    "from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams\n"
-    "p = AdaptiveSpeculativeParams(initial_steps=int(sys.argv[2]), cfg_path=sys.argv[1])\n"
-    "print(json.dumps({k: s.candidate_steps for k, s in p._slots.items()}))\n"
-)
-
-
 _LOADED: dict[tuple, dict] = {}  # (buckets, initial, python) -> SGLang's answer
 
 
 def sglang_loads(path: Path, initial: int, python: str = sys.executable) -> dict:
-    """The buckets SGLang's own loader builds from `path`, in the server's python (one
-    subprocess importing SGLang per distinct table: the run writes the same table after
-    its cells and again for its report)."""
+    """The buckets SGLang's own loader builds from `path`, in the server's python, asked
+    through the preflight's probe (ask_sglang.adaptive_buckets) once per distinct table:
+    the run writes the same table after its cells and again for its report."""
     key = (path.read_text(encoding="utf-8").split("\n", 2)[-1], initial, python)
     if key not in _LOADED:
         _LOADED[key] = _sglang_loads(path, initial, python)
@@ -297,14 +288,10 @@ def sglang_loads(path: Path, initial: int, python: str = sys.executable) -> dict
 
 
 def _sglang_loads(path: Path, initial: int, python: str) -> dict:
-    try:  # its own process group: a kill of this run takes the loader with it
-        p = proctree.run_in_group([python, "-c", SGLANG_LOADER, str(path), str(initial)], 300)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"{path}: SGLang's loader did not answer within 300 s.", code=1) from None
-    if p.returncode != 0:
-        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"{path}: SGLang's loader refused the written table: {last}", code=1)
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    buckets, why = ask_sglang.adaptive_buckets(python, path.resolve(), initial, timeout=300)
+    if buckets is None:
+        raise UserError(f"{path}: SGLang's loader refused the written table: {why}", code=1)
+    return buckets
 
 
 def write_config(
@@ -490,7 +477,7 @@ def report(
             "verdict",
             [live_report.verdict_basis(cells, plain)]
             + [s for _, s in v.values()]
-            + [live_report.crossover(v)],
+            + [live_report.crossover_line(v)],
         )
     )
     path, initial, theirs, why = write_config(cells, opts, out_dir, release)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from html import escape
 
-from sgl_eagle_ext.common import chain
+from sgl_eagle_ext.common import chain, figures
 from sgl_eagle_ext.common.table import Col, Table
 from sgl_eagle_ext.launcher import presets
 from sgl_eagle_ext.tools.tune import choose
@@ -149,18 +149,23 @@ def verdict_basis(cells: list[dict], arms: list[dict] | None = None) -> str:
     return f"verdicts against {BASELINE_ARM} (--baseline-arm, same load){tail}"
 
 
-def crossover(v: dict[int, tuple[bool | None, str]]) -> str:
-    pays = [(lv, p) for lv, (p, _) in sorted(v.items()) if p is not None]
-    if not pays:
+def crossover_line(v: dict[int, tuple[bool | None, str]]) -> str:
+    """The crossover (common/figures.py) of the verdicts, in words."""
+    levels = sorted(v)
+    x = figures.crossover(levels, pays=[v[lv][0] for lv in levels])
+    if x["verdict"] == "no data":
         return "crossover: not measured"
-    yes = [lv for lv, p in pays if p]
-    no = [lv for lv, p in pays if not p]
-    if not no:
-        return f"crossover: drafting pays at every measured concurrency (up to {pays[-1][0]})"
-    if not yes:
-        return f"crossover: drafting pays at no measured concurrency (from {pays[0][0]})"
-    if max(yes) < min(no):
-        return f"crossover: drafting pays up to {max(yes)} stream(s); from {min(no)} do not draft"
+    if x["verdict"] == "always":
+        return f"crossover: drafting pays at every measured concurrency (up to {x['last_paying']})"
+    if x["verdict"] == "never":
+        return f"crossover: drafting pays at no measured concurrency (from {x['level']})"
+    if x["verdict"] == "until":
+        return (
+            f"crossover: drafting pays up to {x['last_paying']} stream(s); "
+            f"from {x['level']} do not draft"
+        )
+    yes = [lv for lv in levels if v[lv][0]]
+    no = [lv for lv in levels if v[lv][0] is False]
     return (
         f"crossover: not monotone: drafting pays at {', '.join(map(str, yes))} and not at "
         f"{', '.join(map(str, no))} (noise, or a host effect: measure again)"

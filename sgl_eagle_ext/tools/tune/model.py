@@ -19,33 +19,28 @@ time per token plus the measured draft-extend pass (SGLang keeps it). Then
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
+from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.profiling.aggregate import Cell
 
 
 def position_acceptance(cells: dict[tuple[int, int], Cell]) -> list[float]:
-    """alpha_1..alpha_K from every cell with steps >= 1 (K: the deepest measured)."""
-    reached, accepted = Counter(), Counter()
+    """alpha_1..alpha_K from every cell with steps >= 1 (K: the deepest measured),
+    each cell's (reached, accepted) counts pooled position by position."""
+    pooled: list[list[int]] = []
     for (_, steps), cell in cells.items():
-        for drafts, n in cell.hist.items():  # correct drafts -> request-cycles
-            for j in range(1, min(steps, drafts) + 1):
-                accepted[j] += n  # draft j accepted
-            for j in range(1, min(steps, drafts + 1) + 1):
-                reached[j] += n  # draft j was checked
-    return [accepted[j] / reached[j] for j in sorted(reached) if reached[j]]
+        for j, counts in enumerate(figures.position_counts(cell.hist, steps)):
+            if j == len(pooled):
+                pooled.append([0, 0])
+            pooled[j][0] += counts[0]
+            pooled[j][1] += counts[1]
+    return figures.conditional_acceptance([(r, a) for r, a in pooled])
 
 
-def expected_accept_len(alphas: list[float], steps: int) -> float:
-    total, survive = 1.0, 1.0
-    for j in range(steps):
-        a = alphas[j] if j < len(alphas) else (alphas[-1] if alphas else 0.0)
-        survive *= a
-        total += survive
-    return total
+expected_accept_len = figures.chain_accept_length
 
 
 @dataclass
@@ -60,16 +55,15 @@ class Prediction:
 
     @property
     def tok_s(self) -> float:
-        return 1000 * self.accept_len * self.bs / self.cycle_ms if self.cycle_ms > 0 else 0.0
+        return figures.cycle_tok_s(self.accept_len, self.bs, self.cycle_ms) or 0.0
 
     @property
     def break_even(self) -> float | None:
-        return self.cycle_ms / self.baseline_ms if self.baseline_ms else None
+        return figures.break_even(self.cycle_ms, self.baseline_ms)
 
     @property
     def gain(self) -> float | None:
-        ok = self.baseline_ms and self.cycle_ms > 0
-        return self.accept_len * self.baseline_ms / self.cycle_ms if ok else None
+        return figures.gain(self.accept_len, self.cycle_ms, self.baseline_ms)
 
 
 def cycle_model(bs_cells: dict[int, Cell]):
