@@ -1,12 +1,13 @@
-"""SIGTERM (and SIGHUP: a closed terminal; SIGUSR1) handled like Ctrl-C: a sweep stopped by `kill` (or a service manager)
-records the level in progress as interrupted, as Ctrl-C does, instead of dying with
-it unrecorded. The handler re-raises the signal as SIGINT, so whatever handles
-Ctrl-C (asyncio.run cancelling its task, a KeyboardInterrupt) handles it.
+"""SIGTERM (and SIGHUP: a closed terminal; SIGQUIT: Ctrl-\\; SIGUSR1) handled like
+Ctrl-C: a sweep stopped by `kill` (or a service manager) records the level in progress
+as interrupted, as Ctrl-C does, instead of dying with it unrecorded. The handler
+re-raises the signal as SIGINT, so whatever handles Ctrl-C (asyncio.run cancelling its
+task, a KeyboardInterrupt) handles it.
 
 A command started with SIGINT ignored (a shell script's `cmd &` ignores it, and the
 child inherits that) would then ignore `kill` too: inside, SIGINT gets Python's own
-handler back, so SIGTERM always stops the run with its results recorded. A SIGHUP or
-SIGUSR1 ignored at start (`nohup`) stays ignored.
+handler back, so SIGTERM always stops the run with its results recorded. A SIGHUP,
+SIGQUIT or SIGUSR1 ignored at start (`nohup`) stays ignored.
 
 `run(coro)` is asyncio.run for the tools: the kernel may hand a process-wide signal to
 any thread (tqdm's monitor, a resolver), and then nothing wakes the main thread's event
@@ -27,8 +28,8 @@ def _as_sigint(_signum, _frame) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-# Signals that stop a run as Ctrl-C does; the last two only when not ignored at start.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+# Signals that stop a run as Ctrl-C does; all but the first only when not ignored at start.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 
 
 @contextmanager

@@ -18,8 +18,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, paths, releases, safe_files, secret_flags
-from sgl_eagle_ext.common.cli_args import number, split_extra
+from sgl_eagle_ext.common import http, interrupts, paths, releases, safe_files, secret_flags
+from sgl_eagle_ext.common.cli_args import seconds, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
@@ -114,7 +114,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument(
         "--stall-timeout",
-        type=number(0),
+        type=seconds(0),
         default=900.0,
         help="watchdog: stop the server if its log shows no progress for this many "
         "seconds before it is ready, after HTTP is up too: the server's log lines for "
@@ -123,7 +123,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--startup-timeout",
-        type=number(0),
+        type=seconds(0),
         default=None,
         help="watchdog: stop the server if not ready after this many seconds (0: no "
         f"limit; default {readiness.WEIGHTS_S:.0f} for weights + {readiness.JIT_S:.0f} "
@@ -279,6 +279,13 @@ def _limit(seconds: float) -> str:
 
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM, SIGHUP, SIGQUIT before the server starts (preflight's probes): as Ctrl-C,
+    # each probe's group stopped; once it runs, run_supervised handles every one
+    with interrupts.sigterm_as_sigint():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
     if args.list_presets:
