@@ -318,6 +318,57 @@ CASES = [
         lambda f: ["--model-path", str(f["model"]), "--port", "abc"],
         "abc",
     ),
+    (
+        "preflight context-length 5000 digits",  # exited 0: the number was never read
+        preflight.main,
+        lambda f: ["--model-path", str(f["model"]), "--context-length", "9" * 5000],
+        "not a whole number",
+    ),
+    # -- one number parser: a timeout of 1e308 overflowed threading's wait (a traceback)
+    *(
+        (
+            f"tune live startup-timeout {value}",
+            tune.main,
+            lambda f, value=value: [
+                "live",
+                "--model-path",
+                "m",
+                "--draft-model-path",
+                "d",
+                "--results",
+                str(f["dir"] / "r.jsonl"),
+                "--startup-timeout",
+                value,
+            ],
+            words,
+        )
+        for value, words in (("1e308", "at most"), ("nan", "finite"), ("-1", "zero or positive"))
+    ),
+    (
+        "launch stall-timeout 1e308",
+        launch.main,
+        lambda f: launch_args(f, "--stall-timeout", "1e308", "--dry-run"),
+        "at most",
+    ),
+    (
+        "bench seed 400 digits",
+        bench.main,
+        lambda f: ["single", "--url", NOWHERE, "--seed", "9" * 400],
+        "not a whole number",
+    ),
+    # -- SGLang's own --config, read by the launcher: its file checked as every file
+    (
+        "launch config FIFO-free missing file",
+        launch.main,
+        lambda f: launch_args(f, "--dry-run", extra=("--config", str(f["dir"] / "no.yaml"))),
+        "no such file",
+    ),
+    (
+        "launch config=FILE",  # SGLang would not read it: said, not ignored
+        launch.main,
+        lambda f: launch_args(f, "--dry-run", extra=(f"--config={f['file']}",)),
+        "--config FILE",
+    ),
 ]
 
 
@@ -638,7 +689,7 @@ ODD = [
         "max-tokens 20 digits",
         bench.main,
         lambda f, o: ["single", "--url", NOWHERE, "--max-tokens", "9" * 20],
-        "too large",
+        "must be at most",  # the one number parser: above 2**53
     ),
     (
         "url with a password",
@@ -810,6 +861,18 @@ ODD = [
             "cannot tell which SGLang release",
         )
         for name in ("fifo-version", "latin1-version")
+    ),
+    (
+        "tune live results in a non-UTF-8 folder",  # its paths go into SGLang's preset
+        tune.main,
+        lambda f, o: live_args(o["not_utf8_dir"] / "r.jsonl"),
+        "not UTF-8",
+    ),
+    (
+        "launch config /dev/zero",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", extra=("--config", str(o["zero"]))),
+        "not a regular file",
     ),
     (
         "tune sglang-version 5000 digits",
@@ -1028,3 +1091,104 @@ def test_a_deep_sharegpt_json_is_one_clear_error(tmp_path):
         path.write_text(text)
         with pytest.raises(UserError, match="nested too deeply"):
             datasets.load_sharegpt(str(path))
+
+
+# ------------------------------------------------------------------ round four (issue 36)
+def test_a_removed_working_directory_is_one_error_line(files, tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    code, text = run(launch.main, launch_args(files, "--dry-run"))
+    assert code == 2 and "Traceback" not in text, text
+    assert [line for line in text.splitlines() if "error:" in line] == [
+        "sgl_eagle_ext.launch: error: the working directory cannot be used (No such file "
+        "or directory: removed?)."
+    ], text
+
+
+def test_odd_profile_records_are_skipped_and_counted(tmp_path):
+    """A 400-digit integer (math.isfinite raised OverflowError on it), a negative cycle
+    count (it cancelled a real window in the sums), formats v=0 and v=3 (read as v=2):
+    each line skipped and counted, by report and tune logs alike."""
+    from tests.test_report import profile_line
+
+    good = profile_line(1, 5.0, 2.0, [2, 3])
+    bad = [
+        good.replace(" rank=0 ", " rank=" + "9" * 400 + " "),
+        good.replace(" cycles=20 ", " cycles=-20 "),
+        good.replace(" v=2 ", " v=0 "),
+        good.replace(" v=2 ", " v=3 "),
+    ]
+    assert all(b != good for b in bad)
+    log = tmp_path / "spec.log"
+    log.write_text("\n".join([good, *bad]) + "\n")
+    code, text = run(report.main, [str(log), "--json"])
+    assert code == 0 and "Traceback" not in text, text
+    out = json.loads(text)
+    assert (out["profile_windows"], out["skipped_lines"]) == (1, 4), out
+    # a tiny baseline rate: its ms per token overflows to inf, and so do the gains
+    code, text = run(tune.main, ["logs", str(log), "--baseline-tps", "1e-320", "--json"])
+    assert code == 0 and "Traceback" not in text, text
+    assert '"gain": null' in text, text
+
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    json.loads(text, parse_constant=refuse)  # Infinity/NaN would be refused here
+
+
+def test_a_server_info_with_objects_for_text_is_not_said(tmp_path):
+    from tests.fakes.fake_sglang import Background, FakeSGLang, Faults
+
+    fake = FakeSGLang(faults=Faults(), accept_length=2.5)
+    fake.tokenizer_path = {"org": ["m"]}  # /server_info's tokenizer_path: an object
+    bg = Background(fake).__enter__()
+    try:
+        argv = ["single", "--url", bg.url, "--max-tokens", "4", "--warmup", "0", "--runs", "1"]
+        code, text = run(bench.main, [*argv, "--results", str(tmp_path / "r.jsonl")])
+    finally:
+        bg.stop()
+    assert code == 0 and "Traceback" not in text, text
+
+
+GPU_CHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+
+
+@pytest.mark.parametrize(
+    "name, argv, torch_init, stdout, code, words",
+    [
+        ("help", ["--help"], None, None, 0, "usage: benchmarks/gpu_check.py"),
+        ("unknown argument", ["--bogus"], None, None, 2, "unrecognized arguments: --bogus"),
+        ("full stdout", [], None, "/dev/full", 1, "cannot write the output"),
+        ("torch import raises", [], "raise RuntimeError('no libcudart')", None, 0, "RuntimeError"),
+        ("stub torch", [], "", None, 0, "needs CUDA"),
+        (
+            "stub torch says CUDA",
+            [],
+            "class cuda:\n    is_available = staticmethod(lambda: True)\n",
+            None,
+            1,
+            "error: stopped by AttributeError",
+        ),
+    ],
+)
+def test_gpu_check_entry(tmp_path, name, argv, torch_init, stdout, code, words):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    if torch_init is not None:
+        (tmp_path / "torch").mkdir()
+        (tmp_path / "torch" / "__init__.py").write_text(torch_init)
+        env["PYTHONPATH"] = str(tmp_path)
+    with open(stdout or os.devnull, "w") as sink:
+        p = subprocess.run(
+            [sys.executable, str(GPU_CHECK), *argv],
+            stdout=sink if stdout else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    text = (p.stdout or "") + p.stderr
+    assert p.returncode == code, f"{name}: exit {p.returncode}\n{text}"
+    assert words in text and "Traceback" not in text, f"{name}: {text}"
+    assert len([line for line in text.splitlines() if "error:" in line]) == (code != 0), text

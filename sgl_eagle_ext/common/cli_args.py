@@ -28,7 +28,7 @@ def _bound(text: str, value, minimum, maximum, strict: bool):
         bound = words.get((minimum, strict), f"{'>' if strict else '>='} {minimum:g}")
         raise argparse.ArgumentTypeError(f"{_shown(text)}: must be {bound}")
     if maximum is not None and value > maximum:
-        raise argparse.ArgumentTypeError(f"{_shown(text)}: must be at most {maximum:g}")
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: must be at most {maximum:.16g}")
     return value
 
 

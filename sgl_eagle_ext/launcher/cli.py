@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, interrupts, paths, releases, safe_files, secret_flags
-from sgl_eagle_ext.common.cli_args import seconds, split_extra
+from sgl_eagle_ext.common.cli_args import seconds, show_seconds, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
@@ -274,7 +274,7 @@ def print_nccl_debug(folder: Path) -> None:
 
 
 def _limit(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds else "off"
+    return show_seconds(seconds) if seconds else "off"
 
 
 @cli(PROG)

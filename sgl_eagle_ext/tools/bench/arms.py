@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_eagle_ext.common import secret_flags
+from sgl_eagle_ext.common.cli_args import show_seconds
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.common.server_process import StartupFailed
 from sgl_eagle_ext.launcher import fairness, running
@@ -224,7 +225,8 @@ class LauncherProcess:
         if not self._done.wait(timeout or None):
             self.stop()
             raise ArmFailed(
-                f"preset {self.plan.preset}: not ready after {timeout:.0f} s:\n  {self.tail()}",
+                f"preset {self.plan.preset}: not ready after {show_seconds(timeout)}:\n  "
+                f"{self.tail()}",
                 kind="not_ready",
             )
         if self.error is not None:

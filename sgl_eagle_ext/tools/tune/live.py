@@ -552,6 +552,14 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
     the SGLang arguments every server of the run gets."""
     # the results file (and the folder of the run's files) refused before any work
     paths.check_writable_file("--results", opts.results)
+    try:  # its folder's paths go into the run's preset, environment and SGLang's config
+        str(opts.results.resolve()).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(
+            f"--results {opts.results}: its folder's full path is not UTF-8; the run's "
+            "files are named to SGLang in its preset and environment, which need UTF-8.",
+            fix="give --results a path whose folder names are UTF-8",
+        ) from None
     levels = _ints(opts.levels, "--levels")
     if levels[0] < 1:
         raise UserError("--levels: concurrencies start at 1.", fix="e.g. --levels 1,2,4")
