@@ -1192,3 +1192,31 @@ def test_gpu_check_entry(tmp_path, name, argv, torch_init, stdout, code, words):
     assert p.returncode == code, f"{name}: exit {p.returncode}\n{text}"
     assert words in text and "Traceback" not in text, f"{name}: {text}"
     assert len([line for line in text.splitlines() if "error:" in line]) == (code != 0), text
+
+
+def test_printed_commands_and_report_lines_cannot_be_forged(files, tmp_path):
+    """The one renderer (common/render.py): a newline in a model path stays inside one
+    shell word of the dry run (it put `touch X #` on a line of its own: `launch
+    --dry-run | sh` ran it), a newline in a preset value inside its fairness line, and
+    an ANSI escape in any value is shown escaped, never sent to the terminal."""
+    from sgl_eagle_ext.common import render
+    from sgl_eagle_ext.launcher import fairness
+
+    forged = "org/m\ntouch X #\x1b[2J"
+    code, text = run(launch.main, ["--preset", "baseline", "--model-path", forged, "--dry-run"])
+    assert code == 0, text
+    assert "\x1b" not in text and "\\x1b[2J" in text
+    lines = text.splitlines()
+    assert not [ln for ln in lines if ln.startswith("touch")], text
+    command = [ln for ln in lines if "sgl_eagle_ext.in_sglang.serve" in ln]
+    assert len(command) == 1 and "--model-path $'org/m\\ntouch X #\\x1b[2J'" in command[0]
+    # bash reads the printed word back as the value given
+    echo = subprocess.run(
+        ["bash", "-c", f"printf %s {render.shell_word(forged)}"], capture_output=True, text=True
+    )
+    assert echo.stdout == forged
+
+    diff = fairness.Difference("x", {"A": "1\n  unequal: forged", "B": "2"}, "x")
+    verdict = fairness.Verdict({"A": "rules", "B": "rules"}, [diff], allowed=True)
+    assert len(verdict.lines()) == 2 and "forged" in verdict.lines()[1]
+    assert all("\n" not in ln for ln in verdict.lines())

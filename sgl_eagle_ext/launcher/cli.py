@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, interrupts, paths, releases, safe_files, secret_flags
+from sgl_eagle_ext.common import (
+    http,
+    interrupts,
+    paths,
+    releases,
+    render,
+    safe_files,
+    secret_flags,
+)
 from sgl_eagle_ext.common.cli_args import seconds, show_seconds, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
@@ -200,17 +207,20 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
 
 
 def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
+    """Runnable as printed (`launch --dry-run | sh`): every value it did not write goes
+    through the one renderer (common/render.py), so none can end a `#` comment or the
+    command's line and start a line of its own."""
     preset, release = launch.preset, launch.release
-    print(f"# preset: {preset.name} ({' -> '.join(preset.chain)})")
+    print(render.line(f"# preset: {preset.name} ({' -> '.join(map(str, preset.chain))})"))
     print(f"# sglang: {release.version} ({launch.how}); EAGLE worker {release.spec_worker}")
     from sgl_eagle_ext.launcher.preflight import settings_view
 
     for line in settings_view.lines(release, list(launch.argv), {**os.environ, **env}):
-        print(line)
+        print(render.line(line))
     for k, v in env.items():
         shown = REDACTED if is_secret_name(k) else v
-        print(f"{k}={shlex.quote(shown)}")
-    print(shlex.join(launch.command()))
+        print(f"{render.line(k)}={render.shell_word(shown)}")
+    print(render.command(launch.command()))
 
 
 def spec_check(base_url: str, api_key: str | None) -> None:
