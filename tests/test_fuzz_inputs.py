@@ -1220,3 +1220,42 @@ def test_printed_commands_and_report_lines_cannot_be_forged(files, tmp_path):
     verdict = fairness.Verdict({"A": "rules", "B": "rules"}, [diff], allowed=True)
     assert len(verdict.lines()) == 2 and "forged" in verdict.lines()[1]
     assert all("\n" not in ln for ln in verdict.lines())
+
+
+def test_a_stream_line_without_end_is_dropped_at_the_cap(monkeypatch):
+    """A server that streams one line without a newline: bench's reader drops it at
+    MAX_LINE (it held the whole line until the request timeout: 1.5 GB was seen)."""
+    import asyncio
+
+    from aiohttp import web
+
+    from sgl_eagle_ext.tools.bench import client
+
+    monkeypatch.setattr(client, "MAX_LINE", 1 << 20)  # the cap, scaled down: 1 MiB
+    sent = []
+
+    async def endless(request):
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b"data: ")
+        while True:
+            await resp.write(b"x" * 65536)
+            sent.append(65536)
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", endless)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with client.Client(f"http://127.0.0.1:{port}", timeout=120) as c:
+                return await c.chat([{"role": "user", "content": "hi"}], 4)
+        finally:
+            await runner.cleanup()
+
+    r = asyncio.run(go())
+    assert r.error == client.E_IN_STREAM and "longer than 1 MiB" in r.detail, (r.error, r.detail)
+    assert sum(sent) < 64 << 20  # stopped near the cap, not at the timeout

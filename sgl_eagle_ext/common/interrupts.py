@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from contextlib import contextmanager
 
 
@@ -84,3 +85,23 @@ def _drain(sock: socket.socket) -> None:
             pass
     except OSError:  # BlockingIOError: drained
         pass
+
+
+# How long a wait below sleeps at a stretch: the longest a signal taken by another
+# thread waits for its handler.
+SLICE_S = 0.25
+
+
+def wait(event: threading.Event, timeout: float | None) -> bool:
+    """event.wait(timeout), cut short by a signal whichever thread the kernel gives it
+    to: Python runs handlers in the main thread only, and a main thread asleep in a lock
+    wait is not woken when another thread (the server's starter, tqdm's monitor) takes
+    the signal: `tune live` waited for READY before it stopped. Waiting in slices lets
+    the handler run within SLICE_S."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
+        if left <= 0:
+            return event.is_set()
+        if event.wait(left):
+            return True

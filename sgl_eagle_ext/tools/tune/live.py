@@ -48,6 +48,7 @@ from sgl_eagle_ext.common import (
     paths,
     ports,
     proctree,
+    redaction,
     releases,
 )
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
@@ -597,7 +598,8 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
         "max_tokens": opts.max_tokens,
         "prompts": prompt_set.sha256,
         "cpu": opts.cpu,
-        "extra": extra,
+        # secrets hidden as every record hides them: the resume compares this as written
+        "extra": redaction.redact_args(extra),
     }
     results = Results(opts.results, setup).load()
     if results.resumed:
@@ -651,7 +653,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
             sched.write()
             _say(f"{PROG}: starting the server (one load; {len(todo)} cell(s) to measure)")
             stop["proc"] = start_server(plans["live"], opts.startup_timeout)
-            server = probe.Server(stop["proc"].url).connect()
+            server = probe.Server(stop["proc"].url, api_key=stop["proc"].api_key).connect()
             tail = ProfileTail(out_dir / "profile-0.jsonl")
             driver = Driver(server, opts, prompt_set, tail, stop["proc"].proc.pid)
             interrupts.run(_cells(driver, sched, results, todo, ctx))
@@ -667,7 +669,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
         for name in dict.fromkeys(k.arm for k in arm_todo):
             _say(f"{PROG}: starting the {name} server (a separate load)")
             stop["proc"] = start_server(plans[name], opts.startup_timeout)
-            server = probe.Server(stop["proc"].url).connect()
+            server = probe.Server(stop["proc"].url, api_key=stop["proc"].api_key).connect()
             # unprofiled; its server's CPU seconds recorded as the live cells' are
             pid = stop["proc"].proc.pid
             driver = Driver(server, opts, prompt_set, ProfileTail(None), pid)
