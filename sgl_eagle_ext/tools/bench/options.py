@@ -387,7 +387,7 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--burstiness",
-        type=number(0, strict=True, infinity=True),
+        type=number(0, infinity=True),  # 0 refused by arrival_kind, which says why
         help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson, "
         "sglang.bench_serving's only process; <1 burstier, >1 more regular; inf: even gaps, "
         "as --arrival constant), mean gap 1/R, "
@@ -395,7 +395,7 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--duration",
-        type=seconds(0, strict=True),
+        type=seconds(0),  # 0 refused by load_levels, which says why
         metavar="SECONDS",
         help="seconds per level. Open loop: arrivals for that long. Closed loop: the "
         "workers keep sending (cycling through the level's prompts) until then, and the "
