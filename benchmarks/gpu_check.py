@@ -122,11 +122,14 @@ def no_cuda_reason() -> str | None:
         import torch
     except ImportError:
         return "torch is not installed"
+    except Exception as e:  # a broken install raises OSError, RuntimeError, ...
+        return f"torch cannot be imported: {type(e).__name__}: {e}"
+    version = getattr(torch, "__version__", "(no version: a stand-in?)")
     try:
         if not torch.cuda.is_available():
-            return f"torch {torch.__version__}: torch.cuda.is_available() is False"
-    except Exception as e:  # a broken driver install
-        return f"torch {torch.__version__}: {e}"
+            return f"torch {version}: torch.cuda.is_available() is False"
+    except Exception as e:  # a broken driver install, a stub torch without torch.cuda
+        return f"torch {version}: {type(e).__name__}: {e}"
     return None
 
 
@@ -596,5 +599,38 @@ def stream_check(torch, worker, marks: Marks, ref: RefTimer) -> Check:
     )
 
 
+def entry(argv: list[str] | None = None) -> int:
+    """The command line: --help, unknown arguments refused (exit 2), an output that
+    cannot be written (a full disk, a closed pipe) one `error:` line and exit 1."""
+    import argparse
+
+    from sgl_eagle_ext.common.errors import cli
+
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/gpu_check.py",
+        description=__doc__.split("\n\n")[0],
+        epilog="Takes no arguments: one line per check; exit 0 when all pass (or no CUDA).",
+    )
+    parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return cli("gpu_check")(_checked_main)(argv)
+
+
+def _checked_main(_argv) -> int:
+    """main(), anything it did not catch itself one `error:` line (a stub torch whose
+    torch.cuda says available but has no device API), not a traceback."""
+    from sgl_eagle_ext.common.errors import OUTPUT_ERRNOS
+
+    try:
+        return main()
+    except OSError as e:
+        if e.errno in OUTPUT_ERRNOS:
+            raise  # the output itself: cli() says so
+        error = e
+    except Exception as e:
+        error = e
+    print(f"gpu_check: error: stopped by {type(error).__name__}: {error}", file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -318,6 +318,57 @@ CASES = [
         lambda f: ["--model-path", str(f["model"]), "--port", "abc"],
         "abc",
     ),
+    (
+        "preflight context-length 5000 digits",  # exited 0: the number was never read
+        preflight.main,
+        lambda f: ["--model-path", str(f["model"]), "--context-length", "9" * 5000],
+        "not a whole number",
+    ),
+    # -- one number parser: a timeout of 1e308 overflowed threading's wait (a traceback)
+    *(
+        (
+            f"tune live startup-timeout {value}",
+            tune.main,
+            lambda f, value=value: [
+                "live",
+                "--model-path",
+                "m",
+                "--draft-model-path",
+                "d",
+                "--results",
+                str(f["dir"] / "r.jsonl"),
+                "--startup-timeout",
+                value,
+            ],
+            words,
+        )
+        for value, words in (("1e308", "at most"), ("nan", "finite"), ("-1", "zero or positive"))
+    ),
+    (
+        "launch stall-timeout 1e308",
+        launch.main,
+        lambda f: launch_args(f, "--stall-timeout", "1e308", "--dry-run"),
+        "at most",
+    ),
+    (
+        "bench seed 400 digits",
+        bench.main,
+        lambda f: ["single", "--url", NOWHERE, "--seed", "9" * 400],
+        "not a whole number",
+    ),
+    # -- SGLang's own --config, read by the launcher: its file checked as every file
+    (
+        "launch config FIFO-free missing file",
+        launch.main,
+        lambda f: launch_args(f, "--dry-run", extra=("--config", str(f["dir"] / "no.yaml"))),
+        "no such file",
+    ),
+    (
+        "launch config=FILE",  # SGLang would not read it: said, not ignored
+        launch.main,
+        lambda f: launch_args(f, "--dry-run", extra=(f"--config={f['file']}",)),
+        "--config FILE",
+    ),
 ]
 
 
@@ -638,7 +689,7 @@ ODD = [
         "max-tokens 20 digits",
         bench.main,
         lambda f, o: ["single", "--url", NOWHERE, "--max-tokens", "9" * 20],
-        "too large",
+        "must be at most",  # the one number parser: above 2**53
     ),
     (
         "url with a password",
@@ -810,6 +861,18 @@ ODD = [
             "cannot tell which SGLang release",
         )
         for name in ("fifo-version", "latin1-version")
+    ),
+    (
+        "tune live results in a non-UTF-8 folder",  # its paths go into SGLang's preset
+        tune.main,
+        lambda f, o: live_args(o["not_utf8_dir"] / "r.jsonl"),
+        "not UTF-8",
+    ),
+    (
+        "launch config /dev/zero",
+        launch.main,
+        lambda f, o: launch_args(f, "--dry-run", extra=("--config", str(o["zero"]))),
+        "not a regular file",
     ),
     (
         "tune sglang-version 5000 digits",
@@ -1028,3 +1091,171 @@ def test_a_deep_sharegpt_json_is_one_clear_error(tmp_path):
         path.write_text(text)
         with pytest.raises(UserError, match="nested too deeply"):
             datasets.load_sharegpt(str(path))
+
+
+# ------------------------------------------------------------------ round four (issue 36)
+def test_a_removed_working_directory_is_one_error_line(files, tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    code, text = run(launch.main, launch_args(files, "--dry-run"))
+    assert code == 2 and "Traceback" not in text, text
+    assert [line for line in text.splitlines() if "error:" in line] == [
+        "sgl_eagle_ext.launch: error: the working directory cannot be used (No such file "
+        "or directory: removed?)."
+    ], text
+
+
+def test_odd_profile_records_are_skipped_and_counted(tmp_path):
+    """A 400-digit integer (math.isfinite raised OverflowError on it), a negative cycle
+    count (it cancelled a real window in the sums), formats v=0 and v=3 (read as v=2):
+    each line skipped and counted, by report and tune logs alike."""
+    from tests.test_report import profile_line
+
+    good = profile_line(1, 5.0, 2.0, [2, 3])
+    bad = [
+        good.replace(" rank=0 ", " rank=" + "9" * 400 + " "),
+        good.replace(" cycles=20 ", " cycles=-20 "),
+        good.replace(" v=2 ", " v=0 "),
+        good.replace(" v=2 ", " v=3 "),
+    ]
+    assert all(b != good for b in bad)
+    log = tmp_path / "spec.log"
+    log.write_text("\n".join([good, *bad]) + "\n")
+    code, text = run(report.main, [str(log), "--json"])
+    assert code == 0 and "Traceback" not in text, text
+    out = json.loads(text)
+    assert (out["profile_windows"], out["skipped_lines"]) == (1, 4), out
+    # a tiny baseline rate: its ms per token overflows to inf, and so do the gains
+    code, text = run(tune.main, ["logs", str(log), "--baseline-tps", "1e-320", "--json"])
+    assert code == 0 and "Traceback" not in text, text
+    assert '"gain": null' in text, text
+
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    json.loads(text, parse_constant=refuse)  # Infinity/NaN would be refused here
+
+
+def test_a_server_info_with_objects_for_text_is_not_said(tmp_path):
+    from tests.fakes.fake_sglang import Background, FakeSGLang, Faults
+
+    fake = FakeSGLang(faults=Faults(), accept_length=2.5)
+    fake.tokenizer_path = {"org": ["m"]}  # /server_info's tokenizer_path: an object
+    bg = Background(fake).__enter__()
+    try:
+        argv = ["single", "--url", bg.url, "--max-tokens", "4", "--warmup", "0", "--runs", "1"]
+        code, text = run(bench.main, [*argv, "--results", str(tmp_path / "r.jsonl")])
+    finally:
+        bg.stop()
+    assert code == 0 and "Traceback" not in text, text
+
+
+GPU_CHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+
+
+@pytest.mark.parametrize(
+    "name, argv, torch_init, stdout, code, words",
+    [
+        ("help", ["--help"], None, None, 0, "usage: benchmarks/gpu_check.py"),
+        ("unknown argument", ["--bogus"], None, None, 2, "unrecognized arguments: --bogus"),
+        ("full stdout", [], None, "/dev/full", 1, "cannot write the output"),
+        ("torch import raises", [], "raise RuntimeError('no libcudart')", None, 0, "RuntimeError"),
+        ("stub torch", [], "", None, 0, "needs CUDA"),
+        (
+            "stub torch says CUDA",
+            [],
+            "class cuda:\n    is_available = staticmethod(lambda: True)\n",
+            None,
+            1,
+            "error: stopped by AttributeError",
+        ),
+    ],
+)
+def test_gpu_check_entry(tmp_path, name, argv, torch_init, stdout, code, words):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    if torch_init is not None:
+        (tmp_path / "torch").mkdir()
+        (tmp_path / "torch" / "__init__.py").write_text(torch_init)
+        env["PYTHONPATH"] = str(tmp_path)
+    with open(stdout or os.devnull, "w") as sink:
+        p = subprocess.run(
+            [sys.executable, str(GPU_CHECK), *argv],
+            stdout=sink if stdout else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    text = (p.stdout or "") + p.stderr
+    assert p.returncode == code, f"{name}: exit {p.returncode}\n{text}"
+    assert words in text and "Traceback" not in text, f"{name}: {text}"
+    assert len([line for line in text.splitlines() if "error:" in line]) == (code != 0), text
+
+
+def test_printed_commands_and_report_lines_cannot_be_forged(files, tmp_path):
+    """The one renderer (common/render.py): a newline in a model path stays inside one
+    shell word of the dry run (it put `touch X #` on a line of its own: `launch
+    --dry-run | sh` ran it), a newline in a preset value inside its fairness line, and
+    an ANSI escape in any value is shown escaped, never sent to the terminal."""
+    from sgl_eagle_ext.common import render
+    from sgl_eagle_ext.launcher import fairness
+
+    forged = "org/m\ntouch X #\x1b[2J"
+    code, text = run(launch.main, ["--preset", "baseline", "--model-path", forged, "--dry-run"])
+    assert code == 0, text
+    assert "\x1b" not in text and "\\x1b[2J" in text
+    lines = text.splitlines()
+    assert not [ln for ln in lines if ln.startswith("touch")], text
+    command = [ln for ln in lines if "sgl_eagle_ext.in_sglang.serve" in ln]
+    assert len(command) == 1 and "--model-path $'org/m\\ntouch X #\\x1b[2J'" in command[0]
+    # bash reads the printed word back as the value given
+    echo = subprocess.run(
+        ["bash", "-c", f"printf %s {render.shell_word(forged)}"], capture_output=True, text=True
+    )
+    assert echo.stdout == forged
+
+    diff = fairness.Difference("x", {"A": "1\n  unequal: forged", "B": "2"}, "x")
+    verdict = fairness.Verdict({"A": "rules", "B": "rules"}, [diff], allowed=True)
+    assert len(verdict.lines()) == 2 and "forged" in verdict.lines()[1]
+    assert all("\n" not in ln for ln in verdict.lines())
+
+
+def test_a_stream_line_without_end_is_dropped_at_the_cap(monkeypatch):
+    """A server that streams one line without a newline: bench's reader drops it at
+    MAX_LINE (it held the whole line until the request timeout: 1.5 GB was seen)."""
+    import asyncio
+
+    from aiohttp import web
+
+    from sgl_eagle_ext.tools.bench import client
+
+    monkeypatch.setattr(client, "MAX_LINE", 1 << 20)  # the cap, scaled down: 1 MiB
+    sent = []
+
+    async def endless(request):
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b"data: ")
+        while True:
+            await resp.write(b"x" * 65536)
+            sent.append(65536)
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", endless)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with client.Client(f"http://127.0.0.1:{port}", timeout=120) as c:
+                return await c.chat([{"role": "user", "content": "hi"}], 4)
+        finally:
+            await runner.cleanup()
+
+    r = asyncio.run(go())
+    assert r.error == client.E_IN_STREAM and "longer than 1 MiB" in r.detail, (r.error, r.detail)
+    assert sum(sent) < 64 << 20  # stopped near the cap, not at the timeout

@@ -603,6 +603,7 @@ from sgl_eagle_ext.tools.tune import cli, live
 
 class Proc:
     url = "http://127.0.0.1:9"
+    api_key = None
     class proc:
         pid = 1
     def stop(self):
@@ -675,6 +676,51 @@ def test_tune_live_stops_on_a_signal_without_a_traceback(tmp_path, sig, ignore_i
     assert proc.returncode == 130, (out, err)
     assert "interrupted; the server is stopped" in err + out and "Traceback" not in err, err
     assert "server stopped" in out
+
+
+STARTING_STUB = r"""
+import signal, sys, threading, time
+from sgl_eagle_ext.tools.bench import arms
+from sgl_eagle_ext.tools.tune import cli
+
+class Starting(arms.LauncherProcess):  # the real wait_ready, on a start never ready
+    def __init__(self, plan):
+        self.plan, self._done = plan, threading.Event()
+        def own_kill():  # the kernel may hand `kill`'s signal to the starting thread
+            time.sleep(0.3)
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        threading.Thread(target=own_kill).start()
+        print("STARTING", flush=True)
+    def stop(self):
+        print("server stopped", flush=True)
+
+arms.LauncherProcess = Starting
+sys.exit(cli.main(["live", "--model-path", "m", "--draft-model-path", "d", "--cpu",
+                   "--levels", "1", "--steps", "0,1", "--max-steps", "1",
+                   "--startup-timeout", "0", "--results", sys.argv[1]]))
+"""
+
+
+def test_a_signal_to_another_thread_stops_tune_live_while_its_server_starts(tmp_path):
+    """The main thread waits for READY in a lock wait, which no signal taken by another
+    thread interrupts: tune live went on waiting until READY (or, with no startup limit,
+    for ever). common/interrupts.wait wakes it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARTING_STUB, str(tmp_path / "r.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=hangup_default,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+        cwd=tmp_path,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert "STARTING" in out, (out, err)
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted" in err + out and "Traceback" not in err, err
 
 
 def hangup_default() -> None:

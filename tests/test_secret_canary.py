@@ -75,16 +75,18 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
     # `bench ab`'s arms only: on no launcher's command line, in no output)
     admin = f"ADMINCANARY{secrets.token_hex(8)}\\a"
     ssl_pw = f"SSLCANARY{secrets.token_hex(8)}"
-    key_file = tmp_path / "secret" / "key"
+    # the launcher's keys in SGLang's own --config file (after `--`): SGLang would log
+    # them in its ServerArgs dump; the launcher reads the file and takes them off
+    key_file = tmp_path / "secret" / "c.yaml"
     key_file.parent.mkdir()
-    key_file.write_text(canary + "\n")
+    key_file.write_text(f"api-key: '{canary}'\nadmin-api-key: '{admin}'\nlog-level: info\n")
     work = tmp_path / "work"  # every tool runs here: default output paths land here too
     work.mkdir()
     cmdlines = CommandLines()
     printed: list[str] = []
     env = {"EAGLE_EXT_API_KEY": canary, "PYTHONPATH": str(Path.cwd())}
 
-    # the launcher: the key from a file, never on a command line; profile on (for report)
+    # the launcher: the keys from a file, never on a command line; profile on (for report)
     launcher = start_launcher(
         "--preset",
         "eagle3-3step",  # the chain: its verify is cheaper than the tree's on CPU
@@ -93,13 +95,10 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
         str(tiny_models["target"]),
         "--draft-model-path",
         str(tiny_models["draft-mostly"]),
-        "--api-key-file",
+        "--",
+        "--config",
         str(key_file),
-        env={
-            "EAGLE3_PROFILE": "1",
-            "EAGLE3_PROFILE_CYCLES": "1",
-            "EAGLE_EXT_ADMIN_API_KEY": admin,
-        },
+        env={"EAGLE3_PROFILE": "1", "EAGLE3_PROFILE_CYCLES": "1"},
     )
     try:
         launcher.wait_for("READY in")

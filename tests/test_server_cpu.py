@@ -6,9 +6,12 @@ with the project's tiny model pair (see sgl_eagle_ext/cpu/).
 
 from __future__ import annotations
 
+import os
+import random
 import re
 import signal
 
+import psutil
 import pytest
 from conftest import SPEC_SERVER_ARGS, TARGET_DRAFT, Launcher, readable
 
@@ -253,21 +256,43 @@ def test_watchdog_names_a_stall_after_http_is_up(tiny_models, start_launcher):
     assert launcher.orphans() == []
 
 
-def test_ctrl_c_during_startup_stops_everything(tiny_models, start_launcher):
-    launcher = start_launcher(
-        "--preset",
-        "eagle3-3step",
-        "--cpu",
-        "--model-path",
-        str(tiny_models["target"]),
-        "--draft-model-path",
-        str(tiny_models["draft-mostly"]),
-    )
-    launcher.wait_until(lambda: len(launcher.descendants) >= 3)  # server + its children
-    assert launcher.signal(signal.SIGINT) == 128 + signal.SIGINT
-    assert "SIGINT: stopping the server process tree" in launcher.output
+# Every terminating signal, at a random moment once SGLang has forked: the server alone,
+# then its scheduler and detokenizer (the counts of the launcher's descendants seen).
+# Only INT and TERM were handled once: SIGHUP (a closed terminal) and SIGQUIT left
+# the scheduler, detokenizer and resource tracker re-parented to init.
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP, signal.SIGQUIT])
+def test_a_signal_during_startup_stops_everything(tiny_models, start_launcher, sig):
+    moment = random.randint(1, 3)  # descendants: the server, its scheduler, ...
+    was = signal.getsignal(sig)
+    signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+    try:  # a suite run under `nohup` hands its children SIGHUP ignored: not this launcher
+        launcher = start_launcher(
+            "--preset",
+            "eagle3-3step",
+            "--cpu",
+            "--no-preflight",  # the signal goes to a forked SGLang, not to a probe
+            "--model-path",
+            str(tiny_models["target"]),
+            "--draft-model-path",
+            str(tiny_models["draft-mostly"]),
+        )
+    finally:
+        signal.signal(sig, was)
+    launcher.wait_until(lambda: len(launcher.descendants) >= moment)
+    name = signal.Signals(sig).name
+    assert launcher.signal(sig) == 128 + sig, f"{name} after {moment}: {launcher.output}"
+    assert f"{name}: stopping the server process tree" in launcher.output
     assert "READY" not in launcher.output
-    assert launcher.orphans() == []
+    assert launcher.orphans() == [], f"{name} after {moment} descendant(s)"
+    # and nothing of the server's session, sampled or not (a fork between two samples)
+    assert [p.pid for p in psutil.process_iter() if _sid(p.pid) in launcher.descendants] == []
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def test_server_that_fails_during_startup(tiny_models, start_launcher):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -92,7 +93,10 @@ def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path)
     # (a never-accepted draft among them). Ctrl-C once level 1 is measured, then the same
     # command resumes: each run is one server start, and the kept cells are not measured
     # again.
-    args = ("--levels", "1,2", "--steps", "0,1,3")
+    # the server started with a key (`-- --api-key`): the run sends it (it got 401 once
+    # the model had loaded), prints it nowhere, and resumes under the same setup
+    key = f"TUNEKEY{secrets.token_hex(6)}"
+    args = ("--levels", "1,2", "--steps", "0,1,3", "--", "--api-key", key)
     p = tune(tiny_models, "mostly", tmp_path, *args)
     deadline = time.monotonic() + 1800
     while len(records(tmp_path)) < 3:  # level 1's cells are written: Ctrl-C in level 2
@@ -113,6 +117,9 @@ def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path)
     out, _ = p.communicate(timeout=3600)
     assert p.returncode == 0, out[-3000:]
     assert "Traceback" not in out
+    assert key not in out
+    for f in (tmp_path / "out").rglob("*"):
+        assert not f.is_file() or key.encode() not in f.read_bytes(), f
     print(out)  # the figures, for the log of the run
     assert f"resuming {tmp_path / 'out' / 'results.jsonl'}: {len(kept)} measurement(s) kept" in out
     logs = [x for x in (tmp_path / "out").glob("live-*.log") if x not in first_log]

@@ -71,6 +71,18 @@ def _std_streams() -> None:
                 pass
 
 
+def _check_cwd() -> None:
+    """A working directory removed under the shell: every relative path (and
+    os.getcwd()) fails later, deep inside; refused here, once."""
+    try:
+        os.getcwd()
+    except OSError as e:
+        raise UserError(
+            f"the working directory cannot be used ({e.strerror or e}: removed?).",
+            fix="cd to an existing folder and run the command again",
+        ) from None
+
+
 def cli(prog: str):
     """Decorate a `main(argv) -> int` so a UserError becomes one message and an exit code;
     output that cannot be written (ENOSPC, EPIPE) one `error:` line and exit 1; Ctrl-C
@@ -84,6 +96,7 @@ def cli(prog: str):
                 if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
                     stream.reconfigure(errors="backslashreplace")
             try:
+                _check_cwd()
                 with redaction.masked_output():  # no known secret printed, in any form
                     code = main(argv)
                     sys.stdout.flush()  # a full disk behind `> file` shows here

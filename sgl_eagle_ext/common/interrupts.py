@@ -1,12 +1,13 @@
-"""SIGTERM (and SIGHUP: a closed terminal; SIGUSR1) handled like Ctrl-C: a sweep stopped by `kill` (or a service manager)
-records the level in progress as interrupted, as Ctrl-C does, instead of dying with
-it unrecorded. The handler re-raises the signal as SIGINT, so whatever handles
-Ctrl-C (asyncio.run cancelling its task, a KeyboardInterrupt) handles it.
+"""SIGTERM (and SIGHUP: a closed terminal; SIGQUIT: Ctrl-\\; SIGUSR1) handled like
+Ctrl-C: a sweep stopped by `kill` (or a service manager) records the level in progress
+as interrupted, as Ctrl-C does, instead of dying with it unrecorded. The handler
+re-raises the signal as SIGINT, so whatever handles Ctrl-C (asyncio.run cancelling its
+task, a KeyboardInterrupt) handles it.
 
 A command started with SIGINT ignored (a shell script's `cmd &` ignores it, and the
 child inherits that) would then ignore `kill` too: inside, SIGINT gets Python's own
-handler back, so SIGTERM always stops the run with its results recorded. A SIGHUP or
-SIGUSR1 ignored at start (`nohup`) stays ignored.
+handler back, so SIGTERM always stops the run with its results recorded. A SIGHUP,
+SIGQUIT or SIGUSR1 ignored at start (`nohup`) stays ignored.
 
 `run(coro)` is asyncio.run for the tools: the kernel may hand a process-wide signal to
 any thread (tqdm's monitor, a resolver), and then nothing wakes the main thread's event
@@ -20,6 +21,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from contextlib import contextmanager
 
 
@@ -27,8 +29,8 @@ def _as_sigint(_signum, _frame) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-# Signals that stop a run as Ctrl-C does; the last two only when not ignored at start.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+# Signals that stop a run as Ctrl-C does; all but the first only when not ignored at start.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 
 
 @contextmanager
@@ -83,3 +85,23 @@ def _drain(sock: socket.socket) -> None:
             pass
     except OSError:  # BlockingIOError: drained
         pass
+
+
+# How long a wait below sleeps at a stretch: the longest a signal taken by another
+# thread waits for its handler.
+SLICE_S = 0.25
+
+
+def wait(event: threading.Event, timeout: float | None) -> bool:
+    """event.wait(timeout), cut short by a signal whichever thread the kernel gives it
+    to: Python runs handlers in the main thread only, and a main thread asleep in a lock
+    wait is not woken when another thread (the server's starter, tqdm's monitor) takes
+    the signal: `tune live` waited for READY before it stopped. Waiting in slices lets
+    the handler run within SLICE_S."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
+        if left <= 0:
+            return event.is_set()
+        if event.wait(left):
+            return True

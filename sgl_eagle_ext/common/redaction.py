@@ -13,6 +13,8 @@ import sys
 import urllib.parse
 from contextlib import contextmanager
 
+from sgl_eagle_ext.common import render
+
 # A name part (between - or _) that says secret: HF_TOKEN, --api-key, ssl_keyfile_password,
 # GCP_CREDENTIALS, PROXY_AUTH; not --max-tokens or TOKENIZERS_PARALLELISM.
 SECRET = re.compile(
@@ -158,14 +160,17 @@ def redact_text(text: str, secrets: list[str] | tuple[str, ...]) -> str:
 
 
 class _Masking:
-    """A text stream that masks the known secrets in whatever is written to it."""
+    """A text stream that masks the known secrets in whatever is written to it, and
+    shows terminal controls (ESC ...) escaped (common/render.py)."""
 
     def __init__(self, stream):
         self._stream = stream
 
     def write(self, text: str) -> int:
-        if _KNOWN and isinstance(text, str):
-            text = redact_text(text, _KNOWN)
+        if isinstance(text, str):
+            if _KNOWN:
+                text = redact_text(text, _KNOWN)
+            text = render.terminal(text)  # no value printed drives the terminal (ANSI)
         return self._stream.write(text)
 
     def writelines(self, lines) -> None:

@@ -43,7 +43,8 @@ class StartupFailed(Exception):
 
 
 class Stopped(Exception):
-    """SIGINT or SIGTERM arrived while supervising a child process."""
+    """A terminating signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, ...) arrived while
+    supervising a child process."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -55,12 +56,31 @@ def _raise_stopped(signum, _frame):
     raise Stopped(signum)
 
 
+# Every signal whose default action ends the process: each one stops the tree first.
+# Only INT and TERM were handled: a SIGHUP (a closed terminal) or SIGQUIT (Ctrl-\)
+# killed the launcher and left SGLang's scheduler and detokenizer re-parented to init.
+TERMINATING = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+)
+ALWAYS = (signal.SIGINT, signal.SIGTERM)  # the others stay ignored if so at start (nohup)
+
+
+def _handled() -> list[int]:
+    return [s for s in TERMINATING if s in ALWAYS or signal.getsignal(s) != signal.SIG_IGN]
+
+
 @contextmanager
 def supervised(child: ServerProcess, prog: str):
-    """Inside: SIGINT/SIGTERM raise Stopped. On the way out, however it is left,
-    the child's whole process tree is stopped, with further signals ignored
-    meanwhile so a second Ctrl-C cannot leave orphans."""
-    old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
+    """Inside: every terminating signal (TERMINATING) raises Stopped. On the way out,
+    however it is left, the child's whole process tree is stopped, with further
+    signals ignored meanwhile so a second Ctrl-C cannot leave orphans."""
+    old = {s: signal.signal(s, _raise_stopped) for s in _handled()}
     try:
         yield child
     finally:
@@ -77,8 +97,8 @@ def supervised(child: ServerProcess, prog: str):
 
 def run_supervised(child: ServerProcess, prog: str, what: str, body: Callable[[], int]) -> int:
     """body()'s exit code, with `child` supervised (see supervised()): a StartupFailed
-    prints the error and the child's last log lines, SIGINT/SIGTERM (Stopped) one
-    line; either way the child's whole tree is stopped and the error's code returned."""
+    prints the error and the child's last log lines, a terminating signal (Stopped)
+    one line; either way the child's whole tree is stopped and the error's code returned."""
     with supervised(child, prog):
         try:
             return body()

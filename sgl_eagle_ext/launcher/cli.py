@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, paths, releases, safe_files, secret_flags
-from sgl_eagle_ext.common.cli_args import number, split_extra
+from sgl_eagle_ext.common import (
+    http,
+    interrupts,
+    paths,
+    releases,
+    render,
+    safe_files,
+    secret_flags,
+)
+from sgl_eagle_ext.common.cli_args import seconds, show_seconds, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.redaction import REDACTED, is_secret_name
@@ -114,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", help="server log file (default logs/<preset>-<time>.log)")
     p.add_argument(
         "--stall-timeout",
-        type=number(0),
+        type=seconds(0),
         default=900.0,
         help="watchdog: stop the server if its log shows no progress for this many "
         "seconds before it is ready, after HTTP is up too: the server's log lines for "
@@ -123,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--startup-timeout",
-        type=number(0),
+        type=seconds(0),
         default=None,
         help="watchdog: stop the server if not ready after this many seconds (0: no "
         f"limit; default {readiness.WEIGHTS_S:.0f} for weights + {readiness.JIT_S:.0f} "
@@ -200,17 +207,20 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
 
 
 def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
+    """Runnable as printed (`launch --dry-run | sh`): every value it did not write goes
+    through the one renderer (common/render.py), so none can end a `#` comment or the
+    command's line and start a line of its own."""
     preset, release = launch.preset, launch.release
-    print(f"# preset: {preset.name} ({' -> '.join(preset.chain)})")
+    print(render.line(f"# preset: {preset.name} ({' -> '.join(map(str, preset.chain))})"))
     print(f"# sglang: {release.version} ({launch.how}); EAGLE worker {release.spec_worker}")
     from sgl_eagle_ext.launcher.preflight import settings_view
 
     for line in settings_view.lines(release, list(launch.argv), {**os.environ, **env}):
-        print(line)
+        print(render.line(line))
     for k, v in env.items():
         shown = REDACTED if is_secret_name(k) else v
-        print(f"{k}={shlex.quote(shown)}")
-    print(shlex.join(launch.command()))
+        print(f"{render.line(k)}={render.shell_word(shown)}")
+    print(render.command(launch.command()))
 
 
 def spec_check(base_url: str, api_key: str | None, tls=None) -> None:
@@ -274,11 +284,18 @@ def print_nccl_debug(folder: Path) -> None:
 
 
 def _limit(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds else "off"
+    return show_seconds(seconds) if seconds else "off"
 
 
 @cli(PROG)
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM, SIGHUP, SIGQUIT before the server starts (preflight's probes): as Ctrl-C,
+    # each probe's group stopped; once it runs, run_supervised handles every one
+    with interrupts.sigterm_as_sigint():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
     if args.list_presets:

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common import releases, render
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher.resolution import Change, Resolution
@@ -278,11 +278,12 @@ class Verdict:
             head += "they differ only in speculative settings"
         else:
             head += f"{len(self.unequal)} other setting(s) differ (--allow-unequal)"
+        # values come from presets and SGLang: a newline in one cannot forge a line
         return [
             head,
-            *(f"  unequal: {d.line()}" for d in self.unequal),
-            *(f"  note: {d.line()}" for d in self.inherent),
-            *(f"  note: {n}" for n in self.notes),
+            *(f"  unequal: {render.line(d.line())}" for d in self.unequal),
+            *(f"  note: {render.line(d.line())}" for d in self.inherent),
+            *(f"  note: {render.line(n)}" for n in self.notes),
         ]
 
     def record(self) -> dict:
@@ -310,7 +311,7 @@ def judge(resolved: Mapping[str, Resolution], release, allow_unequal: bool = Fal
         d = verdict.unequal[0]
         more = f" (and {len(verdict.unequal) - 1} more)" if len(verdict.unequal) > 1 else ""
         raise UserError(
-            f"arms are not comparable: {d.line()}{more}; resolved "
+            f"arms are not comparable: {render.line(d.line())}{more}; resolved "
             f"{'; '.join(sorted(set(verdict.sources.values())))}.",
             fix=f"pass -- --{d.flag} VALUE (the same for every arm), or --allow-unequal to "
             "run anyway with the differences recorded beside every figure",

@@ -39,7 +39,7 @@ from sgl_eagle_ext.common import chain, http, releases, secret_flags
 from sgl_eagle_ext.common.contract import SERVE_MODULE
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_argv import ServerArgv
-from sgl_eagle_ext.launcher import presets
+from sgl_eagle_ext.launcher import presets, server_config
 from sgl_eagle_ext.launcher.presets import Preset
 
 ADAPTIVE = "speculative-adaptive"
@@ -150,7 +150,8 @@ def build(request: LaunchRequest) -> LaunchPlan:
             fix="pass --preset NAME (see --list-presets) or --preset-file PATH",
         )
     notes: list[str] = []
-    extra = list(request.extra)
+    # SGLang's own --config file: its flags read here, its secrets taken below
+    extra = server_config.expand(list(request.extra))
     preset = presets.load(name=request.preset, path=request.preset_file)
     for name in request.overlays:
         preset = apply_overlay(preset, name)
@@ -202,7 +203,7 @@ def build(request: LaunchRequest) -> LaunchPlan:
     # every secret flag (--api-key, --admin-api-key, ...) travels in the environment
     args, secrets = secret_flags.take(list(argv))
     env = {**preset.env, **{k: str(v) for k, v in request.env.items()}}
-    kept = dataclasses.replace(request, extra=tuple(secret_flags.take(list(extra))[0]))
+    kept = dataclasses.replace(request, extra=tuple(secret_flags.take(extra)[0]))
     return LaunchPlan(kept, preset, release, how, ServerArgv(args), env, secrets, tuple(notes))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from sgl_eagle_ext.common.cli_args import show_seconds
 from sgl_eagle_ext.common.http import listener_pids, request
 from sgl_eagle_ext.common.server_process import (
     EXIT_SERVER_FAILED,
@@ -62,15 +63,16 @@ def wait_ready(
             )
         if stall_timeout and server.stalled_for() > stall_timeout:
             raise StartupFailed(
-                f"watchdog: no server log progress for {server.stalled_for():.0f} s "
-                f"(limit {stall_timeout:.0f} s) while {server.phase}"
+                f"watchdog: no server log progress for {show_seconds(server.stalled_for())} "
+                f"(limit {show_seconds(stall_timeout)}) while {server.phase}"
                 + _polls(polls, answer, server),
                 EXIT_WATCHDOG,
             )
         elapsed = time.monotonic() - t0
         if startup_timeout and elapsed > startup_timeout:
             raise StartupFailed(
-                f"watchdog: not ready after {elapsed:.0f} s (limit {startup_timeout:.0f} s) "
+                f"watchdog: not ready after {show_seconds(elapsed)} "
+                f"(limit {show_seconds(startup_timeout)}) "
                 f"while {server.phase}" + _polls(polls, answer, server),
                 EXIT_WATCHDOG,
             )

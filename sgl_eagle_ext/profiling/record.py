@@ -270,6 +270,8 @@ def record_from_line(line: str) -> Window:
     line = line.strip()
     w = from_json(nesting.json_loads(line)) if line.startswith("{") else _from_log_line(line)
     checked(w.to_json())
+    if w.v not in READ_VERSIONS:  # v=0, v=3: not read as if it were this format
+        raise ValueError(f"record format v={w.v}: this version reads v=1 and v={FORMAT_VERSION}")
     return w
 
 
@@ -282,17 +284,30 @@ def find_record(line: str) -> Window | None:
     return None
 
 
+# A record's integers are counts, ranks and sizes: never negative (a `cycles=-N` line
+# would cancel a real window in a sum), never beyond what a float holds exactly (a
+# 400-digit integer made math.isfinite raise OverflowError: a traceback, not a skip).
+MAX_INT = 2**53
+READ_VERSIONS = (1, FORMAT_VERSION)  # the formats this reader knows (v=1 and the current)
+
+
 def checked(obj):
-    """`obj` if every number in it is finite, else ValueError: one NaN line is
-    skipped, never averaged into (and poisoning) what the readers sum."""
+    """`obj` if every number in it is finite (integers: 0 <= n <= MAX_INT, dict keys
+    too), else ValueError: one bad line is skipped, never summed into (and poisoning)
+    what the readers add up."""
     stack = [obj]
     while stack:
         v = stack.pop()
         if isinstance(v, dict):
             stack.extend(v.values())
+            stack.extend(k for k in v if isinstance(k, int))
         elif isinstance(v, list):
             stack.extend(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v):
+        elif isinstance(v, bool):
+            continue
+        elif isinstance(v, int) and not 0 <= v <= MAX_INT:
+            raise ValueError("an integer out of range")  # not printed: it may be 4000 digits
+        elif isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"number out of range: {v}")
     return obj
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import psutil
 
 from sgl_eagle_ext.common import http, proctree, secret_flags
-from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.cli_args import seconds
 from sgl_eagle_ext.common.contract import SERVE_MODULE
 from sgl_eagle_ext.common.errors import cli
 from sgl_eagle_ext.common.http import probe_host
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--timeout",
-        type=number(0, strict=True),
+        type=seconds(0, strict=True),
         default=30.0,
         help="seconds to wait for the answer (SGLang itself gives up after 20)",
     )

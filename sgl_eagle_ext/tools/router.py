@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sgl_eagle_ext.common import http, secret_flags
-from sgl_eagle_ext.common.cli_args import number, port_number, split_extra
+from sgl_eagle_ext.common.cli_args import port_number, seconds, split_extra
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.http import check_port_free, probe_host
@@ -107,13 +107,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--worker-timeout",
-        type=number(0),
+        type=seconds(0),
         default=d.worker_timeout,
         help="seconds to wait for every worker to be ready (default 3600; 0: forever)",
     )
     p.add_argument(
         "--startup-timeout",
-        type=number(0, strict=True),
+        type=seconds(0, strict=True),
         default=d.startup_timeout,
         help="seconds to wait for the router to be ready once started (default 300)",
     )

@@ -15,11 +15,11 @@ import json
 import os
 import sys
 
-from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.common.cli_args import split_extra
+from sgl_eagle_ext.common import releases, secret_flags
+from sgl_eagle_ext.common.cli_args import integer, port_number, split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.server_argv import ServerArgv
-from sgl_eagle_ext.launcher import launch_flags, plan, presets
+from sgl_eagle_ext.launcher import launch_flags, plan, presets, server_config
 from sgl_eagle_ext.launcher.preflight import run
 
 PROG = "sgl_eagle_ext.preflight"
@@ -40,9 +40,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept an unsupported --sglang-version (rules of the nearest older one)",
     )
-    p.add_argument("--context-length", help="the --context-length the launch will pass")
-    p.add_argument("--tp-size", type=int, help="the tensor-parallel size of the launch")
-    p.add_argument("--port", type=int, help="the server port (default 30000)")
+    p.add_argument(
+        "--context-length", type=integer(1), help="the --context-length the launch will pass"
+    )
+    p.add_argument("--tp-size", type=integer(1), help="the tensor-parallel size of the launch")
+    p.add_argument("--port", type=port_number, help="the server port (default 30000)")
     p.add_argument("--hardware", help="the GPUs the preset is written for (sm120)")
     p.add_argument(
         "--fix",
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                     fix="add --preset NAME or --preset-file PATH (the launch's own)",
                 )
         release, _how = releases.resolve(args.sglang_version, force=args.force)
+        # SGLang's --config read as the launcher reads it; secrets learned (masked), dropped
+        server_args = secret_flags.take(server_config.expand(server_args))[0]
         if args.cpu:  # what `launch --cpu` adds (launch/overlays/cpu.toml)
             cpu = plan.apply_overlay(presets.load(name="baseline"), "cpu")
             env = {**os.environ, **cpu.env}

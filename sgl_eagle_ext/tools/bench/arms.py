@@ -17,7 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import secret_flags
+from sgl_eagle_ext.common import interrupts, secret_flags
+from sgl_eagle_ext.common.cli_args import show_seconds
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.common.server_process import StartupFailed
 from sgl_eagle_ext.launcher import fairness, running
@@ -221,15 +222,22 @@ class LauncherProcess:
         return "\n  ".join([*self.lines, *server][-n:])
 
     def wait_ready(self, timeout: float) -> str:
-        if not self._done.wait(timeout or None):
+        if not interrupts.wait(self._done, timeout or None):  # a signal stops the wait
             self.stop()
             raise ArmFailed(
-                f"preset {self.plan.preset}: not ready after {timeout:.0f} s:\n  {self.tail()}",
+                f"preset {self.plan.preset}: not ready after {show_seconds(timeout)}:\n  "
+                f"{self.tail()}",
                 kind="not_ready",
             )
         if self.error is not None:
             raise self.error
         return self.url
+
+    @property
+    def api_key(self) -> str | None:
+        """The key the server was started with (`-- --api-key K`, EAGLE_EXT_API_KEY ...):
+        whoever sends it requests needs it."""
+        return self._starting.api_key if self._starting else None
 
     @property
     def proc(self):

@@ -148,6 +148,11 @@ def _short(text: str, n: int = 300) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+# The longest SSE line read: /generate without incremental output repeats the whole
+# text so far in every chunk, a few MB for the longest outputs.
+MAX_LINE = 64 << 20
+
+
 class StreamParser:
     """Feeds raw bytes of an SSE chat stream into a RequestResult."""
 
@@ -167,11 +172,19 @@ class StreamParser:
             GENERATE: self.chunk_generate,
         }[endpoint]
 
-    def feed(self, data: bytes, now: float) -> None:
+    def feed(self, data: bytes, now: float) -> bool:
+        """Read `data`; False when the stream must be dropped: a line past MAX_LINE
+        without its end (no SSE chunk is that long; it ran to the request timeout and
+        held gigabytes meanwhile)."""
         self.buf += data
         *lines, self.buf = self.buf.split(b"\n")
         for line in lines:
             self.line(line.rstrip(b"\r"), now)
+        if len(self.buf) > MAX_LINE:
+            self.buf = b""
+            self.error = f"a stream line longer than {MAX_LINE >> 20} MiB without a line end"
+            return False
+        return True
 
     def finish(self, now: float) -> None:
         if self.buf.strip():
@@ -453,8 +466,10 @@ class Client:
                         whole(parser, await resp.read(), time.perf_counter())
                     else:
                         async for data in resp.content.iter_any():
-                            parser.feed(data, time.perf_counter())
-                        parser.finish(time.perf_counter())
+                            if not parser.feed(data, time.perf_counter()):
+                                break  # leaving the block closes the connection
+                        else:
+                            parser.finish(time.perf_counter())
         except aiohttp.ServerTimeoutError as e:  # aiohttp's own: connect or socket read
             what = "connection" if "connect" in str(e).lower() else "data"
             r.error, r.detail = E_TIMEOUT, f"no {what} within {CONNECT_TIMEOUT:g} s: {_short(e)}"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, nesting, redaction, secret_flags
-from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.cli_args import integer, number, seconds
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import client as cl
@@ -297,10 +297,10 @@ def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
         help="coding, encyclopedic, mixed (default: both interleaved) or a JSONL "
         'file ({"prompt": ...} or {"messages": [...]} per line)',
     )
-    p.add_argument("--seed", type=int, default=0, help="prompt order (and sampling) seed")
+    p.add_argument("--seed", type=integer(), default=0, help="prompt order (and sampling) seed")
     p.add_argument(
         "--max-tokens",
-        type=int,
+        type=integer(),
         default=max_tokens,
         help=f"tokens generated per request (default {max_tokens})",
     )
@@ -312,7 +312,7 @@ def add_workload(p: argparse.ArgumentParser, max_tokens: int) -> None:
     )
     p.add_argument(
         "--request-timeout",
-        type=number(0, strict=True),
+        type=seconds(0, strict=True),
         default=cl.DEFAULT_TIMEOUT,
         help="seconds before one request counts as timed out (default 600)",
     )
@@ -377,7 +377,7 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-rates", metavar="R1,R2,...", help="the same as --request-rate")
     p.add_argument(
         "--max-concurrency",
-        type=int,
+        type=integer(),
         metavar="N",
         help="open loop: at most N requests in flight; an arrival waits for a free slot "
         "(sglang.bench_serving's meaning: the achieved rate may fall below --request-rate)",
@@ -390,7 +390,7 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--burstiness",
-        type=float,
+        type=number(0, infinity=True),  # 0 refused by arrival_kind, which says why
         help="open loop: gamma shape of the gaps between arrivals (default 1 = Poisson, "
         "sglang.bench_serving's only process; <1 burstier, >1 more regular; inf: even gaps, "
         "as --arrival constant), mean gap 1/R, "
@@ -398,7 +398,7 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--duration",
-        type=float,
+        type=seconds(0),  # 0 refused by load_levels, which says why
         metavar="SECONDS",
         help="seconds per level. Open loop: arrivals for that long. Closed loop: the "
         "workers keep sending (cycling through the level's prompts) until then, and the "
@@ -406,18 +406,18 @@ def add_sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--num-prompts",
-        type=int,
+        type=integer(),
         default=0,
         help="prompts per level (at least --prompts-per-concurrency x level)",
     )
     p.add_argument(
         "--prompts-per-concurrency",
-        type=int,
+        type=integer(),
         default=sw.PER_CONCURRENCY,
         help=f"minimum prompts per level as a multiple of its concurrency "
         f"(default {sw.PER_CONCURRENCY}, SGLang's steady-state advice)",
     )
-    p.add_argument("--warmup", type=int, default=2, help="warm-up requests before the sweep")
+    p.add_argument("--warmup", type=integer(), default=2, help="warm-up requests before the sweep")
     p.add_argument(
         "--no-flush-cache", action="store_true", help="keep the prefix cache between levels"
     )

@@ -19,6 +19,10 @@ from sgl_eagle_ext.common.errors import UserError
 PROBE_TIMEOUT = 10.0
 
 
+# /server_info fields SGLang writes as text, read as such by the tools.
+TEXT_FIELDS = ("version", "model_path", "tokenizer_path", "served_model_name", "launch_command")
+
+
 @dataclass
 class Counters:
     generation_tokens: float
@@ -142,10 +146,16 @@ class Server:
         return self
 
     def server_info(self) -> dict | None:
+        """/server_info, its text fields kept only where they are text (an object as
+        `model_path` went into the tokenizer lookup and raised a TypeError)."""
         for path in ("/server_info", "/get_server_info"):
             reply = self.get(path)
             if reply.status == 200 and isinstance(reply.body, dict):
-                return reply.body
+                return {
+                    k: v
+                    for k, v in reply.body.items()
+                    if k not in TEXT_FIELDS or isinstance(v, str)
+                }
         return None
 
     def token_counter(self):

@@ -23,6 +23,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common.cli_args import integer, number
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import datasets, multiturn, options, request_log, tokens
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
@@ -55,7 +56,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--long-text", help="plain-text file the random/long prompts are cut from")
     g.add_argument(
         "--trace-speed",
-        type=float,
+        type=number(0, strict=True),
         default=1.0,
         metavar="X",
         help="replay a trace's timestamps X times faster (default 1; 0.5: half the rate). "
@@ -67,7 +68,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="replay ShareGPT conversations turn by turn with a growing context "
         "(the server's own answers kept); a level's concurrency = conversations in flight",
     )
-    g.add_argument("--max-turns", type=int, default=0, help="turns per conversation (0: all)")
+    g.add_argument("--max-turns", type=integer(), default=0, help="turns per conversation (0: all)")
     g.add_argument(
         "--save-requests",
         metavar="FILE",

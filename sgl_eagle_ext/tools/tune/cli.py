@@ -29,10 +29,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sgl_eagle_ext.common import adaptive_config, figures, paths, releases
-from sgl_eagle_ext.common.cli_args import number, split_extra
+from sgl_eagle_ext.common.cli_args import integer, number, seconds, split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.profiling import aggregate
+from sgl_eagle_ext.tools.bench import records
 from sgl_eagle_ext.tools.tune import choose, grid, model
 from sgl_eagle_ext.tools.tune.live_options import LiveOptions
 
@@ -77,7 +78,9 @@ def parser() -> argparse.ArgumentParser:
     base.add_argument(
         "--baseline-ms-per-token", type=number(0, strict=True), help="baseline ms/token, one stream"
     )
-    p.add_argument("--max-steps", type=int, default=7, help="largest step count considered (7)")
+    p.add_argument(
+        "--max-steps", type=integer(), default=7, help="largest step count considered (7)"
+    )
     p.add_argument(
         "--floor-margin",
         type=number(0),
@@ -112,7 +115,7 @@ def live_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset-file", type=Path, help="your preset (default: eagle3-adaptive)")
     p.add_argument("--levels", default=d.levels, help="concurrencies (1,2,4,...,64)")
     p.add_argument(
-        "--max-steps", type=int, default=d.max_steps, help="largest chain step count (5)"
+        "--max-steps", type=integer(), default=d.max_steps, help="largest chain step count (5)"
     )
     p.add_argument("--steps", help="step counts to measure (default 0..--max-steps)")
     p.add_argument("--budget-minutes", type=number(0, strict=True), help="plan to fit this")
@@ -124,25 +127,31 @@ def live_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run servers whose resolved settings differ outside speculation (recorded)",
     )
-    p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="output tokens per request")
-    p.add_argument("--warmup-tokens", type=int, default=d.warmup_tokens, help="per warm-up request")
     p.add_argument(
-        "--request-cycles", type=int, default=d.request_cycles, help="per cell (see above)"
+        "--max-tokens", type=integer(), default=d.max_tokens, help="output tokens per request"
     )
-    p.add_argument("--max-rounds", type=int, default=d.max_rounds, help="rounds per cell at most")
+    p.add_argument(
+        "--warmup-tokens", type=integer(), default=d.warmup_tokens, help="per warm-up request"
+    )
+    p.add_argument(
+        "--request-cycles", type=integer(), default=d.request_cycles, help="per cell (see above)"
+    )
+    p.add_argument(
+        "--max-rounds", type=integer(), default=d.max_rounds, help="rounds per cell at most"
+    )
     p.add_argument(
         "--validation-rounds",
-        type=int,
+        type=integer(),
         default=d.validation_rounds,
         help="validation: at least this many adaptive/pinned round pairs per level, "
         "their order alternating (2)",
     )
     p.add_argument("--prompts", default=d.prompts, help="shipped set or JSONL file (mixed)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=integer(), default=d.seed)
     p.add_argument("--cpu", action="store_true", help="the CPU harness overlay (tests, demo)")
     p.add_argument("--sglang-version")
     p.add_argument("--force", action="store_true")
-    p.add_argument("--startup-timeout", type=float, default=d.startup_timeout)
+    p.add_argument("--startup-timeout", type=seconds(0), default=d.startup_timeout)
     return p
 
 
@@ -338,7 +347,8 @@ def offline(argv: list[str]) -> int:
             raise UserError(f"{args.out}: {found[0].message}", code=1)
         out["written"] = str(args.out)
     if args.json:
-        json.dump(out, sys.stdout, indent=2, default=str)
+        # valid JSON: a gain over a 0 ms baseline is inf, written as null (not Infinity)
+        json.dump(records.clean(out), sys.stdout, indent=2, default=str, allow_nan=False)
         print()
         return 0
     # bench's convention first (cumulative), then the model's own (conditional alpha_j)

@@ -46,6 +46,7 @@ from sgl_eagle_ext.common import (
     interrupts,
     paths,
     ports,
+    redaction,
     releases,
 )
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
@@ -539,6 +540,14 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
     the SGLang arguments every server of the run gets."""
     # the results file (and the folder of the run's files) refused before any work
     paths.check_writable_file("--results", opts.results)
+    try:  # its folder's paths go into the run's preset, environment and SGLang's config
+        str(opts.results.resolve()).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(
+            f"--results {opts.results}: its folder's full path is not UTF-8; the run's "
+            "files are named to SGLang in its preset and environment, which need UTF-8.",
+            fix="give --results a path whose folder names are UTF-8",
+        ) from None
     levels = _ints(opts.levels, "--levels")
     if levels[0] < 1:
         raise UserError("--levels: concurrencies start at 1.", fix="e.g. --levels 1,2,4")
@@ -576,7 +585,8 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
         "max_tokens": opts.max_tokens,
         "prompts": prompt_set.sha256,
         "cpu": opts.cpu,
-        "extra": extra,
+        # secrets hidden as every record hides them: the resume compares this as written
+        "extra": redaction.redact_args(extra),
     }
     results = Results(opts.results, setup).load()
     if results.resumed:
@@ -630,7 +640,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
             sched.write()
             _say(f"{PROG}: starting the server (one load; {len(todo)} cell(s) to measure)")
             stop["proc"] = start_server(plans["live"], opts.startup_timeout)
-            server = probe.Server(stop["proc"].url).connect()
+            server = probe.Server(stop["proc"].url, api_key=stop["proc"].api_key).connect()
             tail = ProfileTail(out_dir / "profile-0.jsonl")
             driver = Driver(server, opts, prompt_set, tail, stop["proc"].proc.pid)
             interrupts.run(_cells(driver, sched, results, todo, ctx))
@@ -646,7 +656,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
         for name in dict.fromkeys(k.arm for k in arm_todo):
             _say(f"{PROG}: starting the {name} server (a separate load)")
             stop["proc"] = start_server(plans[name], opts.startup_timeout)
-            server = probe.Server(stop["proc"].url).connect()
+            server = probe.Server(stop["proc"].url, api_key=stop["proc"].api_key).connect()
             # unprofiled; its server's CPU seconds recorded as the live cells' are
             pid = stop["proc"].proc.pid
             driver = Driver(server, opts, prompt_set, ProfileTail(None), pid)

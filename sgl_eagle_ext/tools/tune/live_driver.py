@@ -103,6 +103,7 @@ class Driver:
         self.client: cl.Client | None = None  # open during measure()
         self.client_args = dict(
             model=server.model_id,
+            api_key=server.api_key,  # the key the run's server was started with
             spec_details_field=server.release.chat_spec_details_field,
             incremental=bool(server.info.get("incremental_streaming_output")),
         )

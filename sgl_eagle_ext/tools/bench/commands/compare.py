@@ -24,7 +24,7 @@ from http.client import HTTPException
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, interrupts, ports, secret_flags
-from sgl_eagle_ext.common.cli_args import number, port_number
+from sgl_eagle_ext.common.cli_args import integer, port_number, seconds
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.tools.bench import (
     arms,
@@ -63,18 +63,18 @@ def add_launch(p) -> None:
     p.add_argument("--port", type=port_number, default=0, help="server port (default: a free one)")
     p.add_argument(
         "--startup-timeout",
-        type=number(0, strict=True),
+        type=seconds(0, strict=True),
         default=3600.0,
         help="seconds to wait for each server's READY (default 3600)",
     )
     p.add_argument("--log-dir", default="logs", help="server logs (default logs/)")
     p.add_argument(
         "--lossless-prompts",
-        type=int,
+        type=integer(),
         default=lossless.DEFAULT_PROMPTS,
         help=f"prompts for the lossless check (default {lossless.DEFAULT_PROMPTS}; 0 skips it)",
     )
-    p.add_argument("--lossless-max-tokens", type=int, default=lossless.DEFAULT_MAX_TOKENS)
+    p.add_argument("--lossless-max-tokens", type=integer(), default=lossless.DEFAULT_MAX_TOKENS)
     p.add_argument(
         "--allow-unequal",
         action="store_true",

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
+from sgl_eagle_ext.common.cli_args import integer
 from sgl_eagle_ext.tools.bench import lossless, options, prompts, provenance, session
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import groups
@@ -19,7 +20,7 @@ def register(sub) -> None:
     options.add_common(ll, lossless.DEFAULT_MAX_TOKENS, url=False)
     ll.add_argument("--url-a", required=True, help="reference server (e.g. baseline)")
     ll.add_argument("--url-b", required=True, help="server under test (e.g. EAGLE-3)")
-    ll.add_argument("--num-prompts", type=int, default=lossless.DEFAULT_PROMPTS)
+    ll.add_argument("--num-prompts", type=integer(), default=lossless.DEFAULT_PROMPTS)
     ll.set_defaults(read=read, run=run)
 
 

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
-from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.cli_args import integer, number
 from sgl_eagle_ext.tools.bench import options, prompts, session, single
 from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.progress import Console
@@ -15,8 +15,10 @@ from sgl_eagle_ext.tools.bench.progress import Console
 def register(sub) -> None:
     s = sub.add_parser("single", help="single-stream fixed-length runs with spread and 95%% CI")
     options.add_common(s, 512)
-    s.add_argument("--runs", type=int, default=5, help="measured runs (default 5)")
-    s.add_argument("--warmup", type=int, default=2, help="warm-up runs, same length (default 2)")
+    s.add_argument("--runs", type=integer(), default=5, help="measured runs (default 5)")
+    s.add_argument(
+        "--warmup", type=integer(), default=2, help="warm-up runs, same length (default 2)"
+    )
     s.add_argument(
         "--vary-prompts",
         action="store_true",
