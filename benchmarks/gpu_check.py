@@ -449,11 +449,13 @@ def main(argv=None) -> int:
     return code
 
 
-def sections(args, t0: float) -> int:
+def sections(args, t0: float, torch=None) -> int:
     """Every section in order; the JSON is rewritten after each (a watchdog stop keeps
-    what was measured)."""
+    what was measured). `torch`: tests pass a stand-in."""
     import gpu_check_recorder
-    import torch
+
+    if torch is None:
+        import torch
 
     figures: dict = {"device": {}, "sections": {}}
 
@@ -497,7 +499,7 @@ def sections(args, t0: float) -> int:
     checks += [Check(f"recorder {k}", v.get("ok", True), "") for k, v in rec.items()]
     save()
     if args.kernels is not None:
-        checks.append(kernel_section(torch, args.kernels, figures, t0))
+        checks.append(kernel_section(torch, args.kernels, figures, t0, save))
         save()
     else:
         print("SKIP kernels: no --kernels DIR (docs/gpu-check.md says how to prepare it)")
@@ -507,7 +509,7 @@ def sections(args, t0: float) -> int:
     return code
 
 
-def kernel_section(torch, folder: Path, figures: dict, t0: float) -> Check:
+def kernel_section(torch, folder: Path, figures: dict, t0: float, save) -> Check:
     import gpu_check_kernels as gk
     import triton
 
@@ -516,8 +518,13 @@ def kernel_section(torch, folder: Path, figures: dict, t0: float) -> Check:
     except gk.KernelsError as e:
         return Check("kernels", False, str(e))
     budget = max(30.0, WATCHDOG_S - 40 - (time.monotonic() - t0))
+
+    def partial(out):  # saved after each shape: a watchdog stop keeps them
+        figures["sections"]["kernels"] = out | {"sglang": manifest.get("sglang")}
+        save()
+
     try:
-        out = gk.run(torch, triton, mods, budget_s=budget)
+        out = gk.run(torch, triton, mods, budget_s=budget, on_row=partial)
     except Exception as e:
         return Check("kernels", False, f"stopped by {type(e).__name__}: {e}")
     out["sglang"] = manifest.get("sglang")

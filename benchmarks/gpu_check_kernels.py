@@ -437,67 +437,103 @@ def _bench(triton, torch, fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median"))
 
 
-def run(torch, triton, mods, budget_s: float = 200.0, shapes=None, gqa=True) -> dict:
-    """Figures for every shape that fits in the budget (the rest listed as skipped)."""
+def shape_order() -> list[tuple[int, int, int]]:
+    """(batch, context, chain), the corners first (batch 1 and 64 at 2k and 32k), so a run
+    cut short by the budget still spans the grid."""
+    every = [(b, c, L) for c in CONTEXTS for b in BATCHES for L in CHAINS]
+    first = [s for s in every if s[0] in (1, 64) and s[1] in (2048, 32768)]
+    return first + [s for s in every if s not in first]
+
+
+def run(
+    torch,
+    triton,
+    mods,
+    budget_s: float = 200.0,
+    shapes=None,
+    gqa=True,
+    device="cuda",
+    bench=None,
+    on_row=None,
+) -> dict:
+    """Figures for every shape that fits in the budget (the rest listed as skipped);
+    `on_row(out)` after each shape (the caller saves what was measured)."""
     t0 = time.monotonic()
-    dev = torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(dev)
-    cores = props.multi_processor_count
-    use_pdl = torch.cuda.get_device_capability(dev)[0] >= 9  # is_arch_support_pdl
-    g = torch.Generator(device="cuda").manual_seed(0)
-    shapes = shapes or [(b, c, L) for c in CONTEXTS for b in BATCHES for L in CHAINS]
-    rows, skipped = [], []
-    for bs, ctx, chain in shapes:
-        if time.monotonic() - t0 > budget_s:
-            skipped.append([bs, ctx, chain])
-            continue
-        rows.append(_one_shape(torch, triton, mods, g, bs, ctx, chain, cores, use_pdl))
-        torch.cuda.empty_cache()
-    extra = []
-    if gqa and time.monotonic() - t0 <= budget_s:  # verify_splitkv's own shape, beside
-        for bs, ctx, chain in [(16, 8192, 4)]:
-            extra.append(
-                _one_shape(
-                    torch, triton, mods, g, bs, ctx, chain, cores, use_pdl, heads=8, qk=128, v=128
-                )
-            )
-    return {
-        "what": "attention per layer, ms (median of triton.testing.do_bench), bf16; "
-        f"x{LAYERS}: one verify forward of the {LAYERS}-layer target",
+    if device == "cuda":
+        dev = torch.cuda.current_device()
+        cores = torch.cuda.get_device_properties(dev).multi_processor_count
+        use_pdl = torch.cuda.get_device_capability(dev)[0] >= 9  # is_arch_support_pdl
+        dtype = torch.bfloat16
+    else:  # the CPU interpreter (tests): no core count, fp32 (bf16 there is not exact)
+        cores, use_pdl, dtype = 0, False, torch.float32
+    bench = bench or (lambda fn: _bench(triton, torch, fn))
+    g = torch.Generator(device=device).manual_seed(0)
+    out = {
+        "what": "attention per layer, ms (median of triton.testing.do_bench), "
+        f"{str(dtype).split('.')[-1]}; x{LAYERS}: one verify forward of the {LAYERS}-layer "
+        "target",
         "shape": {"q_heads_per_rank": HEADS, "kv_heads": 1, "qk_dim": QK_DIM, "v_dim": V_DIM},
         "decode_splits": f"get_num_kv_splits_triton, max {mla_max_kv_splits(cores)} "
         f"(MLA cap for {cores} SMs, context {MAX_CONTEXT}); use_pdl={use_pdl}",
-        "rows": rows,
-        "gqa_rows": extra,
-        "skipped_for_time": skipped,
-        "seconds": round(time.monotonic() - t0, 1),
+        "rows": [],
+        "gqa_rows": [],
+        "skipped_for_time": [],
     }
+    todo = [(s, {}) for s in (shapes or shape_order())]
+    if gqa:  # verify_splitkv's own shape (it refuses MLA), beside
+        todo.append(((16, 8192, 4), {"heads": 8, "qk": 128, "v": 128}))
+    for (bs, ctx, chain), dims in todo:
+        if time.monotonic() - t0 > budget_s:
+            out["skipped_for_time"].append([bs, ctx, chain, dims or "mla"])
+            continue
+        row = _one_shape(
+            torch, mods, g, bs, ctx, chain, cores, use_pdl, bench, device, dtype, **dims
+        )
+        out["gqa_rows" if dims else "rows"].append(row)
+        out["seconds"] = round(time.monotonic() - t0, 1)
+        if on_row is not None:
+            on_row(out)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    return out
 
 
 def _one_shape(
-    torch, triton, mods, g, bs, ctx, chain, cores, use_pdl, heads=HEADS, qk=QK_DIM, v=V_DIM
+    torch,
+    mods,
+    g,
+    bs,
+    ctx,
+    chain,
+    cores,
+    use_pdl,
+    bench,
+    device,
+    dtype,
+    heads=HEADS,
+    qk=QK_DIM,
+    v=V_DIM,
 ):
-    x = verify_inputs(torch, bs, ctx, chain, heads, qk, v, g=g)
+    x = verify_inputs(torch, bs, ctx, chain, heads, qk, v, dtype=dtype, device=device, g=g)
     row = {"bs": bs, "context": ctx, "chain": chain, "heads": heads, "qk": qk, "v": v}
-    ref = torch.empty(bs * chain, heads, v, device="cuda", dtype=x["q"].dtype)
+    ref = torch.empty(bs * chain, heads, v, device=device, dtype=dtype)
     call_extend(mods, x, ref)
-    row["extend_ms"] = _bench(triton, torch, lambda: call_extend(mods, x, ref))
+    row["extend_ms"] = bench(lambda: call_extend(mods, x, ref))
     for kernel in ("verify_mla", "verify_splitkv"):
         o = torch.empty_like(ref)
         if not call_verify(mods, kernel, x, o):
             row[f"{kernel}_ms"] = None
             row[f"{kernel}_refused"] = "its can_handle() refused this shape"
             continue
-        row[f"{kernel}_ms"] = _bench(
-            triton, torch, lambda k=kernel, o=o: call_verify(mods, k, x, o)
-        )
+        row[f"{kernel}_ms"] = bench(lambda k=kernel, o=o: call_verify(mods, k, x, o))
         row[f"{kernel}_max_abs_diff"] = float((o.float() - ref.float()).abs().max())
     if chain == 1:
         o = torch.empty_like(ref)
-        state = decode_state(torch, mods, x, heads, v, cores)
+        state = decode_state(torch, mods, x, heads, v, cores, device)
         q = decode_view(torch, x)
         call_decode(mods, x, q, o, state, use_pdl)
-        row["decode_ms"] = _bench(triton, torch, lambda: call_decode(mods, x, q, o, state, use_pdl))
+        row["decode_ms"] = bench(lambda: call_decode(mods, x, q, o, state, use_pdl))
         row["decode_max_abs_diff"] = float((o.float() - ref.float()).abs().max())
     for k in [k for k in row if k.endswith("_ms") and row[k] is not None]:
         row[k.replace("_ms", f"_x{LAYERS}_ms")] = row[k] * LAYERS

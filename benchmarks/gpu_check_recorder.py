@@ -425,7 +425,8 @@ def loop_figures(
 # -- sections ---------------------------------------------------------------------------------
 
 
-def run_regime(torch, name: str, n: int = CYCLES) -> dict:
+def run_regime(torch, name: str, n: int | None = None) -> dict:
+    n = n or CYCLES
     phase_ms, host_ms = REGIMES[name]
     worker = Worker(torch)
     unit = calibrate(torch, worker)
@@ -509,13 +510,13 @@ def mark_cost_section(torch, pairs: int = 3, n: int = 60) -> dict:
             launch[arm].append(mean(s * 1000 for s in run.launch_s[WARMUP:]))
     # one event record between GPU-bound kernels: its cost on the GPU timeline
     k = 200
-    small = worker.x[:256]
+    small = worker.x
     times = {}
     for arm in ("plain", "events"):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         evs = [torch.cuda.Event(enable_timing=True) for _ in range(k)]
-        worker.units(small, 2)
-        a.record()
+        worker.units(worker.x, max(1, round(20.0 / unit)))  # 20 ms queued: the host
+        a.record()  # runs ahead, so the interval below is the GPU's own time
         for i in range(k):
             worker.units(small, 1)
             if arm == "events":

@@ -130,3 +130,52 @@ def test_a_sync_in_the_hot_path_fails_the_check(gc, monkeypatch):
     assert "torch.cuda.synchronize" in checks["no-sync"].figure
     assert "(test_gpu_check.py:" in checks["no-sync"].figure  # where it was called
     assert fake.cuda.mode == 0  # the mode is reset after the failure
+
+
+@pytest.mark.harness
+def test_the_whole_run_writes_its_json(gc, monkeypatch, tmp_path, capsys):
+    """main's sections on the stand-in: the premises, the real recorder's sections, the
+    kernel section skipped without --kernels, one JSON file of figures."""
+    import json
+    import types
+
+    import gpu_check_recorder as gr
+    import torch
+
+    from sgl_eagle_ext.in_sglang_base import patching
+
+    fake = FakeTorch(torch)
+    monkeypatch.setattr(patching, "_capture_check", lambda: fake.cuda.is_current_stream_capturing)
+    monkeypatch.setattr(gc, "TARGET_MS", {k: v / 4 for k, v in gc.TARGET_MS.items()})
+    monkeypatch.setattr(gc, "EAGER_CYCLES", 3)
+    monkeypatch.setattr(gc, "GRAPH_CYCLES", 3)
+    run = gc.run
+    monkeypatch.setattr(gc, "run", lambda t, *a: run(t, *a, tokens=64, hidden=128))
+    monkeypatch.setattr(gr, "CYCLES", 14)
+    monkeypatch.setattr(gr, "WARMUP", 3)
+    monkeypatch.setattr(gr.Worker, "__init__", _small(gr.Worker.__init__))
+    monkeypatch.setattr(
+        gr,
+        "REGIMES",
+        {k: ({p: ms / 10 for p, ms in ph.items()}, h) for k, (ph, h) in gr.REGIMES.items()},
+    )
+    out = tmp_path / "figures.json"
+    args = types.SimpleNamespace(kernels=None, out=out)
+    gc.sections(args, 0.0, torch=fake)
+    text = capsys.readouterr().out
+    print(text)
+    assert "SKIP kernels: no --kernels DIR" in text and f"figures in {out}" in text
+    figures = json.loads(out.read_text())
+    assert figures["device"]["imports"] == list(gc.IMPORTS)
+    assert set(figures["sections"]) == {"premises", "recorder"}
+    rec = figures["sections"]["recorder"]
+    assert set(rec) == {"loop-gpu-bound", "loop-host-bound", "capture", "mark-cost", "sync-count"}
+    assert all("error" not in v for v in rec.values()), rec
+    assert rec["loop-host-bound"]["cycles_resolved"] == 14
+
+
+def _small(init):
+    def __init__(self, torch, hidden=64, tokens=32):
+        init(self, torch, hidden, tokens)
+
+    return __init__

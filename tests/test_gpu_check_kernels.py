@@ -49,6 +49,10 @@ for heads, qk, v in [(2, 576, 512), (4, 64, 64)]:
             row["decode"] = float((o - ref).abs().max())
         row["ref_max"] = float(ref.abs().max())
         out["rows"].append(row)
+# the timed section's own path, one pass per kernel (timing is the GPU's)
+res = gk.run(torch, None, mods, shapes=[(2, 128, 1), (2, 128, 4)], gqa=False, device="cpu",
+             bench=lambda fn: (fn(), 0.5)[1], on_row=lambda o: out.setdefault("saved", 0))
+out["run"] = res
 print(json.dumps(out))
 """
 
@@ -101,6 +105,13 @@ def test_the_copies_load_without_sglang_and_match_the_extend_kernel(kernels):
         assert row["verify_mla"] < 1.5e-2, row
         if row["chain"] == 1:
             assert row["decode"] < 1e-5, row
+    run = out["run"]
+    assert [(r["bs"], r["context"], r["chain"]) for r in run["rows"]] == [(2, 128, 1), (2, 128, 4)]
+    one, four = run["rows"]
+    assert one["verify_splitkv_refused"] and one["verify_splitkv_ms"] is None  # MLA
+    assert one["verify_mla_max_abs_diff"] < 1.5e-2 and one["decode_max_abs_diff"] < 1e-5
+    assert one["extend_x61_ms"] == 0.5 * 61 and "decode_ms" not in four
+    assert "saved" in out and not run["skipped_for_time"]
 
 
 def test_prepare_refuses_a_folder_with_other_files(tmp_path):

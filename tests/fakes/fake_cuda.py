@@ -87,7 +87,9 @@ class FakeCuda:
         return 0
 
     def get_device_properties(self, i):
-        return type("P", (), {"name": "stand-in", "major": 0, "minor": 0})
+        return type(
+            "P", (), {"name": "stand-in", "major": 0, "minor": 0, "multi_processor_count": 0}
+        )
 
     def Event(self, enable_timing=False):
         return FakeEvent(self, enable_timing)
