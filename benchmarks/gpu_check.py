@@ -1,6 +1,14 @@
 """The first-GPU check of the profiler's premises: torch + CUDA only, no SGLang.
 
-    python3 benchmarks/gpu_check.py          # one line per check; exit 0 when all pass
+    python3 benchmarks/gpu_check.py [--kernels DIR] [--out FILE]   # exit 0 when all pass
+
+docs/gpu-check.md says how to run it on the GPU host. Sections, in order: the premises
+below; the real recorder in an SGLang-shaped overlap loop (gpu_check_recorder.py); with
+--kernels DIR (made by `gpu_check_kernels.py prepare DIR` where SGLang is installed),
+SGLang's own verify-attention kernels at Kimi-K2.5 TP 8 shapes (gpu_check_kernels.py).
+Figures go to one JSON file (--out, default ./gpu_check.json), rewritten after each.
+
+The premises:
 
 A synthetic EAGLE cycle (draft steps as small matmuls replayed from a CUDA graph,
 the target's verify forward, accept on the GPU, draft-extend) is wrapped through the
@@ -23,8 +31,8 @@ SGLang's EAGLE worker (the marks of profiling/phases.py). Checks:
 
 Without CUDA (no torch, or torch.cuda.is_available() False) it prints that it needs
 CUDA and exits 0, claiming nothing. It needs no package index: torch, plus wrapt and
-packaging (the patching base's imports), all in common GPU images. Runs in seconds;
-a watchdog ends it (non-zero) after 170 s.
+packaging (the patching base's imports), all in common GPU images (IMPORTS lists what the
+whole run needs). A watchdog ends it (non-zero) after WATCHDOG_S.
 """
 
 from __future__ import annotations
