@@ -82,9 +82,11 @@ class Cell:
     steps_known: bool = False  # the windows said their steps (not inferred)
     sums: dict = field(default_factory=lambda: defaultdict(float))  # (row, stat) -> sum(x*n)
     hist: Counter = field(default_factory=Counter)  # correct drafts -> request-cycles
+    clocks: set = field(default_factory=set)  # the windows' clocks ("cuda", "host")
 
     def add(self, w: Window) -> None:
         n = w.cycles
+        self.clocks.add(w.clock)
         self.cycles += n
         self.windows += 1
         self.mixed += len(w.bs) > 1
@@ -104,6 +106,7 @@ class Cell:
         self.windows += other.windows
         self.mixed += other.mixed
         self.steps_known |= other.steps_known
+        self.clocks |= other.clocks
         for k, v in other.sums.items():
             self.sums[k] += v
         self.hist.update(other.hist)

@@ -40,7 +40,7 @@ from pathlib import Path
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
-from sgl_eagle_ext.profiling import adaptive_log
+from sgl_eagle_ext.profiling import adaptive_log, phases
 from sgl_eagle_ext.profiling.aggregate import (  # noqa: F401 (DECODE_BATCH: re-exported)
     DECODE_BATCH,
     WARMUP_FACTOR,
@@ -145,6 +145,9 @@ def cell_figures(cell: Cell, base: float | None, target_tps: float | None) -> di
     }
     row["accept_len"] = acc
     row["tok_s"] = cell.tok_s
+    row["clock"] = sorted(cell.clocks)
+    meaning = {r: phases.row_meaning(r, cell.clocks) for r in ("other", "host")}
+    row["row_meaning"] = {r: m for r, m in meaning.items() if m}
     if base:
         row["baseline_ms_per_token"] = base
         row["break_even_accept_len"] = cycle / base
@@ -203,6 +206,8 @@ def print_table(rows: list[dict], prof: Profile) -> None:
                 for p, s in row["phases"].items()
             ]
             print("\n".join(PHASE_TABLE.render(rows)))
+            for name, meaning in row.get("row_meaning", {}).items():
+                print(f"  {name}: {meaning}")
             if row.get("accept_len") is not None:
                 print(
                     f"  accept length {row['accept_len']:.2f} tokens/cycle -> "
