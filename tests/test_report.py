@@ -264,3 +264,25 @@ def test_other_and_host_are_named_for_the_clock_that_timed_them(tmp_path):
     both = json.loads(report(str(gpu), str(cpu), "--json").stdout)["rows"]
     assert [r["clock"] for r in both] == [["cuda"], ["host"]]
     assert both[1]["row_meaning"]["other"].startswith("host work in the step")
+
+
+def test_a_disagreement_on_a_contended_host_is_named_sampling(tmp_path):
+    """Issue 34, host contention (CPU harness at load ~10: windows' mean cycles 1.5-2.8 s,
+    -9..-12% against SGLang's lines): when the kept windows' cycle times spread at least
+    twice as wide as the disagreement, the note says the two figures sampled different
+    cycles; steady windows with the same disagreement keep the uncounted-time note."""
+    decode = DECODE_0523.replace("96.40", "{tps}").replace("accept len: 2.06", "accept len: 3.00")
+    busy = [profile_line(1, ms, ms * 0.9, [3], n=4) for ms in (2000.0, 1400.0, 2800.0, 1700.0)]
+    lines = busy + [decode.format(tps=1.30)] * 3  # profile: 3 tokens / 1.975 s = 1.52 tok/s
+    log = tmp_path / "busy.log"
+    log.write_text("\n".join(lines) + "\n")
+    text = report(str(log)).stdout
+    assert "differ by +17% (over 5%): the windows' mean cycle ranged 1400-2800 ms" in text, text
+    assert "(76% of the median: a contended host), and SGLang's 3 kept lines and the " in text
+    assert "profile's 4 windows cover different cycles" in text
+    row = json.loads(report(str(log), "--json").stdout)["rows"][0]
+    assert row["cycle_spread_pct"] == pytest.approx(100 * 1400 / 1850)
+    steady = [profile_line(1, ms, ms * 0.9, [3], n=4) for ms in (2000.0, 1980.0, 2020.0, 1990.0)]
+    log.write_text("\n".join(steady + [decode.format(tps=1.30)] * 3) + "\n")
+    text = report(str(log)).stdout
+    assert "(over 5%): time outside the profiled cycles" in text, text

@@ -153,7 +153,7 @@ class SGLangLines:
         self.accept += other.accept
         self.after_prefill += other.after_prefill
 
-    def _kept(self) -> list[tuple[float, float]]:
+    def kept(self) -> list[tuple[float, float]]:
         """(tokens, seconds) of the lines kept as the profile keeps cycles (module doc):
         not a line after a prefill, not the leading warm-up lines."""
         lines = [
@@ -167,7 +167,7 @@ class SGLangLines:
     @property
     def gen_tps(self) -> float | None:
         """Tokens / seconds over the kept lines (the rate of their summed time)."""
-        kept = self._kept()
+        kept = self.kept()
         return sum(t for t, _ in kept) / sum(s for _, s in kept) if kept else None
 
     @property
