@@ -446,6 +446,8 @@ def main(argv=None) -> int:
         help="the JSON file of figures (default: ./gpu_check.json)",
     )
     args = ap.parse_args(argv)
+    if not args.out.parent.is_dir():
+        ap.error(f"--out {args.out}: the folder {args.out.parent} does not exist")
     t0 = time.monotonic()
     why = no_cuda_reason()
     if why is not None:
@@ -517,6 +519,25 @@ def sections(args, t0: float, torch=None) -> int:
     return code
 
 
+def kernel_line(r: dict, layers: int) -> str:
+    """One shape's figures: each kernel x layers (one verify forward), or why none."""
+
+    def one(k):
+        if r.get(f"{k}_ms"):
+            return f"{k} {r[f'{k}_ms'] * layers:.2f}"
+        return (
+            f"{k} {'refused' if r.get(f'{k}_refused') else 'error'}"
+            if (r.get(f"{k}_refused") or r.get(f"{k}_error"))
+            else ""
+        )
+
+    parts = [p for p in map(one, ("extend", "verify_mla", "verify_splitkv", "decode")) if p]
+    return (
+        f"INFO kernels bs={r['bs']} ctx={r['context']} chain={r['chain']} "
+        f"({r['qk']}/{r['v']}, {r['heads']} heads): ms per verify x{layers}: " + ", ".join(parts)
+    )
+
+
 def kernel_section(torch, folder: Path, figures: dict, t0: float, save) -> Check:
     import gpu_check_kernels as gk
     import triton
@@ -527,9 +548,11 @@ def kernel_section(torch, folder: Path, figures: dict, t0: float, save) -> Check
         return Check("kernels", False, str(e))
     budget = max(30.0, WATCHDOG_S - 40 - (time.monotonic() - t0))
 
-    def partial(out):  # saved after each shape: a watchdog stop keeps them
+    def partial(out):  # saved and printed after each shape: a watchdog stop keeps them
         figures["sections"]["kernels"] = out | {"sglang": manifest.get("sglang")}
         save()
+        r = out["gqa_rows"][-1] if out["gqa_rows"] else out["rows"][-1]  # the newest
+        print(kernel_line(r, gk.LAYERS), flush=True)
 
     try:
         out = gk.run(torch, triton, mods, budget_s=budget, on_row=partial)
@@ -537,17 +560,6 @@ def kernel_section(torch, folder: Path, figures: dict, t0: float, save) -> Check
         return Check("kernels", False, f"stopped by {type(e).__name__}: {e}")
     out["sglang"] = manifest.get("sglang")
     figures["sections"]["kernels"] = out
-    for r in out["rows"]:
-        print(
-            f"INFO kernels bs={r['bs']} ctx={r['context']} chain={r['chain']}: extend "
-            f"{r['extend_ms'] * gk.LAYERS:.2f} ms/verify x{gk.LAYERS}; "
-            + ", ".join(
-                f"{k} {r[f'{k}_ms'] * gk.LAYERS:.2f}"
-                for k in ("verify_mla", "verify_splitkv", "decode")
-                if r.get(f"{k}_ms")
-            ),
-            flush=True,
-        )
     return Check(
         "kernels",
         bool(out["rows"]),

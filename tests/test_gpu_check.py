@@ -179,3 +179,29 @@ def _small(init):
         init(self, torch, hidden, tokens)
 
     return __init__
+
+
+def test_kernel_line_says_each_kernel_or_why_not(gc):
+    row = {"bs": 4, "context": 2048, "chain": 4, "qk": 576, "v": 512, "heads": 8}
+    row |= {"extend_ms": 0.2, "verify_mla_ms": 0.05, "verify_splitkv_ms": None}
+    row |= {"verify_splitkv_refused": "its can_handle() refused this shape"}
+    assert gc.kernel_line(row, 61) == (
+        "INFO kernels bs=4 ctx=2048 chain=4 (576/512, 8 heads): ms per verify x61: "
+        "extend 12.20, verify_mla 3.05, verify_splitkv refused"
+    )
+    row |= {"verify_mla_ms": None, "verify_mla_error": "CompilationError: ..."}
+    assert gc.kernel_line(row, 61).endswith(
+        "extend 12.20, verify_mla error, verify_splitkv refused"
+    )
+
+
+def test_out_in_a_missing_folder_is_refused(tmp_path):
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "nope" / "f.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert f"the folder {tmp_path / 'nope'} does not exist" in p.stderr
