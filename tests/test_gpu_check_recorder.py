@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.fake_cuda import FakeTorch
+from tests.fakes.fake_cuda import FakeTorch, TimelineTorch
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.harness  # torch (CPU) for the tensors
@@ -81,10 +81,11 @@ def test_the_real_recorder_in_the_overlap_loop(gr, fake, monkeypatch):
     assert c["all_resolved"] and f["cycles_resolved"] == 14  # none left pending
     assert c["accept_joined"] and f["accept_len"] == 3.0  # counts came through accept_join
     # the last gap, closed by on_idle's mark on the schedule stream, agrees with our events
-    assert c["last_gap_closed_from_schedule_stream"], f["last_cycle"]
-    assert f["last_cycle"]["recorder_host_ms"] >= 1.0  # process + schedule spins: ~2 ms
-    assert c["total_vs_independent_events"], (f["recorder_total_ms"], f["independent_span_ms"])
-    assert c["cycle_vs_wall"] and c["host_vs_wall_minus_step"]
+    # (the wall-clock verdicts are judged on the simulated device below: here the host's
+    # scheduling stalls on a busy machine land in 2 ms cycles)
+    last = f["last_cycle"]
+    assert last["recorder_host_ms"] >= 1.0  # process + schedule spins: ~2 ms
+    assert abs(last["recorder_host_ms"] - last["independent_gap_ms"]) < 2.0, last
     assert instrument.PROFILER is None and instrument.SYNC_WATCH is None  # undone
     assert gr.Worker.draft.__class__.__name__ == "function"  # uninstalled
 
@@ -157,3 +158,66 @@ def test_verdicts_judge_the_gpu_bound_figures(gr, monkeypatch):
     assert not slow["checks"]["phases_vs_calibrated"]
     gap = gr.loop_figures(cycles(20, host=1.0), run, phase, host, 20, 20 * 6.06, 1.0)
     assert not gap["checks"]["host_near_zero"]
+
+
+def test_gpu_bound_verdicts_on_a_device_that_takes_time(gr, monkeypatch):
+    """The GPU-bound regime's verdicts on a simulated device timeline (the host runs
+    ahead; events complete when the work queued before them has run): the recorder's
+    phases are the device's times, its host gap ~0, its cycle the launch period."""
+    import torch
+
+    from sgl_eagle_ext.in_sglang_base import patching
+
+    fake = TimelineTorch(torch)
+    monkeypatch.setattr(patching, "_capture_check", lambda: fake.cuda.is_current_stream_capturing)
+    monkeypatch.setattr(gr, "WARMUP", 3)
+    monkeypatch.setattr(gr.Worker, "__init__", _small_worker(gr.Worker.__init__))
+    original = gr.Worker.units
+
+    def units(self, x, n):  # each unit: 2 ms of device time, and the (tiny) real math
+        fake.cuda.kernel(2.0 * n)
+        return original(self, x, min(n, 1))
+
+    monkeypatch.setattr(gr.Worker, "units", units)
+    # 4x the GPU's phases: a 20 ms step leaves the host 19.5 ms of slack, more than a
+    # busy 2-core machine's scheduling stalls (at 5 ms, 1-7 ms stalls showed as host gaps:
+    # the device here keeps running while the host is descheduled, as a GPU would)
+    phase_ms, host_ms = gr.REGIMES["gpu-bound"]
+    regimes = {"gpu-bound": ({p: 4 * ms for p, ms in phase_ms.items()}, host_ms)}
+    monkeypatch.setattr(gr, "REGIMES", regimes)
+    f = gr.run_regime(fake, "gpu-bound", n=40)
+    print({k: f[k] for k in ("recorder_cycle_ms", "host_launch_period_ms", "recorder_host_ms")})
+    c = f["checks"]
+    assert f["unit_ms"] == pytest.approx(2.0, rel=0.02)  # calibrated on the device clock
+    assert c["no_sync"] and c["all_resolved"] and c["accept_joined"]
+    assert c["phases_vs_calibrated"], (f["recorder_phase_ms"], f["calibrated_phase_ms"])
+    assert c["host_near_zero"], f["recorder_host_ms"]  # the GPU never waited for the host
+    assert c["cycle_vs_wall"], (f["recorder_cycle_ms"], f["host_launch_period_ms"])
+    assert c["total_vs_independent_events"] and c["last_gap_closed_from_schedule_stream"]
+    assert f["recorder_cycle_ms"] == pytest.approx(20.0, rel=0.05)
+
+
+def test_host_bound_verdicts_on_a_device_that_takes_time(gr, monkeypatch):
+    """The host-bound regime on the simulated device: a 0.5 ms step, 4 ms of host work:
+    the recorder's host gap is the launch period minus the device's step."""
+    import torch
+
+    from sgl_eagle_ext.in_sglang_base import patching
+
+    fake = TimelineTorch(torch)
+    monkeypatch.setattr(patching, "_capture_check", lambda: fake.cuda.is_current_stream_capturing)
+    monkeypatch.setattr(gr, "WARMUP", 3)
+    monkeypatch.setattr(gr.Worker, "__init__", _small_worker(gr.Worker.__init__))
+    original = gr.Worker.units
+
+    def units(self, x, n):  # each unit: 0.05 ms of device time
+        fake.cuda.kernel(0.05 * n)
+        return original(self, x, min(n, 1))
+
+    monkeypatch.setattr(gr.Worker, "units", units)
+    f = gr.run_regime(fake, "host-bound", n=30)
+    c = f["checks"]
+    assert c["no_sync"] and c["all_resolved"] and c["accept_joined"], c
+    assert c["cycle_vs_wall"] and c["host_vs_wall_minus_step"], f
+    assert c["total_vs_independent_events"] and c["last_gap_closed_from_schedule_stream"], f
+    assert f["recorder_host_ms"] >= 3.5  # the 4 ms of host work (schedule + process)

@@ -170,3 +170,75 @@ class FakeTorch:
                 return 1.0
 
         return Scalar()
+
+
+class TimelineEvent:
+    """An event on a simulated device timeline: it completes at the time the work queued
+    before it on its stream ends (or at its recording, on an idle stream)."""
+
+    def __init__(self, cuda, enable_timing=False):
+        self.cuda, self.t = cuda, None
+
+    def record(self, stream=None):
+        assert not self.cuda.capturing, "an event recorded inside a capture"
+        s = stream or self.cuda.current_stream()
+        self.t = max(time.perf_counter(), s.busy_until)
+
+    def query(self):
+        return self.t is not None and time.perf_counter() >= self.t
+
+    def synchronize(self):
+        self.cuda.sync("Event.synchronize")
+        while not self.query():
+            pass
+
+    def elapsed_time(self, other):
+        if not (self.query() and other.query()):
+            raise RuntimeError("cudaErrorNotReady: an event read before it completed")
+        return (other.t - self.t) * 1000
+
+
+class TimelineStream(FakeStream):
+    def __init__(self, cuda=None):
+        super().__init__(cuda)
+        self.busy_until = 0.0
+
+    def wait_stream(self, other):
+        self.busy_until = max(self.busy_until, other.busy_until)
+
+    def synchronize(self):
+        self.cuda.sync("Stream.synchronize")
+        while time.perf_counter() < self.busy_until:
+            pass
+
+
+class TimelineCuda(FakeCuda):
+    """FakeCuda with a device that takes time: `kernel(ms)` queues that much work on
+    the current stream; events complete when the work before them has run. The host
+    runs ahead of the device as it does on a GPU, so a loop can be GPU- or host-bound."""
+
+    def __init__(self):
+        super().__init__()
+        self.streams = [TimelineStream(self)]
+
+    def kernel(self, ms: float) -> None:
+        s = self.current_stream()
+        s.busy_until = max(time.perf_counter(), s.busy_until) + ms / 1000
+
+    def Event(self, enable_timing=False):
+        return TimelineEvent(self, enable_timing)
+
+    def Stream(self):
+        return TimelineStream(self)
+
+    def synchronize(self):
+        self.sync("torch.cuda.synchronize")
+        end = max(s.busy_until for s in self.streams)
+        while time.perf_counter() < end:
+            pass
+
+
+class TimelineTorch(FakeTorch):
+    def __init__(self, torch):
+        super().__init__(torch)
+        self.cuda = TimelineCuda()
