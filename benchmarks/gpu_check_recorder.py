@@ -17,7 +17,7 @@ synthetic worker and scheduler shaped like SGLang 0.5.23's overlap scheduler
     the last cycle's gap with a mark on the schedule stream: another stream than the
     cycle's own
 
-in two regimes: GPU-bound (a 5 ms step, 0.5 ms of host work: the host waits on the GPU)
+in two regimes: GPU-bound (a 10 ms step, 0.5 ms of host work: the host waits on the GPU)
 and host-bound (a 0.5 ms step, 4 ms of host work: the GPU waits on the host), every
 cycle under torch.cuda.set_sync_debug_mode("error"). Independent references: the
 calibrated GPU time of each phase's work (measured apart, before), the host's wall
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 
 # regime -> (GPU ms per phase, host ms per loop iteration: schedule + process)
 REGIMES = {
-    "gpu-bound": (
-        {"draft": 1.0, "verify_fwd": 3.0, "accept": 0.5, "draft_extend": 0.5},
+    "gpu-bound": (  # 10 ms steps: 9.5 ms of slack for the host's own stalls
+        {"draft": 2.0, "verify_fwd": 6.0, "accept": 1.0, "draft_extend": 1.0},
         {"schedule": 0.25, "process": 0.25},
     ),
     "host-bound": (

@@ -179,11 +179,11 @@ def test_gpu_bound_verdicts_on_a_device_that_takes_time(gr, monkeypatch):
         return original(self, x, min(n, 1))
 
     monkeypatch.setattr(gr.Worker, "units", units)
-    # 4x the GPU's phases: a 20 ms step leaves the host 19.5 ms of slack, more than a
+    # 2x the GPU's phases: a 20 ms step leaves the host 19.5 ms of slack, more than a
     # busy 2-core machine's scheduling stalls (at 5 ms, 1-7 ms stalls showed as host gaps:
     # the device here keeps running while the host is descheduled, as a GPU would)
     phase_ms, host_ms = gr.REGIMES["gpu-bound"]
-    regimes = {"gpu-bound": ({p: 4 * ms for p, ms in phase_ms.items()}, host_ms)}
+    regimes = {"gpu-bound": ({p: 2 * ms for p, ms in phase_ms.items()}, host_ms)}
     monkeypatch.setattr(gr, "REGIMES", regimes)
     f = gr.run_regime(fake, "gpu-bound", n=40)
     print({k: f[k] for k in ("recorder_cycle_ms", "host_launch_period_ms", "recorder_host_ms")})
