@@ -1,6 +1,14 @@
 """The first-GPU check of the profiler's premises: torch + CUDA only, no SGLang.
 
-    python3 benchmarks/gpu_check.py          # one line per check; exit 0 when all pass
+    python3 benchmarks/gpu_check.py [--kernels DIR] [--out FILE]   # exit 0 when all pass
+
+docs/gpu-check.md says how to run it on the GPU host. Sections, in order: the premises
+below; the real recorder in an SGLang-shaped overlap loop (gpu_check_recorder.py); with
+--kernels DIR (made by `gpu_check_kernels.py prepare DIR` where SGLang is installed),
+SGLang's own verify-attention kernels at Kimi-K2.5 TP 8 shapes (gpu_check_kernels.py).
+Figures go to one JSON file (--out, default ./gpu_check.json), rewritten after each.
+
+The premises:
 
 A synthetic EAGLE cycle (draft steps as small matmuls replayed from a CUDA graph,
 the target's verify forward, accept on the GPU, draft-extend) is wrapped through the
@@ -23,13 +31,14 @@ SGLang's EAGLE worker (the marks of profiling/phases.py). Checks:
 
 Without CUDA (no torch, or torch.cuda.is_available() False) it prints that it needs
 CUDA and exits 0, claiming nothing. It needs no package index: torch, plus wrapt and
-packaging (the patching base's imports), all in common GPU images. Runs in seconds;
-a watchdog ends it (non-zero) after 170 s.
+packaging (the patching base's imports), all in common GPU images (IMPORTS lists what the
+whole run needs). A watchdog ends it (non-zero) after WATCHDOG_S.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import json
 import math
 import sys
 import time
@@ -38,8 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout, the package not installed
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "benchmarks"):  # run from a checkout, the package not installed
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 TOLERANCE = 0.05  # phase times: wrappers vs independent events
 PHASES = ("draft", "verify_fwd", "accept", "draft_extend", "cycle")
@@ -47,7 +57,10 @@ PHASES = ("draft", "verify_fwd", "accept", "draft_extend", "cycle")
 # cost, so the host runs ahead and every event timestamp is the GPU's own.
 TARGET_MS = {"draft": 2.0, "verify_fwd": 3.0, "accept": 1.0, "draft_extend": 1.0}
 EAGER_CYCLES, GRAPH_CYCLES = 20, 60
-WATCHDOG_S = 170
+WATCHDOG_S = 280  # the whole run, kernels' JIT builds included, inside 5 minutes
+# What the GPU image must have: the only imports of gpu_check*.py and the project
+# modules they load (no SGLang, no package index).
+IMPORTS = ("torch", "triton", "numpy", "wrapt", "packaging", "psutil")
 
 
 # -- verdicts: plain Python (tests/test_gpu_check.py runs them on CPU) ----------------
@@ -390,6 +403,9 @@ def run_cycles(torch, worker, marks: Marks, ref: RefTimer, n: int) -> None:
             marks.busy += 1
 
 
+TORCH_FRAMES = ("/torch/", "/wrapt/", "/tests/fakes/")  # the last: the tests' stand-in torch
+
+
 def where(e: BaseException) -> str:
     """The error's first line and the innermost frame outside torch and wrapt: the
     caller of the synchronizing operation."""
@@ -398,7 +414,7 @@ def where(e: BaseException) -> str:
     ours = [
         f
         for f in traceback.extract_tb(e.__traceback__)
-        if not any(p in f.filename.replace("\\", "/") for p in ("/torch/", "/wrapt/"))
+        if not any(p in f.filename.replace("\\", "/") for p in TORCH_FRAMES)
     ]
     at = f" at {ours[-1].name} ({Path(ours[-1].filename).name}:{ours[-1].lineno})" if ours else ""
     return f"{(str(e).splitlines() or [repr(e)])[0]}{at}"
@@ -416,14 +432,49 @@ def sync_detector_fires(torch) -> bool:
     return False
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--kernels",
+        type=Path,
+        help="SGLang's kernels, copied by "
+        "benchmarks/gpu_check_kernels.py prepare DIR (the kernel section)",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path("gpu_check.json"),
+        help="the JSON file of figures (default: ./gpu_check.json)",
+    )
+    args = ap.parse_args(argv)
+    if not args.out.parent.is_dir():
+        ap.error(f"--out {args.out}: the folder {args.out.parent} does not exist")
     t0 = time.monotonic()
     why = no_cuda_reason()
     if why is not None:
         print(f"gpu_check: needs CUDA ({why}): nothing checked, nothing claimed")
         return 0
     faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)  # never hang a lease
-    import torch
+    code = sections(args, t0)
+    faulthandler.cancel_dump_traceback_later()
+    return code
+
+
+def sections(args, t0: float, torch=None) -> int:
+    """Every section in order; the JSON is rewritten after each (a watchdog stop keeps
+    what was measured). `torch`: tests pass a stand-in."""
+    import gpu_check_recorder
+
+    if torch is None:
+        import torch
+
+    figures: dict = {"device": {}, "sections": {}}
+
+    def save():
+        figures["seconds"] = round(time.monotonic() - t0, 1)
+        args.out.write_text(json.dumps(figures, indent=1, default=str) + "\n")
 
     try:
         from sgl_eagle_ext.in_sglang_base import patching
@@ -433,6 +484,14 @@ def main() -> int:
         print(f"FAIL setup: the project's patching base or recorder clock: {e!r}")
         return 1
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    figures["device"] = {
+        "name": props.name,
+        "sm": f"{props.major}{props.minor}",
+        "sms": props.multi_processor_count,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "imports": IMPORTS,
+    }
     print(
         f"gpu_check: {props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}, "
         f"CUDA {torch.version.cuda}"
@@ -446,10 +505,70 @@ def main() -> int:
         checks = [Check("run", False, f"stopped by {e!r}")]
     for c in checks:
         print(c.line(), flush=True)
+    figures["sections"]["premises"] = {c.name: {"ok": c.ok, "figure": c.figure} for c in checks}
+    save()
+    rec = gpu_check_recorder.run_all(torch, say=lambda line: print(line, flush=True))
+    figures["sections"]["recorder"] = rec
+    checks += [Check(f"recorder {k}", v.get("ok", True), "") for k, v in rec.items()]
+    save()
+    if args.kernels is not None:
+        checks.append(kernel_section(torch, args.kernels, figures, t0, save))
+        save()
+    else:
+        print("SKIP kernels: no --kernels DIR (docs/gpu-check.md says how to prepare it)")
     text, code = summary(checks, time.monotonic() - t0)
     print(text)
-    faulthandler.cancel_dump_traceback_later()
+    print(f"gpu_check: figures in {args.out}")
     return code
+
+
+def kernel_line(r: dict, layers: int) -> str:
+    """One shape's figures: each kernel x layers (one verify forward), or why none."""
+
+    def one(k):
+        if r.get(f"{k}_ms"):
+            return f"{k} {r[f'{k}_ms'] * layers:.2f}"
+        return (
+            f"{k} {'refused' if r.get(f'{k}_refused') else 'error'}"
+            if (r.get(f"{k}_refused") or r.get(f"{k}_error"))
+            else ""
+        )
+
+    parts = [p for p in map(one, ("extend", "verify_mla", "verify_splitkv", "decode")) if p]
+    return (
+        f"INFO kernels bs={r['bs']} ctx={r['context']} chain={r['chain']} "
+        f"({r['qk']}/{r['v']}, {r['heads']} heads): ms per verify x{layers}: " + ", ".join(parts)
+    )
+
+
+def kernel_section(torch, folder: Path, figures: dict, t0: float, save) -> Check:
+    import gpu_check_kernels as gk
+    import triton
+
+    try:
+        mods, manifest = gk.load(folder)
+    except gk.KernelsError as e:
+        return Check("kernels", False, str(e))
+    budget = max(30.0, WATCHDOG_S - 40 - (time.monotonic() - t0))
+
+    def partial(out):  # saved and printed after each shape: a watchdog stop keeps them
+        figures["sections"]["kernels"] = out | {"sglang": manifest.get("sglang")}
+        save()
+        r = out["gqa_rows"][-1] if out["gqa_rows"] else out["rows"][-1]  # the newest
+        print(kernel_line(r, gk.LAYERS), flush=True)
+
+    try:
+        out = gk.run(torch, triton, mods, budget_s=budget, on_row=partial)
+    except Exception as e:
+        return Check("kernels", False, f"stopped by {type(e).__name__}: {e}")
+    out["sglang"] = manifest.get("sglang")
+    figures["sections"]["kernels"] = out
+    return Check(
+        "kernels",
+        bool(out["rows"]),
+        f"{len(out['rows'])} shapes timed, {len(out['skipped_for_time'])} skipped for time "
+        f"(SGLang {out['sglang']} kernels)",
+    )
 
 
 def run(torch, patching, phases, CudaEventClock, tokens=2048, hidden=4096) -> list[Check]:

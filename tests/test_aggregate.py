@@ -181,7 +181,7 @@ def test_sglang_lines_are_kept_as_the_cycles_are():
     for a in (4, 1, 4):
         cycle(a, 0.1)
     prof = Profile.read(lines)
-    kept = prof.sglang[1]._kept()
+    kept = prof.sglang[1].kept()
     assert len(kept) == 12 and sum(s for _, s in kept) == pytest.approx(1.6, rel=1e-3)
     # 33 tokens over 12 verify passes (1.6 s); the profile's 13 cycles, 35 tokens in 1.7 s
     assert prof.sglang[1].gen_tps == pytest.approx(33 / 1.6, rel=1e-3)

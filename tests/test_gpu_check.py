@@ -8,15 +8,15 @@ torch's own sync detector) is left to the GPU run; the README says it has not ru
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.fakes.fake_cuda import FakeTorch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -70,155 +70,6 @@ def test_summary_and_lines(gc):
 
 
 # -- the CUDA path against a stand-in torch.cuda -------------------------------------
-
-
-class FakeEvent:
-    """Host-clock event. The device completes work in record order: an event is done once
-    a query() found it in flight before, or a later one is done, or after a synchronize;
-    elapsed_time() before both are done raises, as CUDA does."""
-
-    def __init__(self, cuda, enable_timing=False):
-        self.cuda, self.t, self.seq, self.queries = cuda, None, None, 0
-
-    def record(self, stream=None):
-        assert not self.cuda.capturing, "an event recorded inside a capture"
-        self.cuda.recorded += 1
-        self.t, self.seq, self.queries = time.perf_counter(), self.cuda.recorded, 0
-
-    def done(self):
-        return self.seq is not None and self.seq <= self.cuda.done_upto
-
-    def query(self):
-        if not self.done():
-            self.queries += 1
-            if self.queries < 2:
-                return False  # still in flight at the first look
-            self.cuda.done_upto = max(self.cuda.done_upto, self.seq)
-        return True
-
-    def synchronize(self):
-        self.cuda.sync("Event.synchronize")
-        self.cuda.done_upto = max(self.cuda.done_upto, self.seq)
-
-    def elapsed_time(self, other):
-        if not (self.done() and other.done()):
-            raise RuntimeError("cudaErrorNotReady: an event read before it completed")
-        return (other.t - self.t) * 1000
-
-
-class FakeStream:
-    def wait_stream(self, other):
-        pass
-
-    def synchronize(self):
-        pass
-
-
-class FakeGraph:
-    def replay(self):
-        pass
-
-
-class FakeCuda:
-    def __init__(self):
-        self.capturing = False
-        self.mode = 0
-        self.syncs_in_error_mode = 0
-        self.streams = [FakeStream()]
-        self.recorded = self.done_upto = 0
-
-    def sync(self, what):
-        if self.mode in ("error", 2):
-            self.syncs_in_error_mode += 1
-            raise RuntimeError(f"called a synchronizing CUDA operation ({what})")
-
-    def is_available(self):
-        return True
-
-    def is_bf16_supported(self):
-        return True
-
-    def current_device(self):
-        return 0
-
-    def get_device_properties(self, i):
-        return type("P", (), {"name": "stand-in", "major": 0, "minor": 0})
-
-    def Event(self, enable_timing=False):
-        return FakeEvent(self, enable_timing)
-
-    def Stream(self):
-        return FakeStream()
-
-    def CUDAGraph(self):
-        return FakeGraph()
-
-    def graph_pool_handle(self):
-        return object()
-
-    def current_stream(self):
-        return self.streams[-1]
-
-    @contextlib.contextmanager
-    def stream(self, s):
-        self.streams.append(s)
-        try:
-            yield
-        finally:
-            self.streams.pop()
-
-    @contextlib.contextmanager
-    def graph(self, g, pool=None, stream=None):
-        self.synchronize()  # as torch.cuda.graph does on entry
-        self.capturing = True
-        try:
-            yield
-        finally:
-            self.capturing = False
-
-    def is_current_stream_capturing(self):
-        return self.capturing
-
-    def synchronize(self):
-        self.sync("torch.cuda.synchronize")
-        self.done_upto = self.recorded
-
-    def set_sync_debug_mode(self, mode):
-        self.mode = mode
-
-
-class FakeTorch:
-    """Real CPU tensors, a stand-in `cuda`; `device="cuda"` is dropped."""
-
-    def __init__(self, torch):
-        self._t = torch
-        self.cuda = FakeCuda()
-        self.bfloat16 = self.float16 = torch.float32
-        self.int32 = torch.int32
-        self.__version__ = torch.__version__
-        self.version = type("V", (), {"cuda": "stand-in"})
-
-    def Generator(self, device=None):
-        return self._t.Generator()
-
-    def randn(self, *shape, device=None, dtype=None, generator=None):
-        return self._t.randn(*shape, dtype=dtype, generator=generator)
-
-    def randint(self, low, high, size, device=None, generator=None):
-        return self._t.randint(low, high, size, generator=generator)
-
-    def tanh(self, x):
-        return self._t.tanh(x)
-
-    def ones(self, *shape, device=None):
-        cuda = self.cuda
-
-        class Scalar:
-            def item(self):
-                cuda.sync(".item()")
-                return 1.0
-
-        return Scalar()
 
 
 @pytest.mark.harness  # torch (CPU) for the tensors
@@ -279,3 +130,78 @@ def test_a_sync_in_the_hot_path_fails_the_check(gc, monkeypatch):
     assert "torch.cuda.synchronize" in checks["no-sync"].figure
     assert "(test_gpu_check.py:" in checks["no-sync"].figure  # where it was called
     assert fake.cuda.mode == 0  # the mode is reset after the failure
+
+
+@pytest.mark.harness
+def test_the_whole_run_writes_its_json(gc, monkeypatch, tmp_path, capsys):
+    """main's sections on the stand-in: the premises, the real recorder's sections, the
+    kernel section skipped without --kernels, one JSON file of figures."""
+    import json
+    import types
+
+    import gpu_check_recorder as gr
+    import torch
+
+    from sgl_eagle_ext.in_sglang_base import patching
+
+    fake = FakeTorch(torch)
+    monkeypatch.setattr(patching, "_capture_check", lambda: fake.cuda.is_current_stream_capturing)
+    monkeypatch.setattr(gc, "TARGET_MS", {k: v / 4 for k, v in gc.TARGET_MS.items()})
+    monkeypatch.setattr(gc, "EAGER_CYCLES", 3)
+    monkeypatch.setattr(gc, "GRAPH_CYCLES", 3)
+    run = gc.run
+    monkeypatch.setattr(gc, "run", lambda t, *a: run(t, *a, tokens=64, hidden=128))
+    monkeypatch.setattr(gr, "CYCLES", 14)
+    monkeypatch.setattr(gr, "WARMUP", 3)
+    monkeypatch.setattr(gr.Worker, "__init__", _small(gr.Worker.__init__))
+    monkeypatch.setattr(
+        gr,
+        "REGIMES",
+        {k: ({p: ms / 10 for p, ms in ph.items()}, h) for k, (ph, h) in gr.REGIMES.items()},
+    )
+    out = tmp_path / "figures.json"
+    args = types.SimpleNamespace(kernels=None, out=out)
+    gc.sections(args, 0.0, torch=fake)
+    text = capsys.readouterr().out
+    print(text)
+    assert "SKIP kernels: no --kernels DIR" in text and f"figures in {out}" in text
+    figures = json.loads(out.read_text())
+    assert figures["device"]["imports"] == list(gc.IMPORTS)
+    assert set(figures["sections"]) == {"premises", "recorder"}
+    rec = figures["sections"]["recorder"]
+    assert set(rec) == {"loop-gpu-bound", "loop-host-bound", "capture", "mark-cost", "sync-count"}
+    assert all("error" not in v for v in rec.values()), rec
+    assert rec["loop-host-bound"]["cycles_resolved"] == 14
+
+
+def _small(init):
+    def __init__(self, torch, hidden=64, tokens=32):
+        init(self, torch, hidden, tokens)
+
+    return __init__
+
+
+def test_kernel_line_says_each_kernel_or_why_not(gc):
+    row = {"bs": 4, "context": 2048, "chain": 4, "qk": 576, "v": 512, "heads": 8}
+    row |= {"extend_ms": 0.2, "verify_mla_ms": 0.05, "verify_splitkv_ms": None}
+    row |= {"verify_splitkv_refused": "its can_handle() refused this shape"}
+    assert gc.kernel_line(row, 61) == (
+        "INFO kernels bs=4 ctx=2048 chain=4 (576/512, 8 heads): ms per verify x61: "
+        "extend 12.20, verify_mla 3.05, verify_splitkv refused"
+    )
+    row |= {"verify_mla_ms": None, "verify_mla_error": "CompilationError: ..."}
+    assert gc.kernel_line(row, 61).endswith(
+        "extend 12.20, verify_mla error, verify_splitkv refused"
+    )
+
+
+def test_out_in_a_missing_folder_is_refused(tmp_path):
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "nope" / "f.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert f"the folder {tmp_path / 'nope'} does not exist" in p.stderr

@@ -14,7 +14,14 @@ from sgl_eagle_ext.profiling.recorder import window
 from sgl_eagle_ext.profiling.recorder.cycles import Resolved
 
 
-def profile_line(bs: int, cycle_ms: float, verify_ms: float, accepted: list[int], n: int = 20):
+def profile_line(
+    bs: int,
+    cycle_ms: float,
+    verify_ms: float,
+    accepted: list[int],
+    n: int = 20,
+    clock: str = "cuda",
+):
     per = [
         Resolved(
             "decode",
@@ -32,7 +39,7 @@ def profile_line(bs: int, cycle_ms: float, verify_ms: float, accepted: list[int]
         )
         for _ in range(n)
     ]
-    return "[2026-11-29 10:00:00 TP0] " + window.log_line(window.summarize(per, 0, "cuda"))
+    return "[2026-11-29 10:00:00 TP0] " + window.log_line(window.summarize(per, 0, clock))
 
 
 def report(*args: str) -> subprocess.CompletedProcess:
@@ -239,3 +246,43 @@ def test_disagreement_with_sglang_is_said_and_no_empty_sections(tmp_path):
     assert "differ by +100% (over 5%)" in text
     assert "0 cycles in 0 windows" not in text and "== batch size 3" not in text
     assert "batch size 3: accept len 2.06, gen throughput 96.4 tok/s" in text
+
+
+def test_other_and_host_are_named_for_the_clock_that_timed_them(tmp_path):
+    """Issue 34: on a GPU `other` is GPU-timeline time (plan-stream waits, gaps between
+    kernels), on the CPU harness host work; the report says which, per batch size."""
+    gpu, cpu = tmp_path / "gpu.log", tmp_path / "cpu.log"
+    gpu.write_text(profile_line(1, 30.0, 28.5, [2] * 20) + "\n")
+    cpu.write_text(profile_line(2, 300.0, 250.0, [2] * 20, clock="host") + "\n")
+    on_gpu, on_cpu = report(str(gpu)).stdout, report(str(cpu)).stdout
+    assert (
+        "  other: GPU-timeline time in the step that no phase covers: waits on the plan" in on_gpu
+    )
+    assert "  host: the forward stream's wait for the host between steps" in on_gpu
+    assert "  other: host work in the step between its phases" in on_cpu
+    assert "GPU-timeline" not in on_cpu
+    both = json.loads(report(str(gpu), str(cpu), "--json").stdout)["rows"]
+    assert [r["clock"] for r in both] == [["cuda"], ["host"]]
+    assert both[1]["row_meaning"]["other"].startswith("host work in the step")
+
+
+def test_a_disagreement_on_a_contended_host_is_named_sampling(tmp_path):
+    """Issue 34, host contention (CPU harness at load ~10: windows' mean cycles 1.5-2.8 s,
+    -9..-12% against SGLang's lines): when the kept windows' cycle times spread at least
+    twice as wide as the disagreement, the note says the two figures sampled different
+    cycles; steady windows with the same disagreement keep the uncounted-time note."""
+    decode = DECODE_0523.replace("96.40", "{tps}").replace("accept len: 2.06", "accept len: 3.00")
+    busy = [profile_line(1, ms, ms * 0.9, [3], n=4) for ms in (2000.0, 1400.0, 2800.0, 1700.0)]
+    lines = busy + [decode.format(tps=1.30)] * 3  # profile: 3 tokens / 1.975 s = 1.52 tok/s
+    log = tmp_path / "busy.log"
+    log.write_text("\n".join(lines) + "\n")
+    text = report(str(log)).stdout
+    assert "differ by +17% (over 5%): the windows' mean cycle ranged 1400-2800 ms" in text, text
+    assert "(76% of the median: a contended host), and SGLang's 3 kept lines and the " in text
+    assert "profile's 4 windows cover different cycles" in text
+    row = json.loads(report(str(log), "--json").stdout)["rows"][0]
+    assert row["cycle_spread_pct"] == pytest.approx(100 * 1400 / 1850)
+    steady = [profile_line(1, ms, ms * 0.9, [3], n=4) for ms in (2000.0, 1980.0, 2020.0, 1990.0)]
+    log.write_text("\n".join(steady + [decode.format(tps=1.30)] * 3) + "\n")
+    text = report(str(log)).stdout
+    assert "(over 5%): time outside the profiled cycles" in text, text

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -189,3 +190,97 @@ def test_adaptive_state_builds_are_a_phase_of_their_own():
     cpu = StartupPhase()
     cpu.feed("[TP0] Built adaptive runtime state steps=5: elapsed=0.10s, mem=0.00GB")
     assert cpu.phase == "building adaptive runtime states (1 built, last steps=5)"
+
+
+# A server that logs one line, then runs a silent child of the given name (a copy of
+# `sleep`, so the kernel reports that name) for the given seconds, then hangs silently.
+BUILDING = (
+    "import os, shutil, subprocess, sys, time\n"
+    "folder, name, secs = sys.argv[1:4]\n"
+    "exe = os.path.join(folder, name)\n"
+    "shutil.copy(shutil.which('sleep'), exe)\n"
+    "print('Load weight begin', flush=True)\n"
+    "child = subprocess.Popen([exe, secs])\n"
+    "open(os.path.join(folder, 'child.pid'), 'w').write(str(child.pid))\n"
+    "child.wait()\n"
+    "time.sleep(3600)\n"
+)
+
+
+def _build_server(tmp_path, name: str, secs: str) -> tuple[ServerProcess, Path]:
+    home = tmp_path / "home"  # no JIT cache of this machine's own in the picture
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    for var in ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "SGLANG_CACHE_DIR"):
+        env.pop(var, None)
+    cmd = [sys.executable, "-c", BUILDING, str(tmp_path), name, secs]
+    proc = ServerProcess(cmd, env, tmp_path / "b.log", echo=False)
+    proc.start()
+    return proc, tmp_path / "child.pid"
+
+
+def _watchdog(proc) -> StartupFailed:
+    from sgl_eagle_ext.launcher import readiness
+
+    with pytest.raises(StartupFailed) as e:  # port 9: nothing answers
+        readiness.wait_ready(
+            proc, "http://127.0.0.1:9", 9, api_key=None, stall_timeout=1.0,
+            startup_timeout=0, poll=0.1,
+        )  # fmt: skip
+    assert e.value.code == EXIT_WATCHDOG
+    return e.value
+
+
+def test_a_silent_compiler_in_the_tree_is_progress(tmp_path):
+    """Issue 34: a first start's nvcc build logs nothing; while a compiler runs in the
+    server's tree the stall watchdog (1 s here) does not fire, and the phase names it.
+    The watchdog fires only once the 4 s build has ended."""
+    proc, pid_file = _build_server(tmp_path, "nvcc", "4")
+    try:
+        failed = _watchdog(proc)
+        child = int(pid_file.read_text())
+        assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
+    finally:
+        proc.stop(grace=1)
+    assert f"JIT build: nvcc (pid {child})" in str(failed), failed
+
+
+def test_a_silent_hang_without_a_compiler_still_stops(tmp_path):
+    """The same silent child under a name no compiler has: the watchdog fires while it
+    still runs."""
+    proc, pid_file = _build_server(tmp_path, "sleeper", "60")
+    try:
+        failed = _watchdog(proc)
+        child = int(pid_file.read_text())
+        assert psutil.Process(child).is_running()  # fired during the child's life
+    finally:
+        proc.stop(grace=1)
+    assert "JIT" not in str(failed) and "no server log progress" in str(failed)
+
+
+def test_a_growing_jit_cache_is_progress(tmp_path):
+    """Triton's cache gaining kernel folders (no process to see, no log line) is progress;
+    the watchdog fires once the growth stops."""
+    from sgl_eagle_ext.common import jit_watch
+
+    cache = tmp_path / "triton"
+    cache.mkdir()
+    script = (
+        "import os, sys, time\n"
+        "print('Load weight begin', flush=True)\n"
+        "for i in range(12):\n"
+        "    os.mkdir(os.path.join(sys.argv[1], f'k{i}'))\n"
+        "    time.sleep(0.3)\n"
+        "time.sleep(3600)\n"
+    )
+    env = {**os.environ, "HOME": str(tmp_path), "TRITON_CACHE_DIR": str(cache)}
+    assert cache in jit_watch.cache_dirs(env)
+    proc = ServerProcess([sys.executable, "-c", script, str(cache)], env, tmp_path / "c.log",
+                         echo=False)  # fmt: skip
+    proc.start()
+    try:
+        failed = _watchdog(proc)
+    finally:
+        proc.stop(grace=1)
+    assert len(list(cache.iterdir())) == 12  # the growth had ended when it fired
+    assert f"JIT cache growing: {cache}" in str(failed), failed

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from sgl_eagle_ext.common import contract, proctree, startup_phase
+from sgl_eagle_ext.common import contract, jit_watch, proctree, startup_phase
 from sgl_eagle_ext.common.redaction import redact_text
 
 # Startup phases (common/startup_phase.py); PHASES stays importable from here.
@@ -32,6 +32,7 @@ LINE_END = re.compile(rb"[\r\n]")
 # Exit codes of the launcher and the router (README and docs/launcher.md: exit codes); Stopped: 128+signal.
 EXIT_SERVER_FAILED = 1
 EXIT_WATCHDOG = 3
+BUILD_RECENT_S = 10.0  # a build seen this recently is named in the phase
 
 
 class StartupFailed(Exception):
@@ -145,6 +146,9 @@ class ServerProcess:
         self.tail: deque[str] = deque(maxlen=40)
         self._reader: threading.Thread | None = None
         self.log_error = ""
+        self.builds: jit_watch.BuildWatch | None = None  # made at start (the env's caches)
+        self.build_note = ""  # the last JIT build seen (jit_watch), named in the phase
+        self.build_seen_at: float | None = None
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
@@ -159,6 +163,7 @@ class ServerProcess:
             preexec_fn=proctree.die_with_parent,
         )
         self.last_progress = time.monotonic()
+        self.builds = jit_watch.BuildWatch(self.env)
         self._reader = threading.Thread(target=self._pump, name="server-log", daemon=True)
         self._reader.start()
 
@@ -235,10 +240,26 @@ class ServerProcess:
 
     @property
     def phase(self) -> str:
-        return self._phase.phase
+        """The startup phase from the log; with the JIT build seen in the last
+        BUILD_RECENT_S (a silent build is what the server is doing)."""
+        recent = self.build_seen_at is not None and (
+            time.monotonic() - self.build_seen_at <= BUILD_RECENT_S
+        )
+        return f"{self._phase.phase}; {self.build_note}" if recent else self._phase.phase
 
     def stalled_for(self) -> float:
         return time.monotonic() - self.last_progress
+
+    def note_builds(self) -> str | None:
+        """A compiler in the server's tree or a growing JIT cache (common/jit_watch.py)
+        is progress, though the log is silent; returns what was seen."""
+        if self.builds is None or self.proc is None:
+            return None
+        seen = self.builds.poll(self.tree_pids())
+        if seen:
+            self.last_progress = self.build_seen_at = time.monotonic()
+            self.build_note = seen
+        return seen
 
     # -- log --------------------------------------------------------------
     def _pump(self) -> None:

@@ -47,8 +47,9 @@ def wait_ready(
 ) -> float:
     """Block until the server is ready; return seconds taken.
 
-    Raises StartupFailed when the server exits, when its log shows no progress
-    for `stall_timeout` s (the watchdog), or after `startup_timeout` s (0: none).
+    Raises StartupFailed when the server exits, when it shows no progress for
+    `stall_timeout` s (the watchdog: no log line, no compiler in its tree, no JIT cache
+    growth), or after `startup_timeout` s (0: none).
     The lines our own polls cause (uvicorn's access log of /health_generate) are not
     progress (common/startup_phase.py), so a stall after HTTP is up is caught too.
     """
@@ -61,6 +62,7 @@ def wait_ready(
                 f"the server exited with code {code} during startup (phase: {server.phase})",
                 EXIT_SERVER_FAILED,
             )
+        server.note_builds()  # a silent JIT build is progress (common/jit_watch.py)
         if stall_timeout and server.stalled_for() > stall_timeout:
             raise StartupFailed(
                 f"watchdog: no server log progress for {show_seconds(server.stalled_for())} "

@@ -82,9 +82,11 @@ class Cell:
     steps_known: bool = False  # the windows said their steps (not inferred)
     sums: dict = field(default_factory=lambda: defaultdict(float))  # (row, stat) -> sum(x*n)
     hist: Counter = field(default_factory=Counter)  # correct drafts -> request-cycles
+    clocks: set = field(default_factory=set)  # the windows' clocks ("cuda", "host")
 
     def add(self, w: Window) -> None:
         n = w.cycles
+        self.clocks.add(w.clock)
         self.cycles += n
         self.windows += 1
         self.mixed += len(w.bs) > 1
@@ -104,6 +106,7 @@ class Cell:
         self.windows += other.windows
         self.mixed += other.mixed
         self.steps_known |= other.steps_known
+        self.clocks |= other.clocks
         for k, v in other.sums.items():
             self.sums[k] += v
         self.hist.update(other.hist)
@@ -149,7 +152,7 @@ class SGLangLines:
         self.accept += other.accept
         self.after_prefill += other.after_prefill
 
-    def _kept(self) -> list[tuple[float, float]]:
+    def kept(self) -> list[tuple[float, float]]:
         """(tokens, seconds) of the lines kept as the profile keeps cycles (module doc):
         not a line after a prefill, not the leading warm-up lines."""
         lines = [
@@ -163,7 +166,7 @@ class SGLangLines:
     @property
     def gen_tps(self) -> float | None:
         """Tokens / seconds over the kept lines (the rate of their summed time)."""
-        kept = self._kept()
+        kept = self.kept()
         return sum(t for t, _ in kept) / sum(s for _, s in kept) if kept else None
 
     @property

@@ -70,8 +70,38 @@ PHASE_TABLE: tuple[Phase, ...] = (
     Phase("draft_extend", EXTEND_START, EXTEND_END, "the draft's extend after decode"),
 )
 # The whole cycle (a prefill is one step too, counted apart); "other" in the log
-# line is the cycle minus the phases above: host work between them.
+# line is the step minus the phases above, "host" the gap after the step (ROW_MEANING).
 CYCLE = Phase("cycle", STEP_START, STEP_END, "one call of the worker's step method")
+
+# What the two derived rows are, by the clock that timed them (a window's `clock`):
+# on CUDA the marks are events on the forward stream, so both rows are GPU-timeline
+# time; on the CPU harness (host clock) every kernel has finished when its call
+# returns, so they are host time.
+ROW_MEANING: dict[str, dict[str, str]] = {
+    "cuda": {
+        "other": "GPU-timeline time in the step that no phase covers: waits on the plan "
+        "stream, gaps between kernels, launches the GPU waited for",
+        "host": "the forward stream's wait for the host between steps: result processing "
+        "and scheduling the next batch",
+    },
+    "host": {
+        "other": "host work in the step between its phases (Python in the worker)",
+        "host": "the scheduler's host work between steps: result processing and "
+        "scheduling the next batch",
+    },
+}
+
+
+def row_meaning(row: str, clocks) -> str | None:
+    """What `row` ("other", "host") is for windows timed by `clocks`; both named when
+    they differ; None for an unknown clock."""
+    known = [c for c in sorted(set(clocks)) if c in ROW_MEANING]
+    if not known:
+        return None
+    if len(known) == 1:
+        return ROW_MEANING[known[0]][row]
+    return "; ".join(f"{c} clock: {ROW_MEANING[c][row]}" for c in known)
+
 
 # Roles wrapped without marks: the step wrapper opens/closes the cycle itself and
 # reads accept counts (v1); accept_join reads them where v2 delivers them; idle

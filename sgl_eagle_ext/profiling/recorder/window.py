@@ -7,8 +7,8 @@ tokens per request per verify cycle, bonus token included (SGLang's definition,
 common/figures.py); `accept_hist` counts request-cycles by accepted tokens;
 `tok_s` = accepted tokens / summed cycle time, the decode speed the window implies;
 `share` is each row's percentage of summed cycle time: the phases, `other` (the step
-minus its phases: host work inside the step) and `host` (the gap after the step:
-result processing and scheduling the next batch). `syncs` is off unless
+minus its phases) and `host` (the gap after the step); what those two are depends on the
+clock (phases.ROW_MEANING: on CUDA GPU-timeline time, on the CPU harness host time). `syncs` is off unless
 EAGLE3_PROFILE_SYNC_CHECK=1; `syncs_counted` then says what was counted inside cycles
 (recorder/syncs.py): `device-syncs` (CUDA: every synchronizing CUDA call, implicit
 ones such as .cpu()/.tolist()/.item() included, via torch.cuda.set_sync_debug_mode) or
