@@ -135,6 +135,11 @@ def test_chain_verify_anchors_exist_in_release_source(release):
         default = releases.ChainVerify()
         assert module_globals(root, default.splitkv_module) is None, release.version
         return
+    module, cls = cv.backend.split(":")
+    assert cv.forward_extend in defined_methods(root, module, cls), release.version
+    assert cv.mode in defined_methods(
+        root, "sglang.srt.model_executor.forward_batch_info", "ForwardMode"
+    ), release.version
     attrs = assigned_in_init(root, cv.backend)
     wanted = {*cv.splitkv, cv.extend, "topk", "use_mla", "num_draft_tokens"}
     wanted |= set(cv.shared_kv or ())

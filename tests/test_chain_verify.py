@@ -117,8 +117,10 @@ def chain_args(mask=None, causal=True, max_len=4):
 def dispatch(monkeypatch):
     monkeypatch.setattr(chain_verify.PATCHES, "_installed", [object()])  # as if installed
     log = []
+    backend = Backend()
+    vars(backend)[chain_verify._IN_DRAFT_EXTEND] = True  # its forward_extend saw DRAFT_EXTEND_V2
     extend = chain_verify._ChainExtend(
-        Backend(), lambda *a, **k: log.append(("extend", a[12])), fake_kernel(log), "verify"
+        backend, lambda *a, **k: log.append(("extend", a[12])), fake_kernel(log), "verify"
     )
     return extend, log
 
@@ -145,6 +147,15 @@ def test_anything_else_stays_on_the_extend_kernel(dispatch, args, kwargs):
     extend, log = dispatch
     extend(*args, **kwargs)
     assert log == [("extend", args[12])]
+
+
+def test_a_prefill_stays_on_the_extend_kernel(dispatch):
+    """Outside a draft-extend after a verify (a prefill: its prefix may be empty, where
+    SGLang's split-KV kernel returns NaN) the same-shaped call runs the extend kernel."""
+    extend, log = dispatch
+    vars(extend.backend)[chain_verify._IN_DRAFT_EXTEND] = False
+    extend(*chain_args(max_len=4))
+    assert log == [("extend", 4)]
 
 
 def test_uninstalled_dispatch_is_the_extend_kernel(monkeypatch):
