@@ -147,6 +147,8 @@ def test_chain_verify_anchors_exist_in_release_source(release):
     assert {"MAX_N_SPLITS", "MIN_N_SPLITS", "DEFAULT_BLOCK_N"} <= module_globals(
         root, cv.splitkv_module
     )
+    kernel_cls, alloc = cv.splitkv_alloc.split(".")
+    assert alloc in defined_methods(root, cv.splitkv_module, kernel_cls), release.version
     if cv.shared_kv_module:
         assert {"MAX_N_SPLITS", "DEFAULT_BLOCK_N"} <= module_globals(root, cv.shared_kv_module)
     else:

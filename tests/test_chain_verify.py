@@ -87,6 +87,20 @@ def test_split_kv_verify_equals_the_extend_kernel(kernel, shapes):
         assert result["max_diff"] <= result["bound"], (case, result)
 
 
+def test_empty_splits_of_a_short_prefix_are_zeroed():
+    """SGLang's split-KV kernel leaves a split that a short prefix does not reach
+    unwritten (4 splits of 32 keys: prefixes of 96 or fewer) and weights it 0 in its
+    combine; scratch that held NaN (torch.empty on a GPU) then gives NaN. The project's
+    wrapper zeroes the scratch when SGLang allocates it."""
+    shape = [(2, 4, 2, 16, [16, 96], 4, {})]  # SGLang's own launch parameters: 4 splits
+    stock, fixed = (
+        run_driver([{**c, "poison": True, "fixed": f} for c in as_cases("splitkv", shape)])[0]
+        for f in (False, True)
+    )
+    assert stock["finite"] is False  # the hazard is real in the stock kernel
+    assert fixed["finite"] is True and fixed["max_diff"] <= fixed["bound"], fixed
+
+
 # --- the draft-extend dispatch --------------------------------------------------------
 
 

@@ -280,6 +280,9 @@ class ChainVerify:
     # Kernel modules whose launch parameters a launch may set (MAX/MIN_N_SPLITS,
     # DEFAULT_BLOCK_N: module globals read at every call).
     splitkv_module: str = "sglang.kernels.ops.attention.verify_splitkv"
+    # The split-KV kernel's scratch allocation (torch.empty): a split a short prefix leaves
+    # empty is weighted 0 in the combine, and 0 x a NaN left in that memory is NaN.
+    splitkv_alloc: str = "VerifySplitKV._alloc"
     shared_kv_module: str | None = "sglang.kernels.ops.attention.verify_mla"
 
 

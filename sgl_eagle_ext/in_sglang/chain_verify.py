@@ -15,7 +15,9 @@ backend whose speculation is a chain (topk 1):
   same kernel, in front of the backend's extend kernel. Only that mode: a prefill's
   extend can have an empty prefix, where SGLang's split-KV kernel returns NaN.
   The kernel's own `can_handle` decides; anything it declines (ragged, sliding window,
-  sinks, logit cap, paged KV, score_mod) runs the extend kernel as before. A tree
+  sinks, logit cap, paged KV, score_mod) runs the extend kernel as before. The
+  split-KV kernel's scratch is zeroed when allocated (SGLang leaves it uninitialised, and
+  a short prefix's empty split turns that into NaN: found by the GPU check's tests). A tree
   (topk > 1) is never touched: its mask is not causal.
 
 EAGLE_EXT_CHAIN_VERIFY: "1" turns it on with SGLang's launch parameters (split count
@@ -157,6 +159,18 @@ class _ChainExtend:
         return self.extend(*args, **kwargs)
 
 
+def zero_partials(wrapped, kernel, args, kwargs):
+    """After VerifySplitKV._alloc: its partials zeroed. With several splits a prefix
+    shorter than the splits leaves some empty; the combine weights them 0, and 0 times
+    whatever torch.empty left there (NaN, Inf) is NaN in the output. Once per
+    allocation (scratch is sized by the request pool and reused), a memset."""
+    result = wrapped(*args, **kwargs)
+    out = getattr(kernel, "att_out", None)
+    if out is not None:
+        out.zero_()
+    return result
+
+
 def _enable(backend, cv) -> None:
     """After TritonAttnBackend.__init__: chain (topk 1) backends verify on split-KV."""
     if getattr(backend, "topk", 0) != 1:
@@ -210,6 +224,12 @@ def install(params: dict[str, int], version: str | None = None) -> bool:
         # in a CUDA-graph capture too: the draft-extend graph is captured through it
         patching.Wrap(
             f"{cv.backend}.{cv.forward_extend}", note_mode, label="draft-extend", in_capture=True
+        ),
+        patching.Wrap(
+            f"{cv.splitkv_module}:{cv.splitkv_alloc}",
+            zero_partials,
+            label="split-KV scratch",
+            in_capture=True,
         ),
     ]
     modules = [m for m in (cv.splitkv_module, cv.shared_kv_module) if m]
