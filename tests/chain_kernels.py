@@ -22,6 +22,28 @@ os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
 DEFAULTS: dict[str, dict] = {}
 
 
+def poison(verify_splitkv, fixed: bool) -> None:
+    """Scratch as torch.empty may leave it on a GPU (NaN), and with `fixed` the project's
+    wrapper over that allocation (in_sglang/chain_verify.py), through the patching base."""
+    import math
+
+    from sgl_eagle_ext.in_sglang import chain_verify
+    from sgl_eagle_ext.in_sglang_base import patching
+
+    if not hasattr(verify_splitkv.VerifySplitKV, "_stock_alloc"):
+        stock = verify_splitkv.VerifySplitKV._alloc
+        verify_splitkv.VerifySplitKV._stock_alloc = stock
+
+        def garbage(self, max_bs):
+            stock(self, max_bs)
+            self.att_out.fill_(math.nan)
+
+        verify_splitkv.VerifySplitKV._alloc = garbage
+    if fixed:
+        anchor = f"{verify_splitkv.__name__}:VerifySplitKV._alloc"
+        chain_verify.PATCHES.install([patching.Wrap(anchor, chain_verify.zero_partials)])
+
+
 def run(case: dict) -> dict:
     import torch
     from sglang.kernels.ops.attention import verify_mla, verify_splitkv
@@ -38,6 +60,8 @@ def run(case: dict) -> dict:
         if name in defaults:  # SGLang's own launch parameters unless the case sets them
             setattr(module, name, case.get("params", {}).get(name, defaults[name]))
     getattr(module, "_VMLA_CACHE" if mla else "_VK_CACHE").clear()
+    if case.get("poison") and not mla:
+        poison(verify_splitkv, case.get("fixed", False))
 
     slots = sum(prefixes) + bs * L
     k_buffer = torch.randn(slots, h_kv, dk, generator=gen)
@@ -72,6 +96,7 @@ def run(case: dict) -> dict:
     return {
         "served": bool(served),
         "max_diff": float((out - ref).abs().max()) if served else None,
+        "finite": bool(out.isfinite().all()) if served else None,
         "bound": bound,
     }
 

@@ -135,6 +135,11 @@ def test_chain_verify_anchors_exist_in_release_source(release):
         default = releases.ChainVerify()
         assert module_globals(root, default.splitkv_module) is None, release.version
         return
+    module, cls = cv.backend.split(":")
+    assert cv.forward_extend in defined_methods(root, module, cls), release.version
+    assert cv.mode in defined_methods(
+        root, "sglang.srt.model_executor.forward_batch_info", "ForwardMode"
+    ), release.version
     attrs = assigned_in_init(root, cv.backend)
     wanted = {*cv.splitkv, cv.extend, "topk", "use_mla", "num_draft_tokens"}
     wanted |= set(cv.shared_kv or ())
@@ -142,6 +147,8 @@ def test_chain_verify_anchors_exist_in_release_source(release):
     assert {"MAX_N_SPLITS", "MIN_N_SPLITS", "DEFAULT_BLOCK_N"} <= module_globals(
         root, cv.splitkv_module
     )
+    kernel_cls, alloc = cv.splitkv_alloc.split(".")
+    assert alloc in defined_methods(root, cv.splitkv_module, kernel_cls), release.version
     if cv.shared_kv_module:
         assert {"MAX_N_SPLITS", "DEFAULT_BLOCK_N"} <= module_globals(root, cv.shared_kv_module)
     else:

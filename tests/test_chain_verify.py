@@ -87,6 +87,20 @@ def test_split_kv_verify_equals_the_extend_kernel(kernel, shapes):
         assert result["max_diff"] <= result["bound"], (case, result)
 
 
+def test_empty_splits_of_a_short_prefix_are_zeroed():
+    """SGLang's split-KV kernel leaves a split that a short prefix does not reach
+    unwritten (4 splits of 32 keys: prefixes of 96 or fewer) and weights it 0 in its
+    combine; scratch that held NaN (torch.empty on a GPU) then gives NaN. The project's
+    wrapper zeroes the scratch when SGLang allocates it."""
+    shape = [(2, 4, 2, 16, [16, 96], 4, {})]  # SGLang's own launch parameters: 4 splits
+    stock, fixed = (
+        run_driver([{**c, "poison": True, "fixed": f} for c in as_cases("splitkv", shape)])[0]
+        for f in (False, True)
+    )
+    assert stock["finite"] is False  # the hazard is real in the stock kernel
+    assert fixed["finite"] is True and fixed["max_diff"] <= fixed["bound"], fixed
+
+
 # --- the draft-extend dispatch --------------------------------------------------------
 
 
@@ -117,8 +131,10 @@ def chain_args(mask=None, causal=True, max_len=4):
 def dispatch(monkeypatch):
     monkeypatch.setattr(chain_verify.PATCHES, "_installed", [object()])  # as if installed
     log = []
+    backend = Backend()
+    vars(backend)[chain_verify._IN_DRAFT_EXTEND] = True  # its forward_extend saw DRAFT_EXTEND_V2
     extend = chain_verify._ChainExtend(
-        Backend(), lambda *a, **k: log.append(("extend", a[12])), fake_kernel(log), "verify"
+        backend, lambda *a, **k: log.append(("extend", a[12])), fake_kernel(log), "verify"
     )
     return extend, log
 
@@ -145,6 +161,15 @@ def test_anything_else_stays_on_the_extend_kernel(dispatch, args, kwargs):
     extend, log = dispatch
     extend(*args, **kwargs)
     assert log == [("extend", args[12])]
+
+
+def test_a_prefill_stays_on_the_extend_kernel(dispatch):
+    """Outside a draft-extend after a verify (a prefill: its prefix may be empty, where
+    SGLang's split-KV kernel returns NaN) the same-shaped call runs the extend kernel."""
+    extend, log = dispatch
+    vars(extend.backend)[chain_verify._IN_DRAFT_EXTEND] = False
+    extend(*chain_args(max_len=4))
+    assert log == [("extend", 4)]
 
 
 def test_uninstalled_dispatch_is_the_extend_kernel(monkeypatch):

@@ -271,11 +271,18 @@ class ChainVerify:
     # and of the grouped-head one (absorbed MLA); None: the release has no MLA kernel.
     splitkv: tuple[str, str] = ("use_verify_splitkv", "verify_splitkv_fwd")
     shared_kv: tuple[str, str] | None = ("use_verify_shared_kv", "verify_shared_kv_fwd")
-    # The extend kernel the draft-extend dispatch sits in front of (an instance attribute).
+    # The extend kernel the draft-extend dispatch sits in front of (an instance attribute),
+    # and the method whose forward batch tells a draft-extend after a verify
+    # (ForwardMode.is_draft_extend_v2: its prefix is never empty) from a prefill.
     extend: str = "extend_attention_fwd"
+    forward_extend: str = "forward_extend"
+    mode: str = "is_draft_extend_v2"
     # Kernel modules whose launch parameters a launch may set (MAX/MIN_N_SPLITS,
     # DEFAULT_BLOCK_N: module globals read at every call).
     splitkv_module: str = "sglang.kernels.ops.attention.verify_splitkv"
+    # The split-KV kernel's scratch allocation (torch.empty): a split a short prefix leaves
+    # empty is weighted 0 in the combine, and 0 x a NaN left in that memory is NaN.
+    splitkv_alloc: str = "VerifySplitKV._alloc"
     shared_kv_module: str | None = "sglang.kernels.ops.attention.verify_mla"
 
 

@@ -10,10 +10,14 @@ backend whose speculation is a chain (topk 1):
 
 - target verify (every chain step count, 0 included) takes SGLang's own split-KV
   dispatch: the backend's switches are set after its __init__;
-- the draft's draft-extend after a verify (a constant-length causal chain per request,
-  no custom mask) is put on the same kernel, in front of the backend's extend kernel.
+- the draft's draft-extend after a verify (DRAFT_EXTEND_V2: a constant-length causal
+  chain per request over a prefix that is never empty, no custom mask) is put on the
+  same kernel, in front of the backend's extend kernel. Only that mode: a prefill's
+  extend can have an empty prefix, where SGLang's split-KV kernel returns NaN.
   The kernel's own `can_handle` decides; anything it declines (ragged, sliding window,
-  sinks, logit cap, paged KV, score_mod) runs the extend kernel as before. A tree
+  sinks, logit cap, paged KV, score_mod) runs the extend kernel as before. The
+  split-KV kernel's scratch is zeroed when allocated (SGLang leaves it uninitialised, and
+  a short prefix's empty split turns that into NaN: found by the GPU check's tests). A tree
   (topk > 1) is never touched: its mask is not causal.
 
 EAGLE_EXT_CHAIN_VERIFY: "1" turns it on with SGLang's launch parameters (split count
@@ -54,6 +58,9 @@ _EXTEND_ONLY = {
     "extend_seq_lens_cpu": ...,  # informational: any value
 }
 
+# Set on a backend by its forward_extend for the call in progress: a draft-extend after a
+# verify (the only extend the draft-extend dispatch serves).
+_IN_DRAFT_EXTEND = "_eagle_ext_in_draft_extend"
 _said: set[tuple[str, str, int]] = set()  # (role, kernel, tokens per request) told once
 # Backends switched here -> their attributes as SGLang set them (uninstall restores them).
 _switched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -136,7 +143,8 @@ class _ChainExtend:
         return out
 
     def __call__(self, *args, **kwargs):
-        if PATCHES.installed and len(args) > _MAX_LEN and args[_MASK] is None and args[_CAUSAL]:
+        chain = PATCHES.installed and vars(self.backend).get(_IN_DRAFT_EXTEND, False)
+        if chain and len(args) > _MAX_LEN and args[_MASK] is None and args[_CAUSAL]:
             try:
                 tokens = int(args[_MAX_LEN])
             except (TypeError, ValueError):
@@ -149,6 +157,18 @@ class _ChainExtend:
                 if ran:
                     return None
         return self.extend(*args, **kwargs)
+
+
+def zero_partials(wrapped, kernel, args, kwargs):
+    """After VerifySplitKV._alloc: its partials zeroed. With several splits a prefix
+    shorter than the splits leaves some empty; the combine weights them 0, and 0 times
+    whatever torch.empty left there (NaN, Inf) is NaN in the output. Once per
+    allocation (scratch is sized by the request pool and reused), a memset."""
+    result = wrapped(*args, **kwargs)
+    out = getattr(kernel, "att_out", None)
+    if out is not None:
+        out.zero_()
+    return result
 
 
 def _enable(backend, cv) -> None:
@@ -193,7 +213,25 @@ def install(params: dict[str, int], version: str | None = None) -> bool:
         _enable(backend, cv)
         return result
 
-    plan: list = [patching.Wrap(f"{cv.backend}.__init__", after_init, label="verify switches")]
+    def note_mode(wrapped, backend, args, kwargs):
+        batch = kwargs.get("forward_batch", args[4] if len(args) > 4 else None)
+        mode = getattr(getattr(batch, "forward_mode", None), cv.mode, None)
+        vars(backend)[_IN_DRAFT_EXTEND] = bool(mode and mode())
+        return wrapped(*args, **kwargs)
+
+    plan: list = [
+        patching.Wrap(f"{cv.backend}.__init__", after_init, label="verify switches"),
+        # in a CUDA-graph capture too: the draft-extend graph is captured through it
+        patching.Wrap(
+            f"{cv.backend}.{cv.forward_extend}", note_mode, label="draft-extend", in_capture=True
+        ),
+        patching.Wrap(
+            f"{cv.splitkv_module}:{cv.splitkv_alloc}",
+            zero_partials,
+            label="split-KV scratch",
+            in_capture=True,
+        ),
+    ]
     modules = [m for m in (cv.splitkv_module, cv.shared_kv_module) if m]
     if "splits" in params:
         n = params["splits"]
