@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from sgl_eagle_ext.common import http, ports, schedule_file  # noqa: E402
+from sgl_eagle_ext.common import figures, http, ports, schedule_file  # noqa: E402
 from sgl_eagle_ext.common.errors import UserError  # noqa: E402
 from sgl_eagle_ext.launcher import fairness, running  # noqa: E402
 from sgl_eagle_ext.launcher import plan as launch_plan  # noqa: E402
@@ -126,6 +126,11 @@ def scheduler_cpu_s(server_pid: int) -> float:
     return total
 
 
+def cpu_ms_per_token(cpu_s: float, tokens: float) -> float | None:
+    """Scheduler CPU milliseconds per generated token (figures: the inverse of tok/s)."""
+    return figures.ms_per_token(figures.tok_s(tokens, 1000 * cpu_s))
+
+
 def generated_tokens(url: str) -> float | None:
     reply = http.request(f"{url}/metrics", timeout=10)
     return parse_prometheus(reply.text, {GENERATED}).get(GENERATED) if reply.status == 200 else None
@@ -139,7 +144,7 @@ def sweep_levels(server, label, results, levels, **kw) -> tuple[dict[int, float]
         tps.update(sweep(server.url, label, results, level, **kw))
         cpu1, gen1 = scheduler_cpu_s(server.pid), generated_tokens(server.url)
         if gen0 is not None and gen1 is not None and gen1 > gen0:
-            cpu[int(level)] = 1000 * (cpu1 - cpu0) / (gen1 - gen0)
+            cpu[int(level)] = cpu_ms_per_token(cpu1 - cpu0, gen1 - gen0)
     return tps, cpu
 
 

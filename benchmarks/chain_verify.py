@@ -36,12 +36,13 @@ from adaptive_vs_fixed import (  # noqa: E402
     PROFILE_ENV,
     ZERO,
     arm_env,
+    cpu_ms_per_token,
     draft_dir,
     generated_tokens,
     scheduler_cpu_s,
 )
 
-from sgl_eagle_ext.common import http, ports  # noqa: E402
+from sgl_eagle_ext.common import figures, http, ports  # noqa: E402
 from sgl_eagle_ext.cpu import tiny_models  # noqa: E402
 from sgl_eagle_ext.launcher import plan as launch_plan  # noqa: E402
 from sgl_eagle_ext.launcher import running  # noqa: E402
@@ -82,8 +83,8 @@ def decode(server, prompts, level: int, max_tokens: int) -> tuple[list, float, f
     wall = time.monotonic() - t0
     cpu1, gen1 = scheduler_cpu_s(server.pid), generated_tokens(server.url)
     tokens = sum(len(o["output_ids"]) for o in outs)
-    cpu = 1000 * (cpu1 - cpu0) / (gen1 - gen0) if gen0 is not None and gen1 else None
-    return [o["output_ids"] for o in outs], tokens / wall, cpu
+    cpu = cpu_ms_per_token(cpu1 - cpu0, gen1 - gen0) if gen0 is not None and gen1 else None
+    return [o["output_ids"] for o in outs], figures.tok_s(tokens, 1000 * wall), cpu
 
 
 def main() -> int:
