@@ -35,6 +35,7 @@ EXPECTED = {
     contract.PROFILE_ENV: ({SCHEDULER, LAUNCH, EXIT}, True, {contract.PROFILE_ENV: "1"}),
     contract.ADAPTIVE_BACKOFF_ENV: ({SCHEDULER}, True, {contract.ADAPTIVE_BACKOFF_ENV: "8"}),
     contract.SCHEDULE_FILE_ENV: ({SCHEDULER}, True, {contract.SCHEDULE_FILE_ENV: "/x.json"}),
+    contract.CHAIN_VERIFY_ENV: ({SCHEDULER}, True, {contract.CHAIN_VERIFY_ENV: "1"}),
 }
 
 
@@ -64,7 +65,7 @@ def test_every_declaration_is_imported_by_the_entry_points():
         if isinstance(node, ast.ImportFrom):
             imported |= {f"{node.module}.{a.name}" for a in node.names}
     declared = declaring_modules()
-    assert len(declared) == 7
+    assert len(declared) == 8
     assert declared <= imported, f"not imported by in_sglang/features.py: {declared - imported}"
 
 
@@ -84,6 +85,9 @@ def test_the_registry_holds_each_feature_with_its_stages_switch_and_entry_points
     assert order.index(contract.FAULT_ENV) < order.index(contract.CPU_ENV)
     assert order.index(contract.CPU_ENV) < order.index("v1 fixes")
     assert order.index("v1 fixes") < order.index(contract.PROFILE_ENV)
+    # the kernel switches after the platform's stand-ins, before anything measures
+    assert order.index(contract.CPU_ENV) < order.index(contract.CHAIN_VERIFY_ENV)
+    assert order.index(contract.CHAIN_VERIFY_ENV) < order.index(contract.PROFILE_ENV)
 
 
 def recording_registry(calls: list) -> Registry:

@@ -273,6 +273,8 @@ FEATURE = registry.register(
         CHAIN_VERIFY_ENV,
         enabled=lambda env: bool(env.get(CHAIN_VERIFY_ENV, "").strip()),
         hooks={registry.SCHEDULER: lambda ctx: install_from_env(ctx.env)},
-        order=registry.PLATFORM,  # before the model runner builds its backends
+        # after the platform fixes (the CPU harness's stand-ins), before the model runner
+        # builds its attention backends
+        order=registry.PLATFORM + 5,
     )
 )
