@@ -29,6 +29,7 @@ from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import limits, progress, prompts, records
 from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench.commands import field_flags
 
 
 def levels(text: str, flag: str = "--concurrency") -> list[int]:
@@ -137,7 +138,7 @@ def load_levels(sweep: SweepOptions) -> tuple[list[float], sw.OpenLoop | None]:
             fix="give a finite rate with --duration, or --concurrency N --duration S "
             "(closed loop for S seconds)",
         )
-    return values, sw.OpenLoop(burst, sweep.duration, kind, cap)
+    return values, sw.OpenLoop(burst, sweep.duration, kind, cap, ramp=sweep.ramp_up)
 
 
 # Upper bounds where a server would accept nonsense (a 20-digit --max-tokens makes
@@ -175,11 +176,12 @@ def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
     )
     p.add_argument(
         "--endpoint",
-        choices=list(cl.ENDPOINTS),
+        type=field_flags.endpoint,
         default=cl.CHAT,
+        metavar="{chat,completions,generate}",
         help="chat: /v1/chat/completions (default; the server applies the chat template); "
         "completions: /v1/completions; generate: SGLang's /generate (both: the prompt's "
-        "messages as plain text)",
+        "messages as plain text); vLLM's paths are accepted too",
     )
     p.add_argument(
         "--header",
@@ -192,12 +194,13 @@ def add_server(p: argparse.ArgumentParser, url: bool = True) -> None:
         "NAME=VALUE or 'NAME: VALUE'; values are never recorded",
     )
     p.add_argument(
-        "--no-stream",
+        "--disable-stream",
         dest="stream",
         action="store_false",
-        help="one JSON answer per request instead of a stream (sglang.bench_serving "
-        "--disable-stream): TTFT is then the whole request, and there is no ITL",
+        help="one JSON answer per request instead of a stream (as sglang.bench_serving's): "
+        "TTFT is then the whole request, and there is no ITL",
     )
+    field_flags.register_refusals(p)  # --no-stream: vLLM's means something else
     p.add_argument(
         "--extra-body",
         metavar="JSON",
@@ -213,8 +216,12 @@ class ConnectionOptions:
     api_key: str | None  # --api-key (checked: an HTTP header can carry it)
     endpoint: str  # --endpoint
     headers: dict[str, str]  # --header NAME=VALUE ..., parsed (request_headers)
-    stream: bool  # False with --no-stream
+    stream: bool  # False with --disable-stream
     extra_body: dict  # --extra-body, parsed (extra_body)
+    # the field's flags (field_flags.py), bench sweep only
+    model: str | None = None  # --model: the name sent (None: the server's own)
+    tokenizer: str | None = None  # --tokenizer: the directory that counts input tokens
+    ready_timeout: float = 0  # --ready-check-timeout-sec: wait this long for the server
 
 
 def request_headers(texts: Iterable[str]) -> dict[str, str]:
@@ -356,6 +363,10 @@ class SweepOptions:
     warmup: int  # --warmup requests before the sweep (>= 0)
     flush_cache: bool  # False with --no-flush-cache
     slo: sw.SLO  # --slo/--goodput and the --slo-ttft-ms/--slo-tpot-ms aliases, parsed
+    # the field's flags (field_flags.py): vLLM's --ramp-up-* (strategy, start, end req/s)
+    # and --percentile-metrics/--metric-percentiles ((metrics), (percentiles))
+    ramp_up: tuple[str, float, float] | None = None
+    metric_percentiles: tuple[tuple[str, ...], tuple[float, ...]] | None = None
 
 
 def add_sweep(p: argparse.ArgumentParser) -> None:

@@ -153,7 +153,9 @@ class WorkloadSet:
         self.server = server
         info = server.info if server is not None else {}
         self.counter = tokens.pick_counter(
-            info.get("tokenizer_path") or info.get("model_path"),
+            getattr(server, "tokenizer", None)  # bench sweep --tokenizer
+            or info.get("tokenizer_path")
+            or info.get("model_path"),
             server.base_url if server is not None else None,
             server.model_id if server is not None else "default",
             getattr(server, "api_key", None),

@@ -33,6 +33,9 @@ def connection(args: argparse.Namespace) -> options.ConnectionOptions:
         headers=headers,
         stream=args.stream,
         extra_body=options.extra_body(args.extra_body),
+        model=getattr(args, "model", None),  # the field's flags: bench sweep only
+        tokenizer=getattr(args, "tokenizer", None),
+        ready_timeout=getattr(args, "ready_timeout", 0),
     )
 
 
@@ -77,6 +80,8 @@ def sweep(args: argparse.Namespace) -> options.SweepOptions:
         warmup=args.warmup,
         flush_cache=not args.no_flush_cache,
         slo=slo,
+        ramp_up=getattr(args, "ramp_up", None),
+        metric_percentiles=getattr(args, "metric_percentiles", None),
     )
 
 
