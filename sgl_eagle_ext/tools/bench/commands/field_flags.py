@@ -376,9 +376,9 @@ def read(args: argparse.Namespace, defaults: dict) -> None:
         ),
         (
             "--flush-cache",
-            "no_flush_cache",
+            "flush_cache",
             "--no-flush-cache",
-            False if _read_flag(args, "--flush-cache") else None,
+            True if _read_flag(args, "--flush-cache") else None,
         ),
     ):
         if value is not None:
@@ -494,7 +494,7 @@ def _read_dataset(args, put) -> None:
             "--output-len",
         )
     timed = _read_flag(args, "--use-trace-timestamps")
-    if name == "mooncake" and not timed and not (args.request_rates or args.concurrency):
+    if name == "mooncake" and not timed and not args.concurrency:
         args.request_rate = args.request_rate or "inf"  # theirs: --request-rate (default inf)
 
 
@@ -521,7 +521,7 @@ def _read_load(args, put) -> None:
                 "--ramp-up-end-rps B, both > 0.",
                 fix="e.g. --ramp-up-start-rps 1 --ramp-up-end-rps 8",
             )
-        if args.request_rate or args.request_rates or args.concurrency or args.duration:
+        if args.request_rate or args.concurrency or args.duration:
             raise UserError(
                 "--ramp-up-strategy sets the request rate of one level itself (as in vLLM).",
                 fix="drop --request-rate/--concurrency/--duration",
@@ -529,7 +529,7 @@ def _read_load(args, put) -> None:
         args.ramp_up = (strategy, float(start), float(end))
         args.request_rate = f"{end:g}"
     # bench_serving's --max-concurrency alone: every request at once, at most N in flight
-    if args.max_concurrency is not None and not (args.request_rate or args.request_rates):
+    if args.max_concurrency is not None and not args.request_rate:
         if args.concurrency is None and args.duration is not None:
             args.concurrency, args.max_concurrency = str(args.max_concurrency), None
         elif args.concurrency is None:

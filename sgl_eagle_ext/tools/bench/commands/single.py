@@ -14,7 +14,7 @@ from sgl_eagle_ext.tools.bench.progress import Console
 
 def register(sub) -> None:
     s = sub.add_parser("single", help="single-stream fixed-length runs with spread and 95%% CI")
-    options.add_common(s, 512)
+    options.add_common(s, 512, records=("label", "run_id"))
     s.add_argument("--runs", type=int, default=5, help="measured runs (default 5)")
     s.add_argument("--warmup", type=int, default=2, help="warm-up runs, same length (default 2)")
     s.add_argument(
@@ -28,8 +28,6 @@ def register(sub) -> None:
         default=0.05,
         help="steady-state warning above this stdev/mean (default 0.05)",
     )
-    s.add_argument("--label", default="", help="arm name stored in the records")
-    s.add_argument("--run-id", help="group this record with others (default: a new id)")
     s.set_defaults(read=read, run=run)
 
 

@@ -19,15 +19,9 @@ def register(sub) -> None:
         help="streaming concurrency sweep: tok/s, TTFT/TPOT/ITL/E2E, "
         "errors, accept length per level",
     )
-    options.add_common(w, 256)
+    options.add_common(w, 256, records=("label", "run_id"))
     options.add_sweep(w)
     workload.add_options(w)
-    w.add_argument("--label", default="", help="arm name stored in the records (for plot)")
-    w.add_argument(
-        "--run-id",
-        help="share a run id with another sweep (e.g. the other server "
-        "of a manual A/B) so `plot` draws both; default: a new id",
-    )
     field_flags.register(w)
     w.set_defaults(read=read, run=run, defaults=_defaults(w))
 
