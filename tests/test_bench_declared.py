@@ -1,5 +1,5 @@
 """A bench flag is declared once: the options dataclass's field carries its flag
-(commands/declare.py), so a new field alone is in --help, read (through its check) and
+(common/declared_flags.py), so a new field alone is in --help, read (through its check) and
 in the options the run gets; and every declared field of the shared groups is a flag of
 the commands that use them."""
 
@@ -9,9 +9,10 @@ import dataclasses
 
 import pytest
 
+from sgl_eagle_ext.common.declared_flags import flag
 from sgl_eagle_ext.tools.bench import cli, options, workload
 from sgl_eagle_ext.tools.bench.commands import sweep as sweep_cmd
-from sgl_eagle_ext.tools.bench.commands.declare import above, flag
+from sgl_eagle_ext.tools.bench.levels import above
 
 
 def help_of(command: str) -> str:

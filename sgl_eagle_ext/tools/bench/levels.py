@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import limits
@@ -134,3 +135,14 @@ def positive(name: str, value: float, zero_ok: bool = False) -> None:
         )
     if name in MOST and value > MOST[name]:
         raise UserError(f"{name} {value}: too large.", fix=f"pass at most {MOST[name]}")
+
+
+def above(low: float, zero_ok: bool = False) -> Callable:
+    """check=: a number > low (>= with zero_ok), and under levels.MOST where it has a cap."""
+
+    def check(name: str, value):
+        if value is not None:
+            positive(name, value, zero_ok=zero_ok)
+        return value
+
+    return check

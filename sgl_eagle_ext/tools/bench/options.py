@@ -1,5 +1,5 @@
 """The flags the bench subcommands share, each declared once: a field of the frozen options
-it is read into (commands/declare.py turns the fields into the parser and reads the
+it is read into (common/declared_flags.py turns the fields into the parser and reads the
 namespace back through each field's check), so everything below the command line takes
 typed values:
 
@@ -24,16 +24,17 @@ from pathlib import Path
 from sgl_eagle_ext.common import nesting, redaction, secret_flags
 from sgl_eagle_ext.common.cli_args import number
 from sgl_eagle_ext.common.contract import API_KEY_ENV
+from sgl_eagle_ext.common.declared_flags import add_flags, flag
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import progress, prompts, records
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import field_flags
-from sgl_eagle_ext.tools.bench.commands.declare import above, add_flags, flag
 from sgl_eagle_ext.tools.bench.levels import (  # noqa: F401  (options.X spellings kept)
     ARRIVALS,
     DEFAULT_CONCURRENCY,
     INF,
+    above,
     load_levels,
     positive,
 )

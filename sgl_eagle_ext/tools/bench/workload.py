@@ -23,10 +23,11 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common.declared_flags import add_flags, flag
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import datasets, multiturn, options, request_log, tokens
-from sgl_eagle_ext.tools.bench.commands.declare import above, add_flags, flag
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
+from sgl_eagle_ext.tools.bench.levels import above
 
 DEFAULT = "shipped"
 
@@ -44,7 +45,7 @@ def _dataset(_name: str, text: str) -> str:
 
 @dataclass(frozen=True)
 class WorkloadOptions:
-    """The workload flags (commands/declare.py: each field is its flag)."""
+    """The workload flags (common/declared_flags.py: each field is its flag)."""
 
     dataset: str = flag(
         "--dataset",

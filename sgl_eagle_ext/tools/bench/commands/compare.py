@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import http, interrupts, ports, secret_flags
 from sgl_eagle_ext.common.cli_args import number, port_number
+from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.tools.bench import (
     arms,
@@ -41,7 +42,7 @@ from sgl_eagle_ext.tools.bench import (
 )
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import groups
-from sgl_eagle_ext.tools.bench.commands.declare import above, add_flags, flag, read_options
+from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
 
 MAX_ARMS = len(string.ascii_uppercase)

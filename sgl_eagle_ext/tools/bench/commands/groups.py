@@ -1,5 +1,5 @@
 """The option groups several subcommands share, read from the parsed namespace
-(declare.read_options: each field's check runs while its group is read, so a bad value
+(declared_flags.read_options: each field's check runs while its group is read, so a bad value
 stops the command before anything starts; the rest of the tool only sees the typed
 options). The flags themselves are declared once, as the fields (options.py, workload.py).
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+from sgl_eagle_ext.common.declared_flags import read_options
 from sgl_eagle_ext.tools.bench import options
 from sgl_eagle_ext.tools.bench import workload as wl
-from sgl_eagle_ext.tools.bench.commands.declare import read_options
 
 
 def connection(args: argparse.Namespace) -> options.ConnectionOptions:

@@ -6,10 +6,11 @@ import argparse
 from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
+from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.tools.bench import lossless, options, prompts, provenance, session
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import groups
-from sgl_eagle_ext.tools.bench.commands.declare import above, add_flags, flag, read_options
+from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
 
 

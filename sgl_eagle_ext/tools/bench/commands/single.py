@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import number
+from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.tools.bench import options, prompts, session, single
 from sgl_eagle_ext.tools.bench.commands import groups
-from sgl_eagle_ext.tools.bench.commands.declare import above, add_flags, flag, read_options
+from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
 
 

@@ -1,6 +1,6 @@
 """A flag declared once: an options dataclass's field carries its command-line flag (names,
 help, argparse kwargs, the check that reads its value), so one field is the flag, its
-parsing and its typed value:
+parsing and its typed value (bench's options, tune live's):
 
     max_tokens: int = flag("--max-tokens", type=int, check=above(0), help="...")
 
@@ -8,8 +8,9 @@ parsing and its typed value:
 default; `defaults` overrides one per command); `read_options(Options, args)` builds the
 frozen options from the parsed namespace, each value through its check, so a bad value
 stops the command before anything starts. A field without a flag takes the namespace's
-value of that name where there is one (the field's flags, field_flags.py), else its
-default.
+value of that name where there is one (bench's field_flags.py), else its default.
+This is the edge every such command maps its namespace through
+(tests/test_typed_options.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import MISSING, field, fields
-
-from sgl_eagle_ext.tools.bench import levels
 
 
 def flag(
@@ -36,17 +35,6 @@ def flag(
     meta = {"names": names, "help": help, "kw": kw, "check": check, "opt_in": opt_in}
     meta["cli_default"] = default if cli_default is MISSING else cli_default
     return field(default=default, metadata=meta)
-
-
-def above(low: float, zero_ok: bool = False) -> Callable:
-    """check=: a number > low (>= with zero_ok), and under levels.MOST where it has a cap."""
-
-    def check(name: str, value):
-        if value is not None:
-            levels.positive(name, value, zero_ok=zero_ok)
-        return value
-
-    return check
 
 
 def add_flags(
