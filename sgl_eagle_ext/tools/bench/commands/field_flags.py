@@ -109,8 +109,9 @@ ROWS = (
         theirs={"random_input_len": 64, "random_output_len": 24, "random_range_ratio": 1.0},
         we={"workload.input_len": "64", "workload.output_len": "24"}),
     Row("--random-range-ratio R", (SG, VL), "--input-len max(1,int(I*R)):I (and output)",
-        note="bench_serving's default 0 draws each length from 1..N: --input-len 1:N; "
-        "vLLM's default 0 is fixed lengths (give R 1 for those)",
+        note="bench_serving's formula: its default 0 draws each length from 1..N "
+        "(--input-len 1:N), 1 is fixed lengths. vLLM's R means I(1-R)..I(1+R), its default "
+        "0 fixed lengths: from vLLM give R 1 (or --input-len I)",
         args={"--random-range-ratio": {"type": float, "metavar": "R"}},
         argv=("--dataset-name", "random", "--random-input-len", "64", "--random-range-ratio",
               "0.5"),
@@ -152,7 +153,7 @@ ROWS = (
         args={**_int("--num-warmups"), **_int("--warmup-requests")},
         argv=("--warmup-requests", "3"), theirs={"warmup_requests": 3},
         we={"sweep.warmup": 3}),
-    Row("--output-file F", (SG, VL), "--results F",
+    Row("--output-file F", (SG,), "--results F",
         note="ours appends a JSON line per level (and a CSV beside it), theirs one per run",
         args={"--output-file": {"metavar": "FILE"}}, argv=("--output-file", "o.jsonl"),
         theirs={"output_file": "o.jsonl"}, we={"records.results": "o.jsonl"}),
@@ -188,6 +189,7 @@ ROWS = (
         argv=("--percentile-metrics", "ttft,e2el", "--metric-percentiles", "25,75"),
         we={"sweep.metric_percentiles": (("ttft", "e2el"), (25.0, 75.0))}),
     Row("--ready-check-timeout-sec S", (SG, VL), "wait up to S s for the server (0: ask once)",
+        note="their default waits (bench_serving 60 s); ours asks once unless given",
         args=_int("--ready-check-timeout-sec"), argv=("--ready-check-timeout-sec", "0"),
         theirs={"ready_check_timeout_sec": 0}, we={"connection.ready_timeout": 0}),
     Row("--ramp-up-strategy {linear,exponential} --ramp-up-start-rps A --ramp-up-end-rps B",
