@@ -216,6 +216,7 @@ def test_field_command_against_the_cpu_server(spec_server, tmp_path, capsys):
     rc = cli.main([*FIELD_COMMAND, spec_server.base_url, "--output-file", str(res), "--quiet"])
     assert rc == 0
     (r,) = [json.loads(x) for x in res.read_text().splitlines()]
+    assert "peak" in capsys.readouterr().out
     print(
         f"completed {r['completed']}, {r['output_tokens']} tokens, peak "
         f"{r['peak_output_tok_s']} tok/s, peak {r['peak_concurrency']} in flight, ITL "
@@ -226,4 +227,3 @@ def test_field_command_against_the_cpu_server(spec_server, tmp_path, capsys):
     assert 8 <= r["output_tokens"] <= 8 * 24
     assert 1 <= r["peak_concurrency"] <= 8 and r["peak_output_tok_s"] > 0
     assert r["itl_ms"]["max"] >= r["itl_ms"]["p95"] >= r["itl_ms"]["p50"]
-    assert "peak" in capsys.readouterr().out
