@@ -436,7 +436,12 @@ def test_lossless_compare():
         (["sweep", "--header", "NoColon"], "--header NoColon (no = or :): not NAME=VALUE"),
         (["sweep", "--header", "Two Words: v"], "--header Two Words: not NAME=VALUE or NAME: V"),
         (["sweep", "--request-rate", "inf", "--duration", "5"], "a burst sends every request"),
-        (["sweep", "--max-concurrency", "4"], "--max-concurrency caps an open-loop level"),
+        # alone it is bench_serving's (--request-rate inf, at most N in flight):
+        # tests/test_bench_field_flags.py; with --concurrency it is refused
+        (
+            ["sweep", "--max-concurrency", "4", "--concurrency", "2"],
+            "--max-concurrency caps an open-loop level",
+        ),
         (["sweep", "--arrival", "constant"], "--arrival shapes open-loop arrivals"),
         (
             ["sweep", "--request-rate", "2", "--arrival", "constant", "--burstiness", "2"],

@@ -371,7 +371,7 @@ def test_readme_rows_in_both_spellings(fake, tmp_path, tiny_models):
     s = ours("--slo", "ttft:500", "tpot:50", "e2el:900").sweep.slo
     assert (s.ttft_ms, s.tpot_ms, s.e2e_ms) == (500.0, 50.0, 900.0)
     assert flags["args"]["disable_stream"] and flags["args"]["disable_ignore_eos"]
-    a = ours("--no-stream", "--respect-eos")
+    a = ours("--disable-stream", "--respect-eos")
     assert a.connection.stream is False and a.requests.respect_eos is True
     assert (
         json.loads(body["args"]["extra_request_body"])

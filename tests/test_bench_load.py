@@ -1,7 +1,7 @@
 """Load shapes and labels of `bench sweep` against the fake endpoint: a burst capped by
 --max-concurrency, closed-loop --duration, constant arrivals, every load option in
 the records (JSONL and CSV), ITL per token next to the chunk gaps, input/output/total
-token throughput, --no-stream, --header NAME=VALUE, --slo and its aliases, and the
+token throughput, --disable-stream, --header NAME=VALUE, --slo and its aliases, and the
 ports chosen outside the ephemeral range."""
 
 from __future__ import annotations
@@ -177,10 +177,12 @@ def test_generate_endpoint_counts_tokens_per_chunk_exactly(fake, tmp_path):
     assert r["itl_source"] == "per-chunk token counts"
 
 
-def test_no_stream(fake, tmp_path):
+def test_disable_stream(fake, tmp_path):
+    """sglang.bench_serving's --disable-stream (vLLM's --no-stream means something else:
+    refused, tests/test_bench_field_flags.py)."""
     bg = fake(delay_ms=1)
     res = tmp_path / "r.jsonl"
-    assert run(bg.url, res, "--concurrency", "1", "--num-prompts", "2", "--no-stream") == 0
+    assert run(bg.url, res, "--concurrency", "1", "--num-prompts", "2", "--disable-stream") == 0
     assert bg.fake.last_body["stream"] is False and "stream_options" not in bg.fake.last_body
     (r,), (row,) = read(res)
     assert r["stream"] is False and row["stream"] == "False"

@@ -1,7 +1,8 @@
 """Typed options across module boundaries, read from the source (AST).
 
 An argparse namespace stays in its command-line module: each tool's edge (its cli.py,
-bench's commands/, the flags the launcher and preflight share in launch_flags.py) maps
+bench's commands/, the flags the launcher and preflight share in launch_flags.py, the
+reader of declared flags in common/declared_flags.py) maps
 it onto one frozen options object, and every other function takes that object or plain
 values, so a renamed flag or a missing attribute fails where the namespace is mapped,
 not deep inside a run. In bench's commands/, only the `read*` functions (and groups.py,
@@ -26,7 +27,10 @@ SCOPE = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")])
 
 def is_edge(path: Path) -> bool:
     """A command-line module: it parses the flags and maps them onto typed options."""
-    return path.name in ("cli.py", "launch_flags.py") or path.parent == BENCH_COMMANDS
+    # common/declared_flags.py: the one reader of a namespace into options whose fields
+    # declare their flags (bench's groups, tune live)
+    names = ("cli.py", "launch_flags.py", "declared_flags.py")
+    return path.name in names or path.parent == BENCH_COMMANDS
 
 
 def _reads_namespace(node: ast.AST) -> bool:

@@ -62,3 +62,31 @@ def schedule(
         last = float(block[-1])
     out = np.concatenate(times)
     return out[out < duration]
+
+
+def ramp(
+    strategy: str,
+    start: float,
+    end: float,
+    n: int,
+    burstiness: float = 1.0,
+    seed: int = 0,
+    kind: str = "gamma",
+) -> np.ndarray:
+    """vLLM's --ramp-up-*: send times of `n` arrivals whose rate goes from `start` to `end`
+    req/s, request i at start + (end - start) * i/(n-1) (linear) or start * (end/start) **
+    (i/(n-1)) (exponential); each gap drawn at its request's rate."""
+    if n <= 1:
+        return np.zeros(max(n, 0))
+    progress = np.arange(1, n) / (n - 1)
+    rates = (
+        start + (end - start) * progress
+        if strategy == "linear"
+        else start * (end / start) ** progress
+    )
+    if kind == "constant":
+        steps = 1.0 / rates
+    else:
+        rng = _rng(seed, end, burstiness)
+        steps = rng.gamma(shape=burstiness, size=n - 1) / (rates * burstiness)
+    return np.concatenate(([0.0], np.cumsum(steps)))

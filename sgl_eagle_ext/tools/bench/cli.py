@@ -62,7 +62,7 @@ def _console(args: argparse.Namespace) -> Console:
     """--quiet and --progress-every (the commands that send requests have them)."""
     every = getattr(args, "progress_every", DEFAULT_EVERY)
     options.positive("--progress-every", every, zero_ok=True)
-    return Console(getattr(args, "quiet", False), every)
+    return Console(getattr(args, "quiet", False), every, bars=not getattr(args, "disable_tqdm", 0))
 
 
 @cli(PROG)

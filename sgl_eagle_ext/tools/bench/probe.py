@@ -74,6 +74,7 @@ class Server:
         self.api_key = api_key
         self.info: dict = {}
         self.model_id = "default"
+        self.tokenizer: str | None = None  # a tokenizer directory the user named
         self.release: releases.Release = releases.PRIMARY
         self.release_how = ""
 
@@ -165,7 +166,9 @@ class Server:
             from sgl_eagle_ext.tools.bench import tokens
 
             self._counter = tokens.pick_counter(
-                self.info.get("tokenizer_path") or self.info.get("model_path"),
+                self.tokenizer  # bench sweep --tokenizer
+                or self.info.get("tokenizer_path")
+                or self.info.get("model_path"),
                 self.base_url,
                 self.model_id,
                 self.api_key,

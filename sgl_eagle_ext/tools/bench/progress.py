@@ -52,21 +52,24 @@ class Lines:
 
 
 class Console:
-    def __init__(self, quiet: bool = False, progress_every: float = DEFAULT_EVERY):
+    def __init__(
+        self, quiet: bool = False, progress_every: float = DEFAULT_EVERY, bars: bool = True
+    ):
         self.quiet = quiet
         self.progress_every = progress_every
+        self.bars = bars  # False: --disable-tqdm (the results and notes still print)
 
     def bar(self, total: float, desc: str, seconds: bool = False):
         """Progress over `total` requests (or seconds): a tqdm bar on a terminal, plain
         lines off one, nothing when quiet."""
-        if not self.quiet and not sys.stderr.isatty():
+        if not self.quiet and self.bars and not sys.stderr.isatty():
             return Lines(total, desc, self.progress_every, "seconds" if seconds else "requests")
         return tqdm(
             total=total,
             desc=desc,
             unit="s" if seconds else "req",
             leave=False,
-            disable=self.quiet,
+            disable=self.quiet or not self.bars,
             file=sys.stderr,
             dynamic_ncols=True,
             mininterval=0.5,

@@ -4,6 +4,9 @@ provenance."""
 
 from __future__ import annotations
 
+import time
+
+from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import options, probe, prompts, provenance, records
 from sgl_eagle_ext.tools.bench import sweep as sw
@@ -70,7 +73,19 @@ def prompt_facts(ps: prompts.PromptSet, seed: int) -> dict:
 
 
 def connect(url: str, conn: options.ConnectionOptions) -> probe.Server:
-    return probe.Server(url, conn.api_key, conn.headers, conn.tls).connect()
+    """The server, asked once, or (--ready-check-timeout-sec S) until it answers, S at most."""
+    deadline = time.monotonic() + conn.ready_timeout
+    tls = conn.tls  # a bad --ca-cert is refused once, not asked again
+    while True:
+        try:
+            server = probe.Server(url, conn.api_key, conn.headers, tls).connect()
+            break
+        except UserError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)  # a server still starting: ask again
+    server.tokenizer = conn.tokenizer
+    return server
 
 
 def client(
@@ -79,7 +94,7 @@ def client(
     return cl.Client(
         server.base_url,
         api_key=conn.api_key,
-        model=server.model_id,
+        model=conn.model or server.model_id,
         timeout=req.request_timeout,
         spec_details_field=server.release.chat_spec_details_field,
         extra_body=conn.extra_body,
@@ -153,4 +168,5 @@ async def warm_and_sweep(
         on_level=hook,
         closed_duration=sweep.duration if open_loop is None else None,
         shape=shape,
+        percentiles=sweep.metric_percentiles,
     )

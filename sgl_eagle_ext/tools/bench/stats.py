@@ -93,6 +93,14 @@ def percentiles(values, ps=PERCENTILES) -> dict:
     return out
 
 
+def spread(values) -> dict:
+    """std (population, as numpy and sglang.bench_serving), p95 and max (None if empty)."""
+    x = np.asarray(list(values), dtype=float)
+    if not x.size:
+        return {"std": None, "p95": None, "max": None}
+    return {"std": float(x.std()), "p95": float(np.percentile(x, 95)), "max": float(x.max())}
+
+
 def trend(values) -> float | None:
     """Spearman rank correlation of the values with their order (-1..1)."""
     x = np.asarray(list(values), dtype=float)

@@ -77,16 +77,23 @@ class OpenLoop:
     max_concurrency: int | None = None  # at most this many in flight (bench_serving's)
     times: list[float] | None = None  # a trace's own arrival times (seconds, as replayed)
     speed: float = 1.0  # a trace replayed this many times faster (--trace-speed)
+    ramp: tuple[str, float, float] | None = None  # vLLM's --ramp-up-*: (strategy, from, to)
 
     def schedule(self, rate: float, n: int, seed: int) -> np.ndarray:
         if self.times is not None:
             return np.asarray(self.times, dtype=np.float64)
         kind = "constant" if self.arrival == "constant" else "gamma"
+        if self.ramp is not None:
+            strategy, start, end = self.ramp
+            return arr.ramp(strategy, start, end, n, self.burstiness, seed, kind)
         if self.duration:
             return arr.schedule(rate, self.burstiness, seed, duration=self.duration, kind=kind)
         return arr.schedule(rate, self.burstiness, seed, count=n, kind=kind)
 
     def arrival_at(self, rate: float) -> str:
+        if self.ramp is not None:
+            strategy, start, end = self.ramp
+            return f"{self.arrival}, {strategy} ramp-up {start:g}->{end:g}/s"
         return "burst" if rate == math.inf else self.arrival
 
     @property
@@ -133,6 +140,11 @@ class SLO:
             if goal is not None and (value is None or value * 1e3 > goal):
                 return False
         return True
+
+    def goals(self) -> dict:
+        """The goals set, by their field names (tpot_ms, ttft_ms, e2e_ms, itl_ms)."""
+        keys = ("tpot_ms", "ttft_ms", "e2e_ms", "itl_ms")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
     def describe(self) -> str:
         parts = []
@@ -229,7 +241,7 @@ def level_metrics(
         "ttft_ms": _ms(r.ttft for r in ok if r.ttft is not None),
         "tpot_ms": _ms(r.tpot for r in ok if r.tpot is not None),
         # per token, as sglang.bench_serving counts it (client.RequestResult.itls)
-        "itl_ms": _ms(itls),
+        "itl_ms": {**_ms(itls), **stats.spread([g * 1e3 for g in itls])},
         "itl_source": None if not exact else ITL_EXACT if all(exact) else ITL_ESTIMATE,
         # the gaps between streamed chunks themselves (a chunk may carry several tokens)
         "chunk_gap_ms": _ms(gaps),
@@ -244,8 +256,31 @@ def level_metrics(
         # its server-wide figure, not in the completion counts (0 unless reported)
         "accepted_past_end": decoded - (spec_tokens - len(spec)) if spec else 0,
     }
+    out.update(peaks(ok))
     out.update(goodput_fields(results, duration, slo))
     return out
+
+
+def peaks(ok: list[cl.RequestResult]) -> dict:
+    """sglang.bench_serving's peaks over one-second buckets from the first send: the
+    most output tokens that arrived in one (each chunk's own tokens at its arrival, as
+    bench_serving on /generate; on the OpenAI endpoints it counts one per chunk) and
+    the most requests in flight during some part of one."""
+    if not ok:
+        return {"peak_output_tok_s": None, "peak_concurrency": None}
+    t0 = min(r.start for r in ok)
+    ends = [r.start + (r.e2e or 0.0) for r in ok]
+    size = int(math.ceil(max(ends) - t0)) + 1
+    toks, inflight = np.zeros(size), np.zeros(size)
+    for r, end in zip(ok, ends):
+        times = [r.start + t - t0 for t in r.chunk_times]
+        first = r.chunk_tokens[0] if r.itl_exact else 1
+        counts = [first, *r.tokens_per_gap()] if times else []
+        if len(counts) != len(times):
+            counts = [1] * len(times)
+        np.add.at(toks, np.minimum(np.array(times, dtype=int), size - 1), counts)
+        inflight[int(r.start - t0) : int(end - t0) + 1] += 1
+    return {"peak_output_tok_s": float(toks.max()), "peak_concurrency": int(inflight.max())}
 
 
 def goodput_fields(results: list[cl.RequestResult], duration: float, slo: SLO | None) -> dict:
@@ -253,8 +288,15 @@ def goodput_fields(results: list[cl.RequestResult], duration: float, slo: SLO | 
     if slo is None or not slo.set:
         return {}
     good = [r for r in results if slo.met(r)]
+    sent = len(results) or 1
     return {
         "slo": slo.record(),
+        # as sglang.bench_serving: requests meeting every goal (each goal) / requests sent
+        "slo_attainment": len(good) / sent,
+        "slo_attainment_by_metric": {
+            key: sum(1 for r in results if SLO(**{key: goal}).met(r)) / sent
+            for key, goal in slo.goals().items()
+        },
         "goodput_tok_s": (
             sum(r.completion_tokens or 0 for r in good) / duration if duration > 0 else None
         ),
@@ -674,6 +716,49 @@ def table_row(f: dict, concurrency: float) -> str:
     )
 
 
+METRIC_SOURCES = {  # vLLM's --percentile-metrics names -> a request's values (seconds)
+    "ttft": lambda r: [r.ttft] if r.ttft is not None else [],
+    "tpot": lambda r: [r.tpot] if r.tpot is not None else [],
+    "itl": lambda r: r.itls,
+    "e2el": lambda r: [r.e2e] if r.e2e is not None else [],
+}
+
+
+def metric_percentiles(results: list[cl.RequestResult], wanted) -> dict:
+    """vLLM's --percentile-metrics x --metric-percentiles, in ms: {"ttft": {"p25": ...}}."""
+    metrics, ps = wanted
+    ok = [r for r in results if r.ok]
+    out = {}
+    for m in metrics:
+        values = [v * 1e3 for r in ok for v in METRIC_SOURCES[m](r)]
+        out[m] = {f"p{p:g}": float(np.percentile(values, p)) if values else None for p in ps}
+    return out
+
+
+def field_line(f: dict, at: str) -> str:
+    """What sglang.bench_serving prints that the table does not: ITL std/p95/max, the
+    peaks, SLO attainment per goal, and vLLM's chosen percentiles."""
+
+    def ms(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    itl = f.get("itl_ms") or {}
+    parts = [
+        f"ITL ms std {ms(itl.get('std'))} p95 {ms(itl.get('p95'))} max {ms(itl.get('max'))}",
+        f"peak {ms(f.get('peak_output_tok_s'))} output tok/s, "
+        f"peak {f.get('peak_concurrency') or 0} requests in flight within one second",
+    ]
+    if "slo_attainment" in f:
+        each = ", ".join(
+            f"{k.removesuffix('_ms')} {v * 100:.1f}%"
+            for k, v in f["slo_attainment_by_metric"].items()
+        )
+        parts.append(f"SLO attainment {f['slo_attainment'] * 100:.1f}% ({each})")
+    for m, block in (f.get("metric_percentiles") or {}).items():
+        parts.append(f"{m.upper()} ms " + " ".join(f"{p} {ms(v)}" for p, v in block.items()))
+    return f"  {at}: " + "; ".join(parts)
+
+
 def level_notes(f: dict, concurrency: float, axis: Axis = CONCURRENCY) -> list[str]:
     notes = []
     at = axis.tag(concurrency)
@@ -761,6 +846,8 @@ def describe_levels(
         if open_loop.burstiness == 1
         else f"gamma arrivals, burstiness {open_loop.burstiness:g}"
     )
+    if open_loop.ramp is not None:
+        how = f"{open_loop.arrival_at(levels[-1])} over the level's requests"
     if levels and levels[-1] == math.inf:
         how = "inf = a burst, every request at once" + (f"; {how}" if len(levels) > 1 else "")
     cap = f", at most {open_loop.max_concurrency} in flight" if open_loop.max_concurrency else ""
@@ -805,6 +892,7 @@ async def run_sweep(
     on_level=None,
     closed_duration: float | None = None,
     shape: dict | None = None,
+    percentiles=None,
 ) -> SweepOutcome:
     """Run every level in ascending order; `write(level, fields)` records each as it ends.
 
@@ -822,6 +910,8 @@ async def run_sweep(
         if c == math.inf:  # a burst: --num-prompts, else enough for a steady state
             cap = open_loop.max_concurrency if open_loop else None
             n = num_prompts or per_concurrency * (cap or BURST_LEVEL) or BURST_LEVEL
+        elif open_loop is not None and open_loop.ramp is not None:  # vLLM's: --num-prompts
+            n = num_prompts or per_level_prompts(0, per_concurrency, math.ceil(c))
         else:
             n = per_level_prompts(num_prompts, per_concurrency, math.ceil(c))
         level = await run_level(
@@ -859,10 +949,13 @@ async def run_sweep(
                 f"{PER_CONCURRENCY} x concurrency, so ramp-up and drain "
                 f"weigh on the figures"
             )
+        if percentiles is not None:
+            f["metric_percentiles"] = metric_percentiles(level.results, percentiles)
         if on_level is not None:  # per-request records, input-length check
             on_level(level)
         write(c, f)
         console.out(table_row(f, c))
+        console.out(field_line(f, axis.tag(c)))
         for note in level_notes(f, c, axis):
             console.warn(note)
         if level.interrupted:

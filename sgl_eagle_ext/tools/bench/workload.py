@@ -8,7 +8,7 @@
     --multi-turn [--max-turns K]                  replay ShareGPT conversations
     --save-requests FILE                          per-request records (request_log.py)
 
-`WorkloadOptions` holds these flags as given (commands/groups.py reads them); the
+`WorkloadOptions` declares these flags and holds them as given; the
 lengths and the dataset's rules are checked where the workload is built.
 
 `WorkloadSet` stands where the sweep takes a PromptSet: `take(n, seed)` gives the
@@ -24,18 +24,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_eagle_ext.common.cli_args import integer, number
+from sgl_eagle_ext.common.declared_flags import add_flags, flag
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import datasets, multiturn, options, request_log, tokens
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
+from sgl_eagle_ext.tools.bench.levels import above
 
 DEFAULT = "shipped"
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("workload")
-    g.add_argument(
+    add_flags(p, WorkloadOptions, group="workload")
+
+
+def _dataset(_name: str, text: str) -> str:
+    # the form now, before any server is asked; its rules when the workload is built
+    if text:
+        datasets.parse_spec(text)
+    return text
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """The workload flags (common/declared_flags.py: each field is its flag)."""
+
+    dataset: str = flag(
         "--dataset",
         default=DEFAULT,
+        check=_dataset,
         help="shipped (the --prompts set, default), random, long (1k..64k-token prompts "
         "from shipped text or --long-text), sharegpt:FILE (.json list or .jsonl), "
         "shared-prefix:N (one N-token system prompt on every request), trace:FILE "
@@ -43,52 +59,44 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "or --request-rate is given) or hf:PATH (a Hugging Face save_to_disk folder or "
         ".parquet on disk)",
     )
-    g.add_argument(
+    input_len: str | None = flag(  # as given (LengthSpec parses it)
         "--input-len",
         help="prompt tokens: N, LOW:HIGH (uniform per request) or 'dataset' (default); "
         "checked against the server's usage",
     )
-    g.add_argument(
+    output_len: str | None = flag(
         "--output-len",
         help="tokens per request: N, LOW:HIGH or 'dataset' (ShareGPT: its reply's length; "
         "default: --max-tokens)",
     )
-    g.add_argument("--long-text", help="plain-text file the random/long prompts are cut from")
-    g.add_argument(
+    long_text: str | None = flag(
+        "--long-text", help="plain-text file the random/long prompts are cut from"
+    )
+    trace_speed: float = flag(
         "--trace-speed",
-        type=number(0, strict=True),
         default=1.0,
+        type=number(0, strict=True),
+        check=above(0),
         metavar="X",
         help="replay a trace's timestamps X times faster (default 1; 0.5: half the rate). "
         "sglang.bench_serving's --mooncake-slowdown-factor is its inverse",
     )
-    g.add_argument(
+    multi_turn: bool = flag(
         "--multi-turn",
+        default=False,
         action="store_true",
         help="replay ShareGPT conversations turn by turn with a growing context "
         "(the server's own answers kept); a level's concurrency = conversations in flight",
     )
-    g.add_argument("--max-turns", type=integer(), default=0, help="turns per conversation (0: all)")
-    g.add_argument(
+    max_turns: int = flag(
+        "--max-turns", default=0, type=integer(), help="turns per conversation (0: all)"
+    )
+    save_requests: str | None = flag(
         "--save-requests",
         metavar="FILE",
         help="append one JSON line per request (TTFT, ITLs, E2E, tokens, accept length) "
         "for `bench goodput` / `bench speculation` / `bench report`",
     )
-
-
-@dataclass(frozen=True)
-class WorkloadOptions:
-    """add_options's flags, read."""
-
-    dataset: str  # --dataset (its form checked: datasets.parse_spec)
-    input_len: str | None  # --input-len, as given (LengthSpec parses it)
-    output_len: str | None  # --output-len, as given
-    long_text: str | None  # --long-text FILE
-    trace_speed: float  # --trace-speed (> 0)
-    multi_turn: bool  # --multi-turn
-    max_turns: int  # --max-turns (0: all)
-    save_requests: str | None  # --save-requests FILE
 
     def wanted(self) -> bool:
         """Whether any workload option differs from the shipped prompt set at --max-tokens."""
@@ -154,7 +162,9 @@ class WorkloadSet:
         self.server = server
         info = server.info if server is not None else {}
         self.counter = tokens.pick_counter(
-            info.get("tokenizer_path") or info.get("model_path"),
+            getattr(server, "tokenizer", None)  # bench sweep --tokenizer
+            or info.get("tokenizer_path")
+            or info.get("model_path"),
             server.base_url if server is not None else None,
             server.model_id if server is not None else "default",
             getattr(server, "api_key", None),

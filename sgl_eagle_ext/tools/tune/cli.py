@@ -23,13 +23,16 @@ stream. Launch the result with
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import operator
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import adaptive_config, figures, paths, releases
-from sgl_eagle_ext.common.cli_args import integer, number, seconds, split_extra
+from sgl_eagle_ext.common import adaptive_config, paths, releases
+from sgl_eagle_ext.common.cli_args import integer, number, split_extra
+from sgl_eagle_ext.common.declared_flags import add_flags, read_options
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.profiling import aggregate
@@ -103,62 +106,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def live_parser() -> argparse.ArgumentParser:
-    """`tune live`'s arguments; the defaults are LiveOptions' own."""
+    """`tune live`'s arguments: LiveOptions' fields."""
     from sgl_eagle_ext.tools.tune import live
 
-    d = LiveOptions
     p = argparse.ArgumentParser(
         prog=f"python -m {live.PROG}", description=live.__doc__.split("\n")[0]
     )
-    p.add_argument("--model-path", required=True)
-    p.add_argument("--draft-model-path", required=True)
-    p.add_argument("--preset-file", type=Path, help="your preset (default: eagle3-adaptive)")
-    p.add_argument("--levels", default=d.levels, help="concurrencies (1,2,4,...,64)")
-    p.add_argument(
-        "--max-steps", type=integer(), default=d.max_steps, help="largest chain step count (5)"
-    )
-    p.add_argument("--steps", help="step counts to measure (default 0..--max-steps)")
-    p.add_argument("--budget-minutes", type=number(0, strict=True), help="plan to fit this")
-    p.add_argument("--results", type=Path, default=d.results)
-    p.add_argument("--baseline-arm", action="store_true", help="also a plain baseline server")
-    p.add_argument("--also-trees", action="store_true", help="also the tree presets' servers")
-    p.add_argument(
-        "--allow-unequal",
-        action="store_true",
-        help="run servers whose resolved settings differ outside speculation (recorded)",
-    )
-    p.add_argument(
-        "--max-tokens", type=integer(), default=d.max_tokens, help="output tokens per request"
-    )
-    p.add_argument(
-        "--warmup-tokens", type=integer(), default=d.warmup_tokens, help="per warm-up request"
-    )
-    p.add_argument(
-        "--request-cycles", type=integer(), default=d.request_cycles, help="per cell (see above)"
-    )
-    p.add_argument(
-        "--max-rounds", type=integer(), default=d.max_rounds, help="rounds per cell at most"
-    )
-    p.add_argument(
-        "--validation-rounds",
-        type=integer(),
-        default=d.validation_rounds,
-        help="validation: at least this many adaptive/pinned round pairs per level, "
-        "their order alternating (2)",
-    )
-    p.add_argument("--prompts", default=d.prompts, help="shipped set or JSONL file (mixed)")
-    p.add_argument("--seed", type=integer(), default=d.seed)
-    p.add_argument("--cpu", action="store_true", help="the CPU harness overlay (tests, demo)")
-    p.add_argument("--sglang-version")
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--startup-timeout", type=seconds(0), default=d.startup_timeout)
+    add_flags(p, LiveOptions)  # each flag a field of LiveOptions
     return p
 
 
 def live_options(argv: list[str]) -> tuple[LiveOptions, list[str]]:
     """`tune live`'s command line: (its options, the SGLang arguments after `--`)."""
     own, extra = split_extra(argv)
-    return LiveOptions(**vars(live_parser().parse_args(own))), extra
+    return read_options(LiveOptions, live_parser().parse_args(own)), extra
 
 
 def live_command(argv: list[str]) -> int:
@@ -299,7 +260,7 @@ def offline(argv: list[str]) -> int:
             f"no SGLang Decode batch lines in {', '.join(map(str, args.baseline_log))}.",
             fix="pass the log of a baseline server that served load (launcher: logs/baseline-*.log)",
         )
-    one = args.baseline_ms_per_token or figures.ms_per_token(args.baseline_tps)
+    one = args.baseline_ms_per_token or (1000 / args.baseline_tps if args.baseline_tps else None)
     preds = model.predict(cells, baseline, args.max_steps, one)
     min_step = release.adaptive.min_step if release.adaptive else 0
     picks = {
@@ -334,7 +295,7 @@ def offline(argv: list[str]) -> int:
             + (
                 ", ".join(p.name for p in args.baseline_log)
                 if args.baseline_log
-                else f"{figures.tok_s(1, one):.1f} tok/s one stream"
+                else f"{1000 / one:.1f} tok/s one stream"
                 if one
                 else "0-step cycles"
             )
@@ -352,7 +313,7 @@ def offline(argv: list[str]) -> int:
         print()
         return 0
     # bench's convention first (cumulative), then the model's own (conditional alpha_j)
-    cumulative = figures.cumulative_acceptance(alphas)
+    cumulative = list(itertools.accumulate(alphas, operator.mul))
     print(
         "per-position acceptance (pooled), cumulative (share of all verify cycles that "
         "accepted draft j): "

@@ -1,34 +1,72 @@
-"""tune live's options, typed: what its command line (tools/tune/cli.py) is mapped onto
-at the edge, and all that the run (live.py, live_driver.py) reads. The defaults here
-are the command line's defaults (its parser takes them from this class)."""
+"""tune live's options, typed, each field its own flag (common/declared_flags.py): the
+parser of its command line (tools/tune/cli.py) is built from this class and read back
+into it, and the run (live.py, live_driver.py) reads only it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgl_eagle_ext.common.cli_args import integer, number, seconds
+from sgl_eagle_ext.common.declared_flags import flag
+
 
 @dataclass(frozen=True)
 class LiveOptions:
-    model_path: str
-    draft_model_path: str
-    preset_file: Path | None = None  # None: eagle3-adaptive
-    levels: str = "1,2,4,8,16,32,64"  # concurrencies, as given (checked by the run)
-    max_steps: int = 5
-    steps: str | None = None  # None: 0..max_steps
-    budget_minutes: float | None = None
-    results: Path = Path("tune-live/results.jsonl")
-    baseline_arm: bool = False
-    also_trees: bool = False
-    allow_unequal: bool = False
-    max_tokens: int = 256
-    warmup_tokens: int = 16
-    request_cycles: int = 300
-    max_rounds: int = 8
-    validation_rounds: int = 2
-    prompts: str = "mixed"
-    seed: int = 0
-    cpu: bool = False
-    sglang_version: str | None = None
-    force: bool = False
-    startup_timeout: float = 3600.0
+    model_path: str = flag("--model-path", required=True, help=None)
+    draft_model_path: str = flag("--draft-model-path", required=True, help=None)
+    preset_file: Path | None = flag(  # None: eagle3-adaptive
+        "--preset-file", type=Path, help="your preset (default: eagle3-adaptive)"
+    )
+    levels: str = flag(  # concurrencies, as given (checked by the run)
+        "--levels", default="1,2,4,8,16,32,64", help="concurrencies (1,2,4,...,64)"
+    )
+    max_steps: int = flag(
+        "--max-steps", default=5, type=integer(), help="largest chain step count (5)"
+    )
+    steps: str | None = flag(  # None: 0..max_steps
+        "--steps", help="step counts to measure (default 0..--max-steps)"
+    )
+    budget_minutes: float | None = flag(
+        "--budget-minutes", type=number(0, strict=True), help="plan to fit this"
+    )
+    results: Path = flag("--results", default=Path("tune-live/results.jsonl"), type=Path, help=None)
+    baseline_arm: bool = flag(
+        "--baseline-arm", default=False, action="store_true", help="also a plain baseline server"
+    )
+    also_trees: bool = flag(
+        "--also-trees", default=False, action="store_true", help="also the tree presets' servers"
+    )
+    allow_unequal: bool = flag(
+        "--allow-unequal",
+        default=False,
+        action="store_true",
+        help="run servers whose resolved settings differ outside speculation (recorded)",
+    )
+    max_tokens: int = flag(
+        "--max-tokens", default=256, type=integer(), help="output tokens per request"
+    )
+    warmup_tokens: int = flag(
+        "--warmup-tokens", default=16, type=integer(), help="per warm-up request"
+    )
+    request_cycles: int = flag(
+        "--request-cycles", default=300, type=integer(), help="per cell (see above)"
+    )
+    max_rounds: int = flag(
+        "--max-rounds", default=8, type=integer(), help="rounds per cell at most"
+    )
+    validation_rounds: int = flag(
+        "--validation-rounds",
+        default=2,
+        type=integer(),
+        help="validation: at least this many adaptive/pinned round pairs per level, "
+        "their order alternating (2)",
+    )
+    prompts: str = flag("--prompts", default="mixed", help="shipped set or JSONL file (mixed)")
+    seed: int = flag("--seed", default=0, type=integer(), help=None)
+    cpu: bool = flag(
+        "--cpu", default=False, action="store_true", help="the CPU harness overlay (tests, demo)"
+    )
+    sglang_version: str | None = flag("--sglang-version", help=None)
+    force: bool = flag("--force", default=False, action="store_true", help=None)
+    startup_timeout: float = flag("--startup-timeout", default=3600.0, type=seconds(0), help=None)

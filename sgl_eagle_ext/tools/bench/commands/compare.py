@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import http, interrupts, ports, secret_flags
 from sgl_eagle_ext.common.cli_args import integer, port_number, seconds
+from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.tools.bench import (
     arms,
@@ -41,46 +42,10 @@ from sgl_eagle_ext.tools.bench import (
 )
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import groups
+from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
 
 MAX_ARMS = len(string.ascii_uppercase)
-
-
-def add_launch(p) -> None:
-    """Launcher options shared by every arm."""
-    p.add_argument("--model-path", help="target model (passed to the launcher)")
-    p.add_argument("--draft-model-path", help="EAGLE-3 draft (speculative presets only)")
-    p.add_argument("--cpu", action="store_true", help="CPU harness overlay (launcher --cpu)")
-    p.add_argument(
-        "--overlay",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="launcher --overlay for every arm (repeatable)",
-    )
-    p.add_argument("--sglang-version", help="launcher --sglang-version")
-    p.add_argument("--force", action="store_true", help="launcher --force")
-    p.add_argument("--port", type=port_number, default=0, help="server port (default: a free one)")
-    p.add_argument(
-        "--startup-timeout",
-        type=seconds(0, strict=True),
-        default=3600.0,
-        help="seconds to wait for each server's READY (default 3600)",
-    )
-    p.add_argument("--log-dir", default="logs", help="server logs (default logs/)")
-    p.add_argument(
-        "--lossless-prompts",
-        type=integer(),
-        default=lossless.DEFAULT_PROMPTS,
-        help=f"prompts for the lossless check (default {lossless.DEFAULT_PROMPTS}; 0 skips it)",
-    )
-    p.add_argument("--lossless-max-tokens", type=integer(), default=lossless.DEFAULT_MAX_TOKENS)
-    p.add_argument(
-        "--allow-unequal",
-        action="store_true",
-        help="run even when the arms' resolved settings differ outside speculation "
-        "(checked before any server starts); the differences are recorded beside every figure",
-    )
 
 
 def register(sub) -> None:
@@ -95,7 +60,7 @@ def register(sub) -> None:
     workload.add_options(a)
     a.add_argument("--preset-a", default="baseline", help="reference preset (default baseline)")
     a.add_argument("--preset-b", required=True, help="preset to evaluate, e.g. eagle3-2step")
-    add_launch(a)
+    add_flags(a, LaunchOptions)
     a.set_defaults(read=read_ab, run=run_ab, takes_extra=True)
 
     c = sub.add_parser(
@@ -116,26 +81,62 @@ def register(sub) -> None:
         "reference for crossovers and the lossless check (e.g. --arm baseline --arm "
         "eagle3-2step --arm eagle3-adaptive)",
     )
-    add_launch(c)
+    add_flags(c, LaunchOptions)
     c.set_defaults(read=read_compare, run=run_compare, takes_extra=True)
 
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """add_launch's flags, read: how every arm's server starts, and the lossless check."""
+    """How every arm's server starts, and the lossless check (each field its flag)."""
 
-    model_path: str | None  # --model-path
-    draft_model_path: str | None  # --draft-model-path
-    cpu: bool  # --cpu
-    overlays: list[str]  # --overlay NAME ...
-    sglang_version: str | None  # --sglang-version
-    force: bool  # --force
-    port: int  # --port (0: a free one)
-    startup_timeout: float  # --startup-timeout, seconds per server
-    log_dir: Path  # --log-dir
-    lossless_prompts: int  # --lossless-prompts (>= 0; 0 skips the check)
-    lossless_max_tokens: int  # --lossless-max-tokens
-    allow_unequal: bool  # --allow-unequal
+    model_path: str | None = flag("--model-path", help="target model (passed to the launcher)")
+    draft_model_path: str | None = flag(
+        "--draft-model-path", help="EAGLE-3 draft (speculative presets only)"
+    )
+    cpu: bool = flag(
+        "--cpu", default=False, action="store_true", help="CPU harness overlay (launcher --cpu)"
+    )
+    overlays: list = flag(
+        "--overlay",
+        cli_default=list,
+        action="append",
+        metavar="NAME",
+        help="launcher --overlay for every arm (repeatable)",
+    )
+    sglang_version: str | None = flag("--sglang-version", help="launcher --sglang-version")
+    force: bool = flag("--force", default=False, action="store_true", help="launcher --force")
+    port: int = flag(  # 0: a free one
+        "--port", default=0, type=port_number, help="server port (default: a free one)"
+    )
+    startup_timeout: float = flag(
+        "--startup-timeout",
+        default=3600.0,
+        type=seconds(0, strict=True),
+        help="seconds to wait for each server's READY (default 3600)",
+    )
+    log_dir: Path = flag(
+        "--log-dir",
+        cli_default="logs",
+        check=lambda _n, d: Path(d),
+        help="server logs (default logs/)",
+    )
+    lossless_prompts: int = flag(  # 0 skips the check
+        "--lossless-prompts",
+        default=lossless.DEFAULT_PROMPTS,
+        type=integer(),
+        check=above(0, zero_ok=True),
+        help=f"prompts for the lossless check (default {lossless.DEFAULT_PROMPTS}; 0 skips it)",
+    )
+    lossless_max_tokens: int = flag(
+        "--lossless-max-tokens", default=lossless.DEFAULT_MAX_TOKENS, type=integer(), help=None
+    )
+    allow_unequal: bool = flag(
+        "--allow-unequal",
+        default=False,
+        action="store_true",
+        help="run even when the arms' resolved settings differ outside speculation "
+        "(checked before any server starts); the differences are recorded beside every figure",
+    )
 
 
 @dataclass(frozen=True)
@@ -152,24 +153,6 @@ class Options:
     launch: LaunchOptions
 
 
-def _read_launch(args: argparse.Namespace) -> LaunchOptions:
-    options.positive("--lossless-prompts", args.lossless_prompts, zero_ok=True)
-    return LaunchOptions(
-        model_path=args.model_path,
-        draft_model_path=args.draft_model_path,
-        cpu=args.cpu,
-        overlays=args.overlay,
-        sglang_version=args.sglang_version,
-        force=args.force,
-        port=args.port,
-        startup_timeout=args.startup_timeout,
-        log_dir=Path(args.log_dir),
-        lossless_prompts=args.lossless_prompts,
-        lossless_max_tokens=args.lossless_max_tokens,
-        allow_unequal=args.allow_unequal,
-    )
-
-
 def _read(args: argparse.Namespace, kind: str, presets: list[str]) -> Options:
     return Options(  # the groups' checks run in this order
         kind=kind,
@@ -178,7 +161,7 @@ def _read(args: argparse.Namespace, kind: str, presets: list[str]) -> Options:
         workload=groups.workload(args),
         requests=groups.requests(args),
         sweep=groups.sweep(args),
-        launch=_read_launch(args),
+        launch=read_options(LaunchOptions, args),
         records=groups.records(args),
     )
 

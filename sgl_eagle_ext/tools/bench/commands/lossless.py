@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import integer
+from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.tools.bench import lossless, options, prompts, provenance, session
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import groups
+from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
@@ -18,9 +20,7 @@ def register(sub) -> None:
         "lossless", help="same prompts at temperature 0 on two servers must give identical outputs"
     )
     options.add_common(ll, lossless.DEFAULT_MAX_TOKENS, url=False)
-    ll.add_argument("--url-a", required=True, help="reference server (e.g. baseline)")
-    ll.add_argument("--url-b", required=True, help="server under test (e.g. EAGLE-3)")
-    ll.add_argument("--num-prompts", type=integer(), default=lossless.DEFAULT_PROMPTS)
+    add_flags(ll, Options)
     ll.set_defaults(read=read, run=run)
 
 
@@ -29,21 +29,24 @@ class Options:
     connection: options.ConnectionOptions
     requests: options.RequestOptions
     records: options.RecordOptions
-    url_a: str  # --url-a: the reference server
-    url_b: str  # --url-b: the server under test
-    num_prompts: int  # --num-prompts (>= 0)
+    url_a: str = flag("--url-a", required=True, help="reference server (e.g. baseline)")
+    url_b: str = flag("--url-b", required=True, help="server under test (e.g. EAGLE-3)")
+    num_prompts: int = flag(
+        "--num-prompts",
+        default=lossless.DEFAULT_PROMPTS,
+        type=integer(),
+        check=above(0, zero_ok=True),
+        help=None,
+    )
 
 
 def read(args: argparse.Namespace) -> Options:
-    conn, req = groups.connection(args), groups.requests(args)
-    options.positive("--num-prompts", args.num_prompts, zero_ok=True)
-    return Options(
-        connection=conn,
-        requests=req,
+    return read_options(
+        Options,
+        args,
+        connection=groups.connection(args),
+        requests=groups.requests(args),
         records=groups.records(args),
-        url_a=args.url_a,
-        url_b=args.url_b,
-        num_prompts=args.num_prompts,
     )
 
 

@@ -7,31 +7,17 @@ from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import integer, number
+from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.tools.bench import options, prompts, session, single
 from sgl_eagle_ext.tools.bench.commands import groups
+from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
 def register(sub) -> None:
     s = sub.add_parser("single", help="single-stream fixed-length runs with spread and 95%% CI")
-    options.add_common(s, 512)
-    s.add_argument("--runs", type=integer(), default=5, help="measured runs (default 5)")
-    s.add_argument(
-        "--warmup", type=integer(), default=2, help="warm-up runs, same length (default 2)"
-    )
-    s.add_argument(
-        "--vary-prompts",
-        action="store_true",
-        help="a different prompt per run (default: the same prompt every run)",
-    )
-    s.add_argument(
-        "--max-cv",
-        type=number(0),
-        default=0.05,
-        help="steady-state warning above this stdev/mean (default 0.05)",
-    )
-    s.add_argument("--label", default="", help="arm name stored in the records")
-    s.add_argument("--run-id", help="group this record with others (default: a new id)")
+    options.add_common(s, 512, records=("label", "run_id"))
+    add_flags(s, Options)
     s.set_defaults(read=read, run=run)
 
 
@@ -40,24 +26,37 @@ class Options:
     connection: options.ConnectionOptions
     requests: options.RequestOptions
     records: options.RecordOptions
-    runs: int  # --runs (> 0)
-    warmup: int  # --warmup runs (>= 0)
-    vary_prompts: bool  # --vary-prompts
-    max_cv: float  # --max-cv
+    runs: int = flag(
+        "--runs", default=5, type=integer(), check=above(0), help="measured runs (default 5)"
+    )
+    warmup: int = flag(
+        "--warmup",
+        default=2,
+        type=integer(),
+        check=above(0, zero_ok=True),
+        help="warm-up runs, same length (default 2)",
+    )
+    vary_prompts: bool = flag(
+        "--vary-prompts",
+        default=False,
+        action="store_true",
+        help="a different prompt per run (default: the same prompt every run)",
+    )
+    max_cv: float = flag(
+        "--max-cv",
+        default=0.05,
+        type=number(0),
+        help="steady-state warning above this stdev/mean (default 0.05)",
+    )
 
 
 def read(args: argparse.Namespace) -> Options:
-    conn, req = groups.connection(args), groups.requests(args)
-    options.positive("--runs", args.runs)
-    options.positive("--warmup", args.warmup, zero_ok=True)
-    return Options(
-        connection=conn,
-        requests=req,
+    return read_options(
+        Options,
+        args,
+        connection=groups.connection(args),
+        requests=groups.requests(args),
         records=groups.records(args),
-        runs=args.runs,
-        warmup=args.warmup,
-        vary_prompts=args.vary_prompts,
-        max_cv=args.max_cv,
     )
 
 

@@ -9,7 +9,7 @@ from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import options, prompts, session, workload
 from sgl_eagle_ext.tools.bench import sweep as sw
-from sgl_eagle_ext.tools.bench.commands import groups
+from sgl_eagle_ext.tools.bench.commands import field_flags, groups
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
@@ -19,16 +19,15 @@ def register(sub) -> None:
         help="streaming concurrency sweep: tok/s, TTFT/TPOT/ITL/E2E, "
         "errors, accept length per level",
     )
-    options.add_common(w, 256)
+    options.add_common(w, 256, records=("label", "run_id"))
     options.add_sweep(w)
     workload.add_options(w)
-    w.add_argument("--label", default="", help="arm name stored in the records (for plot)")
-    w.add_argument(
-        "--run-id",
-        help="share a run id with another sweep (e.g. the other server "
-        "of a manual A/B) so `plot` draws both; default: a new id",
-    )
-    w.set_defaults(read=read, run=run)
+    field_flags.register(w)
+    w.set_defaults(read=read, run=run, defaults=_defaults(w))
+
+
+def _defaults(p) -> dict:
+    return {a.dest: a.default for a in p._actions}
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,7 @@ class Options:
 
 
 def read(args: argparse.Namespace) -> Options:
+    field_flags.read(args, args.defaults)  # the field's names, read into ours
     return Options(  # the groups' checks run in this order
         connection=groups.connection(args),
         workload=groups.workload(args),

@@ -1,0 +1,590 @@
+"""The field's flag names: sglang.bench_serving 0.5.23 and `vllm bench serve`, in one table.
+
+Every row is one of the field's flags: what it becomes here, how its meaning or default
+differs, and an example the tests read with both parsers (bench_serving's own, in a
+subprocess of the SGLang venv, and ours): tests/test_bench_field_flags.py. `register`
+adds the rows that take arguments to `bench sweep`'s parser (and the refusals to every
+command with a server), `read` turns what was given into our own flags before the
+option groups read them, and `markdown` is the table docs/bench-serving.md holds.
+
+Three kinds of row: SAME (our parser has the name already, meaning the same), ALIAS
+(the field's name, read into ours) and REFUSED (the field means something we do not
+do: the message says what the field means and what to use).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sgl_eagle_ext.common.errors import UserError
+
+SG, VL = "sglang.bench_serving", "vllm bench serve"
+SAME, ALIAS, REFUSED = "same", "alias", "refused"
+
+# --backend: bench_serving's (and vLLM's) backend names -> our --endpoint
+BACKENDS = {
+    "sglang": "generate",
+    "sglang-native": "generate",
+    "sglang-oai": "completions",
+    "sglang-oai-chat": "chat",
+    "vllm": "completions",
+    "vllm-chat": "chat",
+    "lmdeploy": "completions",
+    "lmdeploy-chat": "chat",
+    "openai": "completions",
+    "openai-chat": "chat",
+}
+# --endpoint: vLLM's API paths -> our names (which stay accepted)
+ENDPOINT_PATHS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/generate": "generate",
+}
+# bench_serving's default port per backend when --host/--port name the server
+PORTS = {"vllm": 8000, "vllm-chat": 8000}
+DEFAULT_PORT = 30000
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+@dataclass(frozen=True)
+class Row:
+    field: str  # the field's spelling, as the docs table shows it
+    tools: tuple[str, ...]  # who has the flag
+    ours: str  # what it is here
+    kind: str = ALIAS
+    note: str = ""  # how the meaning or default differs ("": the same)
+    # the flags we register for it (argparse kwargs), dest "field_<name>"
+    args: dict = field(default_factory=dict)
+    argv: tuple[str, ...] = ()  # an example in the field's spelling
+    theirs: dict = field(default_factory=dict)  # bench_serving's namespace after argv
+    we: dict = field(default_factory=dict)  # our typed options after argv ("sweep.warmup")
+
+
+def _int(name: str):
+    return {name: {"type": int, "metavar": "N"}}
+
+
+# fmt: off
+ROWS = (
+    Row("--backend B", (SG, VL), "--endpoint (chat, completions, generate)",
+        note="sglang/sglang-native: /generate; *-oai, vllm, lmdeploy, openai: /v1/completions; "
+        "*-chat: /v1/chat/completions; embedding, trt, gserver, truss refused. Its default "
+        "is sglang (/generate), ours chat. Names the records' arm unless --label (vLLM's "
+        "--label default)",
+        args={"--backend": {"metavar": "B"}},
+        argv=("--backend", "sglang-oai-chat"), theirs={"backend": "sglang-oai-chat"},
+        we={"connection.endpoint": "chat", "records.label": "sglang-oai-chat"}),
+    Row("--base-url U", (SG, VL), "--url U", args={"--base-url": {"metavar": "URL"}},
+        argv=("--base-url", "http://h:1"), theirs={"base_url": "http://h:1"},
+        we={"connection.url": "http://h:1"}),
+    Row("--host H --port P", (SG, VL), "--url http://H:P",
+        note="host default here 127.0.0.1 (theirs 0.0.0.0, the same machine); port default "
+        "30000 (8000 for the vllm backends, as bench_serving)",
+        args={"--host": {"metavar": "H"}, **_int("--port")},
+        argv=("--host", "h", "--port", "31000"), theirs={"host": "h", "port": 31000},
+        we={"connection.url": "http://h:31000"}),
+    Row("--model M", (SG, VL), "the model name sent in every request",
+        note="default: the server's own (/v1/models), as theirs; the tokenizer is --tokenizer",
+        args={"--model": {"metavar": "M"}}, argv=("--model", "m"), theirs={"model": "m"},
+        we={"connection.model": "m"}),
+    Row("--tokenizer T", (SG, VL), "counts the prompts' input tokens",
+        note="a tokenizer directory on this host (nothing is downloaded); default: the "
+        "server's tokenizer (its directory here, else /v1/tokenize)",
+        args={"--tokenizer": {"metavar": "DIR"}}, argv=("--tokenizer", "."),
+        theirs={"tokenizer": "."}, we={"connection.tokenizer": "."}),
+    Row("--dataset-name random", (SG, VL), "--dataset random",
+        note="the prompts are text fitted to each length, not random token ids; "
+        "--dataset-path (their ShareGPT source of token ids) is not needed",
+        args={"--dataset-name": {"metavar": "NAME"}, "--dataset-path": {"metavar": "PATH"}},
+        argv=("--dataset-name", "random"), theirs={"dataset_name": "random"},
+        we={"workload.dataset": "random", "workload.input_len": "1:1024",
+            "workload.output_len": "1:1024"}),
+    Row("--random-input-len I --random-output-len O", (SG, VL), "--input-len I --output-len O",
+        note="with --dataset-name random only; their default 1024 each",
+        args={**_int("--random-input-len"), **_int("--random-output-len")},
+        argv=("--dataset-name", "random", "--random-input-len", "64", "--random-output-len",
+              "24", "--random-range-ratio", "1"),
+        theirs={"random_input_len": 64, "random_output_len": 24, "random_range_ratio": 1.0},
+        we={"workload.input_len": "64", "workload.output_len": "24"}),
+    Row("--random-range-ratio R", (SG, VL), "--input-len max(1,int(I*R)):I (and output)",
+        note="bench_serving's formula: its default 0 draws each length from 1..N "
+        "(--input-len 1:N), 1 is fixed lengths. vLLM's R means I(1-R)..I(1+R), its default "
+        "0 fixed lengths: from vLLM give R 1 (or --input-len I)",
+        args={"--random-range-ratio": {"type": float, "metavar": "R"}},
+        argv=("--dataset-name", "random", "--random-input-len", "64", "--random-range-ratio",
+              "0.5"),
+        theirs={"random_range_ratio": 0.5}, we={"workload.input_len": "32:64"}),
+    Row("--dataset-name sharegpt --dataset-path F", (SG, VL), "--dataset sharegpt:F",
+        note="a file on this host (nothing is downloaded). Both shuffle with the seed "
+        "(different orders); theirs drops prompts or replies under 2 tokens (and over "
+        "--sharegpt-context-len), ours keeps every conversation and repeats them to fill "
+        "--num-prompts",
+        argv=("--dataset-name", "sharegpt", "--dataset-path", "sg.json"),
+        theirs={"dataset_name": "sharegpt", "dataset_path": "sg.json"},
+        we={"workload.dataset": "sharegpt:sg.json"}),
+    Row("--sharegpt-output-len N", (SG,), "--output-len N",
+        args=_int("--sharegpt-output-len"),
+        argv=("--dataset-path", "sg.json", "--sharegpt-output-len", "9"),
+        theirs={"sharegpt_output_len": 9}, we={"workload.output_len": "9"}),
+    Row("--dataset-name mooncake --dataset-path F", (SG,), "--dataset trace:F",
+        note="with --use-trace-timestamps at the trace's times (our default for a trace); "
+        "without, at --request-rate (theirs: inf, all at once). The prompts: ours fitted "
+        "text of each row's input_length, theirs built from hash_ids",
+        args={"--use-trace-timestamps": {"action": "store_true"}},
+        argv=("--dataset-name", "mooncake", "--dataset-path", "t.jsonl",
+              "--use-trace-timestamps"),
+        theirs={"dataset_name": "mooncake", "use_trace_timestamps": True},
+        we={"workload.dataset": "trace:t.jsonl", "sweep.request_rate": None}),
+    Row("--mooncake-slowdown-factor K", (SG,), "--trace-speed 1/K",
+        args={"--mooncake-slowdown-factor": {"type": float, "metavar": "K"}},
+        argv=("--mooncake-slowdown-factor", "2"), theirs={"mooncake_slowdown_factor": 2.0},
+        we={"workload.trace_speed": 0.5}),
+    Row("--dataset-name generated-shared-prefix", (SG,), "(refused)", REFUSED,
+        note="theirs is 64 groups of 16 prompts, each group its own system prompt; our "
+        "--dataset shared-prefix:N puts one N-token prefix on every request",
+        argv=("--dataset-name", "generated-shared-prefix"),
+        theirs={"dataset_name": "generated-shared-prefix", "gsp_num_groups": 64,
+                "gsp_prompts_per_group": 16}),
+    Row("--num-warmups N / --warmup-requests N", (VL, SG), "--warmup N",
+        note="ours at full length, distinct prompts; bench_serving repeats its first prompt "
+        "at min(its output, 32) tokens",
+        args={**_int("--num-warmups"), **_int("--warmup-requests")},
+        argv=("--warmup-requests", "3"), theirs={"warmup_requests": 3},
+        we={"sweep.warmup": 3}),
+    Row("--output-file F", (SG,), "--results F",
+        note="ours appends a JSON line per level (and a CSV beside it), theirs one per run",
+        args={"--output-file": {"metavar": "FILE"}}, argv=("--output-file", "o.jsonl"),
+        theirs={"output_file": "o.jsonl"}, we={"records.results": "o.jsonl"}),
+    Row("--disable-tqdm", (SG, VL), "no progress bars (the results and notes still print)",
+        args={"--disable-tqdm": {"action": "store_true"}}, argv=("--disable-tqdm",),
+        theirs={"disable_tqdm": True}),
+    Row("--disable-stream", (SG,), "--disable-stream: one JSON answer per request", SAME,
+        note="TTFT is then the whole request, and there is no ITL", argv=("--disable-stream",),
+        theirs={"disable_stream": True}, we={"connection.stream": False}),
+    Row("--no-stream", (VL,), "(refused)", REFUSED,
+        note="vLLM's --no-stream loads a Hugging Face dataset without streaming it; for one "
+        "JSON answer per request use --disable-stream (sglang.bench_serving's name)",
+        argv=("--no-stream",)),
+    Row("--disable-ignore-eos", (SG,), "--respect-eos",
+        args={"--disable-ignore-eos": {"action": "store_true"}}, argv=("--disable-ignore-eos",),
+        theirs={"disable_ignore_eos": True}, we={"requests.respect_eos": True}),
+    Row("--extra-request-body J", (SG,), "--extra-body J (vLLM's name)",
+        args={"--extra-request-body": {"metavar": "JSON"}},
+        argv=("--extra-request-body", '{"top_p": 0.5}'),
+        theirs={"extra_request_body": '{"top_p": 0.5}'},
+        we={"connection.extra_body": {"top_p": 0.5}}),
+    Row("--flush-cache", (SG,), "the default: the prefix cache is flushed before every level",
+        note="theirs flushes once after the warm-up, only when asked (or in SGLang's CI); "
+        "--no-flush-cache keeps it here",
+        args={"--flush-cache": {"action": "store_true"}}, argv=("--flush-cache",),
+        theirs={"flush_cache": True}, we={"sweep.flush_cache": True}),
+    Row("--percentile-metrics M --metric-percentiles P", (VL,),
+        "those percentiles of those metrics, printed per level and recorded "
+        "(metric_percentiles)",
+        note="vLLM's defaults ttft,tpot,itl and 99; without them ours prints p50/p90/p99",
+        args={"--percentile-metrics": {"metavar": "M,..."},
+              "--metric-percentiles": {"metavar": "P,..."}},
+        argv=("--percentile-metrics", "ttft,e2el", "--metric-percentiles", "25,75"),
+        we={"sweep.metric_percentiles": (("ttft", "e2el"), (25.0, 75.0))}),
+    Row("--ready-check-timeout-sec S", (SG, VL), "wait up to S s for the server (0: ask once)",
+        note="their default waits (bench_serving 60 s); ours asks once unless given",
+        args=_int("--ready-check-timeout-sec"), argv=("--ready-check-timeout-sec", "0"),
+        theirs={"ready_check_timeout_sec": 0}, we={"connection.ready_timeout": 0}),
+    Row("--ramp-up-strategy {linear,exponential} --ramp-up-start-rps A --ramp-up-end-rps B",
+        (VL,), "one open-loop level whose rate goes from A to B req/s over its requests",
+        note="vLLM's formula (request i of n at A+(B-A)i/(n-1), or A(B/A)^(i/(n-1))); "
+        "not with --request-rate or --duration",
+        args={"--ramp-up-strategy": {"choices": ("linear", "exponential")},
+              "--ramp-up-start-rps": {"type": float, "metavar": "A"},
+              "--ramp-up-end-rps": {"type": float, "metavar": "B"}},
+        argv=("--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
+              "--ramp-up-end-rps", "8"),
+        we={"sweep.ramp_up": ("linear", 1.0, 8.0), "sweep.request_rate": "8"}),
+    # the names our parser has already
+    Row("--request-rate R", (SG, VL), "--request-rate R", SAME,
+        note="a list 1,2,4 sweeps; default here a closed-loop sweep (theirs inf)",
+        argv=("--request-rate", "inf"), theirs={"request_rate": "inf"},
+        we={"sweep.request_rate": "inf"}),
+    Row("--max-concurrency N", (SG, VL), "--max-concurrency N", SAME,
+        note="alone: --request-rate inf --max-concurrency N (theirs), exactly --num-prompts "
+        "requests at most N in flight; with --duration: --concurrency N",
+        argv=("--max-concurrency", "8"), theirs={"max_concurrency": 8, "request_rate": "inf"},
+        we={"sweep.max_concurrency": 8, "sweep.request_rate": "inf"}),
+    Row("--num-prompts N", (SG, VL), "--num-prompts N", SAME,
+        note="per level; a closed-loop level sends at least 5 x concurrency unless "
+        "--prompts-per-concurrency 0 (their default 1000)",
+        argv=("--num-prompts", "7"), theirs={"num_prompts": 7}, we={"sweep.num_prompts": 7}),
+    Row("--seed S", (SG, VL), "--seed S", SAME, note="default 0 (bench_serving 42, vLLM 0)",
+        argv=("--seed", "5"), theirs={"seed": 5}, we={"requests.seed": 5}),
+    Row("--temperature T", (SG, VL), "--temperature T", SAME,
+        note="default 0, sent on every request as bench_serving; vLLM sends none unless "
+        "given (the server's default applies)",
+        argv=("--temperature", "0.5"), theirs={"temperature": 0.5},
+        we={"requests.temperature": 0.5}),
+    Row("--header K=V K2=V2", (SG, VL), "--header K=V K2=V2", SAME,
+        note="'K: V' too, or the flag repeated", argv=("--header", "X-A=1", "X-B=2"),
+        theirs={"header": ["X-A=1", "X-B=2"]},
+        we={"connection.headers": {"X-A": "1", "X-B": "2"}}),
+    Row("--goodput ttft:500 tpot:50 e2el:900", (SG, VL), "--goodput (or --slo ttft=500,...)",
+        SAME, note="keys ttft, tpot, e2el (e2e), itl; prints the attainment per metric as theirs",
+        argv=("--goodput", "ttft:500", "tpot:50"), we={"sweep.slo.ttft_ms": 500.0}),
+    Row("--burstiness B", (VL,), "--burstiness B", SAME,
+        note="inf: even gaps (--arrival constant)",
+        argv=("--request-rate", "4", "--burstiness", "2"), we={"sweep.burstiness": 2.0}),
+    Row("--endpoint PATH", (VL,), "--endpoint PATH or chat, completions, generate", SAME,
+        note="vLLM's paths /v1/chat/completions, /v1/completions, /generate; our names too",
+        argv=("--endpoint", "/v1/completions"), we={"connection.endpoint": "completions"}),
+    Row("--label L", (VL,), "--label L: the arm name in the records and plots", SAME,
+        note="vLLM's labels the result file, defaulting to --backend: so does ours",
+        argv=("--label", "x"), we={"records.label": "x"}),
+)
+
+# Defaults that differ: (what, theirs, ours, bench_serving's namespace with no flags,
+# our typed options with no flags); the test reads both parsers
+DEFAULTS = (
+    ("load", "inf (all at once), --num-prompts 1000",
+     "a closed-loop sweep, concurrency 1,2,5,10,30,70,100,250, 5 x concurrency prompts each",
+     {"request_rate": "inf", "num_prompts": 1000, "max_concurrency": None},
+     {"sweep.request_rate": None, "sweep.concurrency": None, "sweep.num_prompts": 0}),
+    ("seed", "42 (vLLM 0)", "0", {"seed": 42}, {"requests.seed": 0}),
+    ("warm-up", "1 request, its first prompt at min(output, 32) tokens (vLLM 0)",
+     "2 full-length requests, distinct prompts", {"warmup_requests": 1}, {"sweep.warmup": 2}),
+    ("prefix cache", "kept (flushed once after the warm-up with --flush-cache)",
+     "flushed before every level", {"flush_cache": False}, {"sweep.flush_cache": True}),
+    ("dataset", "sharegpt, downloaded; random: 1024/1024 tokens, range ratio 0",
+     "the shipped prompts; nothing is downloaded",
+     {"dataset_name": "sharegpt", "random_input_len": 1024, "random_output_len": 1024,
+      "random_range_ratio": 0.0}, {"workload.dataset": "shipped"}),
+    ("request", "backend sglang: /generate (vLLM: /v1/completions), temperature 0",
+     "/v1/chat/completions, 256 tokens, EOS ignored, temperature 0",
+     {"backend": "sglang", "temperature": 0.0, "disable_ignore_eos": False},
+     {"connection.endpoint": "chat", "requests.max_tokens": 256, "requests.temperature": 0.0,
+      "requests.respect_eos": False}),
+)
+# What the figures mean beside theirs (docs only)
+FIGURES = (
+    ("TTFT, TPOT, E2E", "the same definitions"),
+    ("ITL", "per token: each chunk's gap over the tokens it carries. bench_serving's is the "
+     "same on /generate and on sglang-oai(-chat) when the server reports an accept length; "
+     "elsewhere one ITL per chunk. Printed: p50/p90/p99 and std, p95, max"),
+    ("input / output / total tok/s", "the same; input counts the prompts' text as theirs "
+     "(prompt_tok_s beside it: the server's templated count)"),
+    ("Peak output tok/s, peak concurrent requests", "the same one-second buckets "
+     "(tokens by each chunk's count; theirs one per chunk on the OpenAI endpoints)"),
+    ("Concurrency", "concurrency_mean (request time / duration); `concurrency` is the cap"),
+    ("Accept length", "accept_length, decode-only over exactly the level, as /server_info; "
+     "equal to theirs when the cache is flushed before (both reset SGLang's counters)"),
+    ("Goodput", "goodput_req_s and goodput_tok_s (theirs: request goodput only); SLO "
+     "attainment and per metric, over requests sent, as theirs"),
+)
+# fmt: on
+
+
+def _dest(flag: str) -> str:
+    return "field_" + flag.lstrip("-").replace("-", "_")
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    """The field's flags on `bench sweep`'s parser, read by read()."""
+    g = p.add_argument_group(f"{SG} / {VL} names (docs/bench-serving.md)")
+    for row in ROWS:
+        for flag, kw in row.args.items():
+            how = f"{row.ours}" + (f"; {row.note}" if row.note else "")
+            g.add_argument(flag, dest=_dest(flag), help=f"as {row.field}: {how}", **kw)
+    p.set_defaults(field_flags=True)
+
+
+def register_refusals(p: argparse.ArgumentParser) -> None:
+    """The field's flags that mean something else here: one clear refusal each."""
+    for row in ROWS:
+        if row.kind == REFUSED and len(row.argv) == 1:  # a bare flag (--no-stream)
+            p.add_argument(
+                row.argv[0],
+                dest=_dest(row.argv[0]),
+                nargs=0,
+                action=_Refuse,
+                help=argparse.SUPPRESS,
+                default=None,
+            )
+
+
+class _Refuse(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        refuse(option_string)
+
+
+def refuse(flag: str, value: str = "") -> None:
+    row = next(
+        r
+        for r in ROWS
+        if r.kind == REFUSED and r.argv[0] == flag and (not value or value in r.argv)
+    )
+    raise UserError(f"{' '.join(row.argv)}: {row.note}.", fix="see docs/bench-serving.md")
+
+
+def _read_flag(args, flag: str):
+    return getattr(args, _dest(flag), None)
+
+
+def _read_into(args, dest: str, value, flag: str, ours: str, default) -> None:
+    """Set our option from the field's flag; both given and disagreeing is an error."""
+    have = getattr(args, dest, default)
+    if have != default and have != value:
+        raise UserError(
+            f"{flag} and {ours} disagree ({have!r} vs {value!r}).",
+            fix=f"give one of them ({flag} is {ours} here)",
+        )
+    setattr(args, dest, value)
+
+
+def read(args: argparse.Namespace, defaults: dict) -> None:
+    """Turn the field's flags given on `bench sweep` into ours (in place)."""
+    if not getattr(args, "field_flags", False):
+        return
+
+    def put(dest, value, flag, ours):
+        _read_into(args, dest, value, flag, ours, defaults.get(dest))
+
+    backend = _read_flag(args, "--backend")
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise UserError(
+                f"--backend {backend}: this tool sends SGLang's /generate or the OpenAI "
+                f"chat or completions requests.",
+                fix=f"use one of {', '.join(BACKENDS)} (or --endpoint)",
+            )
+        put("endpoint", BACKENDS[backend], "--backend", "--endpoint")
+        if not args.label:  # vLLM's --label defaults to the backend
+            args.label = backend
+    for flag in ("--num-warmups", "--warmup-requests"):
+        if _read_flag(args, flag) is not None:
+            put("warmup", _read_flag(args, flag), flag, "--warmup")
+    _read_url(args, put, backend)
+    for flag, dest, ours, value in (
+        ("--output-file", "results", "--results", _read_flag(args, "--output-file")),
+        (
+            "--disable-ignore-eos",
+            "respect_eos",
+            "--respect-eos",
+            True if _read_flag(args, "--disable-ignore-eos") else None,
+        ),
+        (
+            "--extra-request-body",
+            "extra_body",
+            "--extra-body",
+            _read_flag(args, "--extra-request-body"),
+        ),
+        (
+            "--flush-cache",
+            "flush_cache",
+            "--no-flush-cache",
+            True if _read_flag(args, "--flush-cache") else None,
+        ),
+    ):
+        if value is not None:
+            put(dest, value, flag, ours)
+    _read_dataset(args, put)
+    _read_load(args, put)
+    args.metric_percentiles = _read_percentiles(args)
+    args.model = _read_flag(args, "--model")
+    args.tokenizer = _read_flag(args, "--tokenizer")
+    if args.tokenizer is not None and not Path(args.tokenizer).is_dir():
+        raise UserError(
+            f"--tokenizer {args.tokenizer}: not a directory on this host (this "
+            "tool downloads nothing).",
+            fix="give the tokenizer's directory, or drop --tokenizer (the "
+            "server's own tokenizer counts)",
+        )
+    args.ready_timeout = _read_flag(args, "--ready-check-timeout-sec") or 0
+    if args.ready_timeout < 0:
+        raise UserError(
+            f"--ready-check-timeout-sec {args.ready_timeout}: must be >= 0.",
+            fix="0 asks the server once; S waits up to S seconds",
+        )
+    args.disable_tqdm = bool(_read_flag(args, "--disable-tqdm"))
+
+
+def _read_url(args, put, backend) -> None:
+    base, host, port = (_read_flag(args, f) for f in ("--base-url", "--host", "--port"))
+    if base is not None and (host is not None or port is not None):
+        raise UserError(
+            "--base-url with --host/--port: one names the server.",
+            fix="give --base-url URL, or --host H --port P",
+        )
+    if host is not None or port is not None:
+        port = port if port is not None else PORTS.get(backend, DEFAULT_PORT)
+        base = f"http://{host or '127.0.0.1'}:{port}"
+    if base is not None:
+        put(
+            "url", base, "--base-url" if host is None and port is None else "--host/--port", "--url"
+        )
+
+
+def _lens(full: int, ratio: float, flag: str) -> str:
+    if full < 1:
+        raise UserError(f"{flag} {full}: a token count >= 1.", fix=f"e.g. {flag} 128")
+    if not 0 <= ratio <= 1:
+        raise UserError(
+            f"--random-range-ratio {ratio:g}: between 0 and 1.",
+            fix="1: fixed lengths; 0: each length drawn from 1..N",
+        )
+    low = max(int(full * ratio), 1)  # bench_serving's compute_random_lens
+    return str(full) if low == full else f"{low}:{full}"
+
+
+def _read_dataset(args, put) -> None:
+    name, path = _read_flag(args, "--dataset-name"), _read_flag(args, "--dataset-path")
+    lens = {
+        f: _read_flag(args, f)
+        for f in ("--random-input-len", "--random-output-len", "--random-range-ratio")
+    }
+    if name is None and path is not None:
+        name = "sharegpt"  # their default dataset
+    if name is None:
+        given = [f for f, v in lens.items() if v is not None]
+        given += [
+            f for f in ("--sharegpt-output-len", "--use-trace-timestamps") if _read_flag(args, f)
+        ]
+        if given:
+            raise UserError(
+                f"{given[0]} shapes a --dataset-name's requests; none was given.",
+                fix="add --dataset-name random (or sharegpt/mooncake "
+                "--dataset-path F), or use --dataset",
+            )
+        return
+    if name == "generated-shared-prefix":
+        refuse("--dataset-name", name)
+    if name == "random":
+        ratio = lens["--random-range-ratio"] or 0.0
+        put("dataset", "random", "--dataset-name", "--dataset")
+        put(
+            "input_len",
+            _lens(lens["--random-input-len"] or 1024, ratio, "--random-input-len"),
+            "--random-input-len",
+            "--input-len",
+        )
+        put(
+            "output_len",
+            _lens(lens["--random-output-len"] or 1024, ratio, "--random-output-len"),
+            "--random-output-len",
+            "--output-len",
+        )
+        return
+    stray = [f for f, v in lens.items() if v is not None]
+    if stray:
+        raise UserError(f"{stray[0]}: for --dataset-name random only.", fix=f"drop {stray[0]}")
+    if name not in ("sharegpt", "mooncake"):
+        raise UserError(
+            f"--dataset-name {name}: not one this tool reads under that name.",
+            fix="--dataset-name random, sharegpt or mooncake (with --dataset-path F), or our "
+            "--dataset (long, shared-prefix:N, hf:PATH)",
+        )
+    if not path:
+        raise UserError(
+            f"--dataset-name {name} needs --dataset-path FILE (nothing is downloaded).",
+            fix=f"--dataset-name {name} --dataset-path FILE",
+        )
+    kind = "sharegpt" if name == "sharegpt" else "trace"
+    put("dataset", f"{kind}:{path}", "--dataset-name", "--dataset")
+    if _read_flag(args, "--sharegpt-output-len") is not None:
+        put(
+            "output_len",
+            str(_read_flag(args, "--sharegpt-output-len")),
+            "--sharegpt-output-len",
+            "--output-len",
+        )
+    timed = _read_flag(args, "--use-trace-timestamps")
+    if name == "mooncake" and not timed and not args.concurrency:
+        args.request_rate = args.request_rate or "inf"  # theirs: --request-rate (default inf)
+
+
+def _read_load(args, put) -> None:
+    factor = _read_flag(args, "--mooncake-slowdown-factor")
+    if factor is not None:
+        if not factor > 0:
+            raise UserError(
+                f"--mooncake-slowdown-factor {factor:g}: must be > 0.", fix="e.g. 2 (twice as slow)"
+            )
+        put("trace_speed", 1.0 / factor, "--mooncake-slowdown-factor", "--trace-speed")
+    strategy = _read_flag(args, "--ramp-up-strategy")
+    start, end = _read_flag(args, "--ramp-up-start-rps"), _read_flag(args, "--ramp-up-end-rps")
+    args.ramp_up = None
+    if strategy is None and (start is not None or end is not None):
+        raise UserError(
+            "--ramp-up-start-rps/--ramp-up-end-rps need --ramp-up-strategy.",
+            fix="add --ramp-up-strategy linear (or exponential)",
+        )
+    if strategy is not None:
+        if start is None or end is None or not (start > 0 and end > 0):
+            raise UserError(
+                f"--ramp-up-strategy {strategy} needs --ramp-up-start-rps A and "
+                "--ramp-up-end-rps B, both > 0.",
+                fix="e.g. --ramp-up-start-rps 1 --ramp-up-end-rps 8",
+            )
+        if args.request_rate or args.concurrency or args.duration:
+            raise UserError(
+                "--ramp-up-strategy sets the request rate of one level itself (as in vLLM).",
+                fix="drop --request-rate/--concurrency/--duration",
+            )
+        args.ramp_up = (strategy, float(start), float(end))
+        args.request_rate = f"{end:g}"
+    # bench_serving's --max-concurrency alone: every request at once, at most N in flight
+    if args.max_concurrency is not None and not args.request_rate:
+        if args.concurrency is None and args.duration is not None:
+            args.concurrency, args.max_concurrency = str(args.max_concurrency), None
+        elif args.concurrency is None:
+            args.request_rate = "inf"
+
+
+def _read_percentiles(args) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
+    metrics, pcts = (
+        _read_flag(args, "--percentile-metrics"),
+        _read_flag(args, "--metric-percentiles"),
+    )
+    if metrics is None and pcts is None:
+        return None
+    names = tuple(m.strip() for m in (metrics or "ttft,tpot,itl").split(",") if m.strip())
+    bad = [m for m in names if m not in PERCENTILE_METRICS]
+    if bad or not names:
+        raise UserError(
+            f"--percentile-metrics {metrics}: unknown metric {bad[0] if bad else ''}.",
+            fix=f"a comma-separated list of {', '.join(PERCENTILE_METRICS)}",
+        )
+    try:
+        ps = tuple(float(p) for p in (pcts or "99").split(",") if p.strip())
+    except ValueError:
+        ps = ()
+    if not ps or not all(0 < p < 100 for p in ps):
+        raise UserError(
+            f"--metric-percentiles {pcts}: numbers between 0 and 100.",
+            fix="e.g. --metric-percentiles 25,50,99",
+        )
+    return names, ps
+
+
+def endpoint(text: str) -> str:
+    """--endpoint: our name, or vLLM's API path."""
+    from sgl_eagle_ext.tools.bench import client as cl
+
+    name = ENDPOINT_PATHS.get(text.rstrip("/") or text, text)
+    if name not in cl.ENDPOINTS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: use chat, completions or generate, or vLLM's path "
+            f"({', '.join(ENDPOINT_PATHS)})"
+        )
+    return name
+
+
+def markdown() -> str:
+    """The table docs/bench-serving.md holds (a test checks they are the same)."""
+    out = [f"| {SG} / {VL} | who | `bench sweep` | how it differs |", "|---|---|---|---|"]
+    for r in ROWS:
+        who = ", ".join("SGLang" if t == SG else "vLLM" for t in r.tools)
+        out.append(f"| `{r.field}` | {who} | {r.ours} | {r.note or 'the same'} |")
+    out += ["", "| default | theirs | ours |", "|---|---|---|"]
+    out += [f"| {d[0]} | {d[1]} | {d[2]} |" for d in DEFAULTS]
+    out += ["", "| figure | here |", "|---|---|"]
+    out += [f"| {a} | {b} |" for a, b in FIGURES]
+    return "\n".join(out) + "\n"
