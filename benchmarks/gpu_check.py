@@ -435,7 +435,9 @@ def sync_detector_fires(torch) -> bool:
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="benchmarks/gpu_check.py", description=__doc__.splitlines()[0]
+    )
     ap.add_argument(
         "--kernels",
         type=Path,
@@ -457,12 +459,12 @@ def main(argv=None) -> int:
         print(f"gpu_check: needs CUDA ({why}): nothing checked, nothing claimed")
         return 0
     faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)  # never hang a lease
-    code = sections(args, t0)
+    code = sections(args.out, args.kernels, t0)
     faulthandler.cancel_dump_traceback_later()
     return code
 
 
-def sections(args, t0: float, torch=None) -> int:
+def sections(out: Path, kernels: Path | None, t0: float, torch=None) -> int:
     """Every section in order; the JSON is rewritten after each (a watchdog stop keeps
     what was measured). `torch`: tests pass a stand-in."""
     import gpu_check_recorder
@@ -474,7 +476,7 @@ def sections(args, t0: float, torch=None) -> int:
 
     def save():
         figures["seconds"] = round(time.monotonic() - t0, 1)
-        args.out.write_text(json.dumps(figures, indent=1, default=str) + "\n")
+        out.write_text(json.dumps(figures, indent=1, default=str) + "\n")
 
     try:
         from sgl_eagle_ext.in_sglang_base import patching
@@ -511,14 +513,14 @@ def sections(args, t0: float, torch=None) -> int:
     figures["sections"]["recorder"] = rec
     checks += [Check(f"recorder {k}", v.get("ok", True), "") for k, v in rec.items()]
     save()
-    if args.kernels is not None:
-        checks.append(kernel_section(torch, args.kernels, figures, t0, save))
+    if kernels is not None:
+        checks.append(kernel_section(torch, kernels, figures, t0, save))
         save()
     else:
         print("SKIP kernels: no --kernels DIR (docs/gpu-check.md says how to prepare it)")
     text, code = summary(checks, time.monotonic() - t0)
     print(text)
-    print(f"gpu_check: figures in {args.out}")
+    print(f"gpu_check: figures in {out}")
     return code
 
 
@@ -719,28 +721,21 @@ def stream_check(torch, worker, marks: Marks, ref: RefTimer) -> Check:
 
 
 def entry(argv: list[str] | None = None) -> int:
-    """The command line: --help, unknown arguments refused (exit 2), an output that
-    cannot be written (a full disk, a closed pipe) one `error:` line and exit 1."""
-    import argparse
-
+    """The command line (main's parser: --help, --kernels, --out; unknown arguments
+    refused, exit 2); an output that cannot be written (a full disk, a closed pipe) one
+    `error:` line and exit 1."""
     from sgl_eagle_ext.common.errors import cli
 
-    parser = argparse.ArgumentParser(
-        prog="benchmarks/gpu_check.py",
-        description=__doc__.split("\n\n")[0],
-        epilog="Takes no arguments: one line per check; exit 0 when all pass (or no CUDA).",
-    )
-    parser.parse_args(sys.argv[1:] if argv is None else argv)
     return cli("gpu_check")(_checked_main)(argv)
 
 
-def _checked_main(_argv) -> int:
+def _checked_main(argv) -> int:
     """main(), anything it did not catch itself one `error:` line (a stub torch whose
     torch.cuda says available but has no device API), not a traceback."""
     from sgl_eagle_ext.common.errors import OUTPUT_ERRNOS
 
     try:
-        return main()
+        return main(argv)
     except OSError as e:
         if e.errno in OUTPUT_ERRNOS:
             raise  # the output itself: cli() says so

@@ -137,7 +137,6 @@ def test_the_whole_run_writes_its_json(gc, monkeypatch, tmp_path, capsys):
     """main's sections on the stand-in: the premises, the real recorder's sections, the
     kernel section skipped without --kernels, one JSON file of figures."""
     import json
-    import types
 
     import gpu_check_recorder as gr
     import torch
@@ -160,8 +159,7 @@ def test_the_whole_run_writes_its_json(gc, monkeypatch, tmp_path, capsys):
         {k: ({p: ms / 10 for p, ms in ph.items()}, h) for k, (ph, h) in gr.REGIMES.items()},
     )
     out = tmp_path / "figures.json"
-    args = types.SimpleNamespace(kernels=None, out=out)
-    gc.sections(args, 0.0, torch=fake)
+    gc.sections(out, None, 0.0, torch=fake)
     text = capsys.readouterr().out
     print(text)
     assert "SKIP kernels: no --kernels DIR" in text and f"figures in {out}" in text

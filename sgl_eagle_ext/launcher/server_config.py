@@ -1,6 +1,6 @@
 """SGLang's own `--config FILE.yaml` (after `--`), read by the launcher like any other
 source of arguments: SGLang's parser turns the file into flags (its config merger, in
-the python that will run the server), and those flags take the place of `--config F`
+the python that will run the server, asked through the probe: ask_sglang.config_argv), and those flags take the place of `--config F`
 in the launch, before the file's options given on the command line (SGLang's order:
 command line over file). Its secrets (api-key, admin-api-key, ...) are then taken like
 `-- --api-key K`: masked everywhere, carried in the environment. Left to SGLang, the
@@ -8,35 +8,13 @@ file's keys went into its ServerArgs dump, the server log and the launcher's ech
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
-from sgl_eagle_ext.common import proctree, safe_files
+from sgl_eagle_ext.common import safe_files
 from sgl_eagle_ext.common.errors import UserError
 
 FLAG = "--config"
-TAG = "EAGLE_EXT_CONFIG "
-TIMEOUT_S = 240.0  # importing SGLang's server_args on a busy CPU
-
-# In the server's python: SGLang's prepare_server_args merges the file into its argument
-# list and parses that; the parse is where it is stopped, the merged list printed.
-_SCRIPT = f"""
-import argparse, json, sys
-class Merged(Exception):
-    pass
-def merged(self, args=None, namespace=None):
-    raise Merged(list(args))
-try:
-    from sglang.srt.server_args import prepare_server_args
-    argparse.ArgumentParser.parse_args = merged
-    prepare_server_args(sys.argv[1:])
-except Merged as m:
-    print({TAG!r} + json.dumps({{"argv": m.args[0]}}))
-except BaseException as e:
-    print({TAG!r} + json.dumps({{"refused": f"{{type(e).__name__}}: {{e}}"}}))
-"""
 
 _ASKED: dict[tuple, list[str]] = {}
 
@@ -74,23 +52,13 @@ def _stamp(path: list[str]):
 
 
 def _ask(python: str, asked: list[str], shown: str) -> list[str]:
-    fix = "pass the file's options after -- instead"
-    try:
-        out = proctree.run_in_group([python, "-c", _SCRIPT, *asked], TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise UserError(
-            f"-- {shown}: SGLang's parser reads the file, and {python} could not run it "
-            f"({type(e).__name__}).",
-            fix=fix,
-        ) from None
-    lines = [ln[len(TAG) :] for ln in out.stdout.splitlines() if ln.startswith(TAG)]
-    try:
-        answer = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        answer = {}
-    if isinstance(answer.get("argv"), list) and all(isinstance(t, str) for t in answer["argv"]):
-        return answer["argv"]
-    why = answer.get("refused") or f"no answer (exit {out.returncode})"
-    if "ModuleNotFoundError" in str(why) and "sglang" in str(why):
-        why = f"no SGLang in {python}"
-    raise UserError(f"-- {shown}: SGLang refuses it: {str(why)[:300]}.", fix=fix)
+    """SGLang's own merge of the file (its prepare_server_args, through the probe)."""
+    from sgl_eagle_ext.launcher.preflight import ask_sglang
+
+    argv, why = ask_sglang.config_argv(python, asked)
+    if argv is not None:
+        return argv
+    raise UserError(
+        f"-- {shown}: SGLang refuses it: {why[:300]}.",
+        fix="pass the file's options after -- instead",
+    )

@@ -292,6 +292,28 @@ def adaptive_buckets(
     return None, f"{err.get('type', 'no answer')}: {err.get('message', '')}".rstrip(": ")
 
 
+def config_argv(
+    python: str, asked: list[str], timeout: float = TIMEOUT_S
+) -> tuple[list | None, str]:
+    """The argument list SGLang's own parser merges from `--config FILE` (`asked`: every
+    --config and its file): (argv, '') or (None, why: SGLang's refusal in its own words,
+    or why it could not be asked). Through the probe, in this process's environment."""
+    env, cwd = probe_env(None), os.path.realpath(os.getcwd())
+    have = installed(python, env)
+    if not have.get("sglang"):
+        return None, f"no SGLang in {python}"
+    warm = probe_server.identity(python, _start_key(env, cwd), have.get("src"))
+    reply, why, _ = _probe(python, {"launches": [], "config": [asked]}, env, timeout, cwd, warm)
+    if reply is None:
+        return None, why
+    got = (reply.get("config") or [{}])[0]
+    argv = got.get("argv")
+    if isinstance(argv, list) and all(isinstance(t, str) for t in argv):
+        return argv, ""
+    err = got.get("error") or {}
+    return None, f"{err.get('type', 'no answer')}: {err.get('message', '')}".rstrip(": ")
+
+
 def _probe(
     python: str,
     request: dict,

@@ -28,6 +28,10 @@ Adaptive tables ("adaptive": [{"path": ..., "initial": N}, ...]): the buckets SG
 own loader (AdaptiveSpeculativeParams, what the server builds at startup) makes of each
 config file: {"buckets": {batch size: candidate steps}} or {"error": ...} (tune live).
 
+Config files ("config": [["--config", FILE, ...], ...]): the argument list SGLang's own
+`prepare_server_args` makes of each (its config merger, stopped at its parse):
+{"argv": [...]} or {"error": ...} (launcher/server_config.py, `-- --config FILE`).
+
 Legacy requests (the oracle tests): "context", "aux", "families", "family_cases".
 """
 
@@ -852,6 +856,32 @@ def adaptive_case(case: dict) -> dict:
         return {"error": _error("adaptive", e, case.get("path"))}
 
 
+def config_case(asked: list) -> dict:
+    """The flags SGLang's prepare_server_args merges from `--config FILE` (its config
+    merger runs; its parse is stopped where the merged list reaches it)."""
+    import argparse
+
+    class Merged(Exception):
+        pass
+
+    def merged(self, args=None, namespace=None):
+        raise Merged(list(args))
+
+    stock = argparse.ArgumentParser.parse_args
+    try:
+        from sglang.srt.server_args import prepare_server_args
+
+        argparse.ArgumentParser.parse_args = merged
+        prepare_server_args([str(a) for a in asked])
+        return {"error": _error("config", RuntimeError("SGLang never parsed the merged list"))}
+    except Merged as m:
+        return {"argv": [str(a) for a in m.args[0]]}
+    except BaseException as e:  # SGLang refused the file: its own words
+        return {"error": _error("config", e)}
+    finally:
+        argparse.ArgumentParser.parse_args = stock
+
+
 def answer(req: dict) -> dict:
     """SGLang's answers to one request (the launches' and the legacy kinds)."""
     t0 = time.monotonic()
@@ -870,6 +900,7 @@ def answer(req: dict) -> dict:
             got["seconds"] = round(time.monotonic() - t1, 2)
             out["launches"].append(got)
     out["adaptive"] = [adaptive_case(c) for c in req.get("adaptive", [])]
+    out["config"] = [config_case(c) for c in req.get("config", [])]
     out["context"] = [context_case(c) for c in req.get("context", [])]
     out["aux"] = [aux_case(c) for c in req.get("aux", [])]
     if req.get("families"):

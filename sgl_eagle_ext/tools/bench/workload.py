@@ -75,7 +75,7 @@ class WorkloadOptions:
     trace_speed: float = flag(
         "--trace-speed",
         default=1.0,
-        type=number(0, strict=True),
+        type=number(0),  # 0 refused by its check, which says why
         check=above(0),
         metavar="X",
         help="replay a trace's timestamps X times faster (default 1; 0.5: half the rate). "

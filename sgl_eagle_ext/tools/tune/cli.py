@@ -23,14 +23,12 @@ stream. Launch the result with
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import operator
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sgl_eagle_ext.common import adaptive_config, paths, releases
+from sgl_eagle_ext.common import adaptive_config, figures, paths, releases
 from sgl_eagle_ext.common.cli_args import integer, number, split_extra
 from sgl_eagle_ext.common.declared_flags import add_flags, read_options
 from sgl_eagle_ext.common.errors import UserError, cli
@@ -260,7 +258,7 @@ def offline(argv: list[str]) -> int:
             f"no SGLang Decode batch lines in {', '.join(map(str, args.baseline_log))}.",
             fix="pass the log of a baseline server that served load (launcher: logs/baseline-*.log)",
         )
-    one = args.baseline_ms_per_token or (1000 / args.baseline_tps if args.baseline_tps else None)
+    one = args.baseline_ms_per_token or figures.ms_per_token(args.baseline_tps)
     preds = model.predict(cells, baseline, args.max_steps, one)
     min_step = release.adaptive.min_step if release.adaptive else 0
     picks = {
@@ -295,7 +293,7 @@ def offline(argv: list[str]) -> int:
             + (
                 ", ".join(p.name for p in args.baseline_log)
                 if args.baseline_log
-                else f"{1000 / one:.1f} tok/s one stream"
+                else f"{figures.tok_s(1, one):.1f} tok/s one stream"
                 if one
                 else "0-step cycles"
             )
@@ -313,7 +311,7 @@ def offline(argv: list[str]) -> int:
         print()
         return 0
     # bench's convention first (cumulative), then the model's own (conditional alpha_j)
-    cumulative = list(itertools.accumulate(alphas, operator.mul))
+    cumulative = figures.cumulative_acceptance(alphas)
     print(
         "per-position acceptance (pooled), cumulative (share of all verify cycles that "
         "accepted draft j): "
