@@ -203,9 +203,12 @@ def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
     preset, release = launch.preset, launch.release
     print(f"# preset: {preset.name} ({' -> '.join(preset.chain)})")
     print(f"# sglang: {release.version} ({launch.how}); EAGLE worker {release.spec_worker}")
-    from sgl_eagle_ext.launcher.preflight import settings_view
+    from sgl_eagle_ext.launcher.preflight import memory_plan, settings_view
 
-    for line in settings_view.lines(release, list(launch.argv), {**os.environ, **env}):
+    answer, res, why = settings_view.view(release, list(launch.argv), {**os.environ, **env})
+    for line in settings_view.lines_for(res, why):
+        print(line)
+    for line in memory_plan.lines(answer, release, list(launch.argv), why):
         print(line)
     for k, v in env.items():
         shown = REDACTED if is_secret_name(k) else v

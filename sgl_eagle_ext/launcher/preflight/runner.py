@@ -15,6 +15,7 @@ from sgl_eagle_ext.launcher.preflight import (
     aux_layers,
     context,
     host,
+    memory_plan,
     model_dirs,
     scaleout,
     shapes,
@@ -281,6 +282,14 @@ def _check_fix(report: Report, argv: list[str], release, env, python) -> None:
     report.overlay = None
 
 
+def _memory(answer, release, argv: list[str], min_context: int) -> list[Finding]:
+    """The memory plan per rank (memory_plan.py), or why there is none."""
+    plan, why = memory_plan.for_launch(answer, release, argv, min_context)
+    if plan is None:
+        return [Finding("memory.plan", INFO, f"no memory plan: {why}.")]
+    return plan.findings()
+
+
 def run(
     target_dir: str | None,
     draft_dir: str | None,
@@ -295,6 +304,7 @@ def run(
     overlay_root: Path | None = None,
     ask: bool = True,
     sglang_python: str | None = None,
+    min_context: int = memory_plan.MIN_CONTEXT,
 ) -> Report:
     """Check the pair before launch. Never raises for bad model input (it is a finding).
 
@@ -407,6 +417,10 @@ def run(
             )
         )
 
+    if answer is not None and launch_argv is not None:
+        report.add(
+            *_safely(report, "memory", [], _memory, answer, release, launch_argv, min_context)
+        )
     report.add(*_safely(report, "sizes", [], sizes.check, target, draft, server_args))
     report.add(*_safely(report, "scaleout", [], scaleout.check, server_args, env))
     report.add(*_safely(report, "adaptive", [], adaptive.check, server_args, release))

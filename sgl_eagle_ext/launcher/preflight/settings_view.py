@@ -47,20 +47,33 @@ def ask(
     return answer, ""
 
 
+def view(
+    release: releases.Release,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    python: str | None = None,
+) -> tuple[ask_sglang.Answer | None, resolution.Resolution, str]:
+    """(SGLang's Answer or None, its Resolution or the release table's prediction, why
+    SGLang was not asked: '' when it was)."""
+    answer, why = ask(release, argv, env, python)
+    if answer is not None and answer.settings is not None:
+        return answer, answer.settings, ""
+    from sgl_eagle_ext.launcher import fairness  # the release table's rules
+
+    why = why or "SGLang gave no settings"
+    return answer, fairness.predicted_settings(release, list(argv), env), why
+
+
 def resolve(
     release: releases.Release,
     argv: Sequence[str],
     env: Mapping[str, str],
     python: str | None = None,
-) -> tuple[resolution.Resolution | None, str]:
+) -> tuple[resolution.Resolution, str]:
     """(SGLang's Resolution, '') or (the release table's prediction, why SGLang was not
     asked)."""
-    answer, why = ask(release, argv, env, python)
-    if answer is not None and answer.settings is not None:
-        return answer.settings, ""
-    from sgl_eagle_ext.launcher import fairness  # the release table's rules
-
-    return fairness.predicted_settings(release, list(argv), env), why or "SGLang gave no settings"
+    _, res, why = view(release, argv, env, python)
+    return res, why
 
 
 def lines_for(res: resolution.Resolution | None, why: str) -> list[str]:
