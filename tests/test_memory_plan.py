@@ -244,3 +244,145 @@ def test_plan_matches_sglangs_own_arithmetic_for_three_public_configs(version, t
             assert abs(plan.tokens - own["tokens"]) <= 1, name
     # the VLM shrinks SGLang's own default: Kimi-K2.5's fraction is below DeepSeek-V3's
     assert plans["kimi-k2.5"].mem_fraction < plans["deepseek-v3"].mem_fraction
+
+
+PRESETS = ("baseline", "eagle3-2step", "eagle3-3step", "eagle3-5step", "eagle3-adaptive")
+
+
+def _kimi_pair(root: Path) -> tuple[Path, Path]:
+    """Kimi-K2.5's public configuration and its EAGLE-3 draft's, no weights."""
+    target, draft = root / "kimi-k2.5", root / "kimi-k2.5-eagle3"
+    for d, src in ((target, MODELS / "kimi-k2.5.json"), (draft, DRAFTS / "kimi-k25-eagle3.json")):
+        d.mkdir()
+        (d / "config.json").write_text(src.read_text())
+    return target, draft
+
+
+def _gpu_env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "EAGLE_EXT_CPU"}
+    return {**env, hosts.ENV: HOST.key, "EAGLE_EXT_CACHE": str(tmp_path / "cache")}
+
+
+@pytest.mark.harness
+def test_every_preset_fits_the_sm120_host_with_128_requests_of_the_planned_context(tmp_path):
+    """The presets' mem fractions were chosen from this plan: each holds 128 running
+    requests of MIN_CONTEXT tokens, one request of its context length, and what it
+    allocates after the pool (estimated) in what the fraction leaves."""
+    from sgl_eagle_ext.launcher import plan
+
+    target, draft = _kimi_pair(tmp_path)
+    env = _gpu_env(tmp_path)
+    built = [
+        plan.build(
+            plan.LaunchRequest(
+                preset=p,
+                model_path=str(target),
+                draft_model_path=str(draft),
+                sglang_version="0.5.23",
+            )
+        )
+        for p in PRESETS
+    ]
+    launches = [ask_sglang.Launch(list(b.argv), {**env, **b.env}) for b in built]
+    asked = ask_sglang.ask_launches(str(PYTHONS["0.5.23"]), launches)
+    for name, b, (answer, why) in zip(PRESETS, built, asked, strict=True):
+        assert answer is not None, why
+        got, why = memory_plan.for_launch(answer, b.release, list(b.argv))
+        assert got is not None, why
+        assert got.estimated and got.max_running == 128 and got.context_len == 131072
+        assert [f.id for f in got.findings()] == ["memory.plan"], got.lines()
+        assert got.tokens >= 128 * memory_plan.MIN_CONTEXT, (name, got.lines())
+        assert got.slack >= got.slack_needed, (name, got.lines())
+    # SGLang's own default on this host, for the same launch: a pool below one request
+    unpinned = [*built[1].argv]
+    i = unpinned.index("--mem-fraction-static")
+    del unpinned[i : i + 2]
+    ((answer, why),) = ask_sglang.ask_launches(
+        str(PYTHONS["0.5.23"]), [ask_sglang.Launch(unpinned, {**env, **built[1].env})]
+    )
+    default, _ = memory_plan.for_launch(answer, built[1].release, unpinned)
+    assert default.vlm_factor and default.mem_fraction < 0.82  # 0.814 with the preset's chunk
+    assert "memory.one-request" in {f.id for f in default.findings()}
+
+
+@pytest.mark.harness
+def test_dry_run_without_a_gpu_prints_sglangs_resolution_for_the_host_and_the_plan(tmp_path):
+    target, draft = _kimi_pair(tmp_path)
+    env = _gpu_env(tmp_path)
+    env.pop(hosts.ENV)  # no GPU here: the default host is described
+    run = subprocess.run(
+        [
+            *(str(PYTHONS["0.5.23"]), "-m", "sgl_eagle_ext.launch", "--dry-run"),
+            *("--preset", "eagle3-2step", "--model-path", str(target)),
+            *("--draft-model-path", str(draft), "--sglang-version", "0.5.23"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**env, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout
+    assert "(no prediction" not in out
+    assert f"# SGLang sets on its own (by SGLang 0.5.23 as on {HOST.name}" in out
+    assert "mem_fraction_static: unset" not in out  # the preset pins it
+    assert "# memory plan per rank (estimated)" in out
+    assert "target weights 71." in out and "(estimated from config.json)" in out
+    assert "holds 128 running requests x 1,3" in out
+    assert "# error" not in out and "# warning" not in out, out
+
+
+# SpecForge's GLM-4.7-Flash EAGLE-3 draft: hidden 2048 over 20 heads, which transformers'
+# config refuses; a 4096-token context (shorter than its target's).
+GLM_FLASH_DRAFT = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 4096,
+    "num_attention_heads": 20,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 1,
+    "vocab_size": 154880,
+    "draft_vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-05,
+}
+SMALL_QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "num_hidden_layers": 28,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "vocab_size": 1000,
+    "max_position_embeddings": 40960,
+}
+
+
+@pytest.mark.harness
+def test_gpu_launch_off_host_keeps_sglangs_later_refusals_and_fix_claims_nothing(tmp_path):
+    """A GPU launch checked without the GPU: SGLang resolves as on the host, so the
+    draft it cannot load is refused in its own words (not a 'draft shorter' error), and
+    --fix's overlay is never reported accepted."""
+    from sgl_eagle_ext.launcher.preflight import run as preflight
+
+    t, d = tmp_path / "target", tmp_path / "draft"
+    for path, cfg in ((t, SMALL_QWEN3), (d, GLM_FLASH_DRAFT)):
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(cfg))
+    env = _gpu_env(tmp_path)
+    args = ["--tp-size", "1"]
+    kw = dict(host_checks=False, sglang_python=str(PYTHONS["0.5.23"]), env=env)
+    report = preflight(str(t), str(d), releases.BY_VERSION["0.5.23"], args, **kw)
+    refusal = next((f for f in report.errors if "not a multiple" in f.message), None)
+    assert refusal is not None and refusal.file == str(d / "config.json"), report.render()
+    assert "sglang.no-device" not in {f.id for f in report.findings}
+    fixed = preflight(
+        str(t), str(d), releases.BY_VERSION["0.5.23"], args, fix=True,
+        overlay_root=tmp_path / "overlays", **kw,
+    )  # fmt: skip
+    assert not fixed.ok and fixed.overlay is None, fixed.render()
+    assert "accepts the overlay" not in fixed.render()

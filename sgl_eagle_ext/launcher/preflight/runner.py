@@ -271,8 +271,20 @@ def _check_fix(report: Report, argv: list[str], release, env, python) -> None:
             )
         )
     if not refused:
-        if answer is not None and fixed is not None:
+        if fixed is None:
+            return
+        loaded = (
+            answer is not None
+            and answer.settings is not None
+            and not answer.settings.error
+            and not answer.errors
+            and "len" in draft_verdict
+        )
+        if loaded:  # SGLang resolved the launch and built the overlay's draft config
             fixed.message += f" SGLang {answer.version} accepts the overlay ({answer.label})."
+        else:
+            why = "; ".join(n.message for n in notes if n.severity != INFO) or "no answer"
+            fixed.message += f" SGLang did not check the overlay here ({why})."
         return
     for f in refused:
         f.message = f"--fix wrote {report.overlay}, but: {f.message}"
