@@ -386,3 +386,53 @@ def test_gpu_launch_off_host_keeps_sglangs_later_refusals_and_fix_claims_nothing
     )  # fmt: skip
     assert not fixed.ok and fixed.overlay is None, fixed.render()
     assert "accepts the overlay" not in fixed.render()
+
+
+# -- the pcie-allreduce overlay's size bound (issue 34, item 6) ----------------------------
+
+
+def _preset_argv(preset: str, tmp_path: Path, adaptive: Path | None = None):
+    from sgl_eagle_ext.launcher import plan
+
+    built = plan.build(
+        plan.LaunchRequest(
+            preset=preset,
+            model_path="/m",
+            draft_model_path="/d",
+            overlays=("pcie-allreduce",),
+            sglang_version="0.5.23",
+            adaptive_config=adaptive,
+        )
+    )
+    return built.release, list(built.argv), dict(built.env)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_shipped_verify_shape_is_within_the_overlays_bound(preset, tmp_path):
+    from sgl_eagle_ext.launcher import nccl
+
+    release, argv, env = _preset_argv(preset, tmp_path)
+    bound, shapes = nccl.pcie_bound(release, argv, env, 7168)
+    assert bound == {"baseline": 128, "eagle3-2step": 2048, "eagle3-5step": 768}.get(preset, 512)
+    assert shapes and not any(s.over for s in shapes), shapes
+    if preset == "eagle3-adaptive":
+        assert {s.steps: s.widest for s in shapes} == {3: 512, 0: 128, 1: 28, 2: 21, 5: 6}
+
+
+def test_an_adaptive_state_wider_than_the_startup_one_is_named_with_the_override(tmp_path):
+    from sgl_eagle_ext.launcher import nccl
+
+    table = tmp_path / "wide.json"
+    table.write_text(
+        json.dumps({"1": {"candidate_steps": [0, 3, 5]}, "64": {"candidate_steps": [3, 5]}})
+    )
+    release, argv, env = _preset_argv("eagle3-adaptive", tmp_path, table)
+    note, warnings = nccl.pcie_bound_lines(release, argv, env, 7168)
+    assert "up to 512 rows" in note
+    (w,) = warnings
+    assert "5-step state verifies 6 tokens" in w and "batch sizes 88-128" in w
+    assert "SGLANG_PCIE_IPC_MAX_NUMEL=5505024" in w
+    covered = {**env, nccl.PCIE_MAX_NUMEL_ENV: "5505024"}
+    assert nccl.pcie_bound_lines(release, argv, covered, 7168)[1] == []
+    off = {k: v for k, v in env.items() if k != nccl.PCIE_ALLREDUCE_ENV}
+    assert nccl.pcie_bound(release, argv, off, 7168) == (None, [])

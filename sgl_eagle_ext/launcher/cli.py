@@ -12,6 +12,7 @@ or too slow); 128+N stopped by signal N (130 for Ctrl-C).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -199,6 +200,16 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
     )
 
 
+def _hidden(launch: plan.LaunchPlan) -> int | None:
+    """The target's hidden size from its config.json (None: not a readable local dir)."""
+    try:
+        cfg = json.loads((Path(launch.argv.model_path or "") / "config.json").read_text())
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        return int(text["hidden_size"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
     preset, release = launch.preset, launch.release
     print(f"# preset: {preset.name} ({' -> '.join(preset.chain)})")
@@ -311,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             fix="drop --overlay pcie-allreduce (or its variable), or use a release that has it",
         )
     for w in idle:
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    for w in nccl.pcie_bound_lines(release, launch.argv, env, _hidden(launch))[1]:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     if args.dry_run:
         print_dry_run(launch, env)

@@ -302,6 +302,23 @@ def _memory(answer, release, argv: list[str], min_context: int) -> list[Finding]
     return plan.findings()
 
 
+def _pcie_bound(release, server_args, env, target) -> list[Finding]:
+    """The pcie-allreduce overlay's size bound against every verify shape of the launch."""
+    from sgl_eagle_ext.launcher import nccl
+
+    cfg = target.config if isinstance(target.config, dict) else {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    hidden = text.get("hidden_size") if isinstance(text.get("hidden_size"), int) else None
+    note, warnings = nccl.pcie_bound_lines(release, server_args, env, hidden)
+    if note is None:
+        return []
+    fix = "set the variable named above, or drop the wider steps from the adaptive table"
+    return [
+        Finding("pcie.bound", INFO, note + "."),
+        *(Finding("pcie.bound-exceeded", WARNING, w + ".", fix) for w in warnings),
+    ]
+
+
 def run(
     target_dir: str | None,
     draft_dir: str | None,
@@ -435,6 +452,7 @@ def run(
         )
     report.add(*_safely(report, "sizes", [], sizes.check, target, draft, server_args))
     report.add(*_safely(report, "scaleout", [], scaleout.check, server_args, env))
+    report.add(*_safely(report, "pcie", [], _pcie_bound, release, server_args, env, target))
     report.add(*_safely(report, "adaptive", [], adaptive.check, server_args, release))
     if host_checks:
         tp = scaleout.gpus_per_node(server_args)  # this node's share of tp * pp
