@@ -436,3 +436,45 @@ def test_an_adaptive_state_wider_than_the_startup_one_is_named_with_the_override
     assert nccl.pcie_bound_lines(release, argv, covered, 7168)[1] == []
     off = {k: v for k, v in env.items() if k != nccl.PCIE_ALLREDUCE_ENV}
     assert nccl.pcie_bound(release, argv, off, 7168) == (None, [])
+
+
+def _plan(fraction: float, weights_gib: float, **kw) -> memory_plan.Plan:
+    fields = dict(
+        host="card",
+        gpu_bytes=96 * 2**30,
+        tp=8,
+        version="0.5.23",
+        mem_fraction=fraction,
+        fraction_by="pinned",
+        vlm_factor=None,
+        target=weight_bytes.Weights(int(weights_gib * 2**30), "estimated from config.json"),
+        draft=None,
+        cell_target=70272,
+        cell_draft_charged=0,
+        cell_draft_own=0,
+        activation_bytes=4 * 2**30,
+        graph_bytes=2**30,
+        graph_count=35,
+        graph_note="35 decode graphs",
+        max_running=128,
+        context_len=131072,
+        min_context=1024,
+    )
+    return memory_plan.Plan(**{**fields, **kw})
+
+
+def test_findings_name_the_numbers_and_the_fix():
+    ok = _plan(0.88, 71.8)
+    assert [f.id for f in ok.findings()] == ["memory.plan"]
+    assert "(estimated)" in ok.lines()[0]
+    short = _plan(0.80, 71.8)  # ~4 GiB of pool: less than one request of 131072
+    found = {f.id: f for f in short.findings()}
+    assert found["memory.one-request"].severity == "error"
+    assert "--context-length" in found["memory.one-request"].fix
+    assert "--mem-fraction-static 0.8" in found["memory.one-request"].fix
+    assert found["memory.running-requests"].severity == "warning"
+    assert f"{short.tokens:,} tokens" in found["memory.running-requests"].message
+    full = _plan(0.74, 71.8)  # the weights fill the static memory
+    assert [f.id for f in full.findings()][1:] == ["memory.weights"]
+    tight = _plan(0.95, 71.8)  # a pool that holds everything, no room after it
+    assert "memory.outside-pool" in {f.id for f in tight.findings()}

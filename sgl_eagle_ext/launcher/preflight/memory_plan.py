@@ -185,6 +185,20 @@ class Plan:
         text = "\n        ".join(self.lines())
         found = [Finding("memory.plan", INFO, text, data=self.record())]
         ctx = self.context_len
+        if self.target.bytes_per_rank >= self.static:
+            found.append(
+                Finding(
+                    "memory.weights",
+                    ERROR,
+                    f"the weights alone ({_gib(self.target.bytes_per_rank)} per rank) fill "
+                    f"the static memory ({_gib(self.static)}; {self._where()}): no KV pool "
+                    f"is left; SGLang stops with 'Not enough memory' after the weights load.",
+                    "spread the model over more GPUs (--tp-size, --pp-size), a card with "
+                    "more memory, or a smaller quantization",
+                    data=self.record(),
+                )
+            )
+            return found
         if ctx and self.tokens < ctx:
             found.append(
                 Finding(
