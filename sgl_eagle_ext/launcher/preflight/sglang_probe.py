@@ -1088,6 +1088,7 @@ def _warm() -> None:
             importlib.import_module(name)
         except BaseException:
             pass
+    _import_all("sglang.srt.arg_groups")  # resolution's hooks (as_host needs them first)
 
 
 def _answer_in_child(conn) -> None:
