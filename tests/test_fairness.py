@@ -22,7 +22,7 @@ from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.launcher import fairness, presets
 from sgl_eagle_ext.launcher import plan as launch_plan
-from sgl_eagle_ext.launcher.preflight import ask_sglang, probe_cache
+from sgl_eagle_ext.launcher.preflight import ask_sglang, hosts, probe_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = {"0.5.23": ROOT / ".venv", "0.5.10.post1": ROOT / ".venv-0.5.10.post1"}
@@ -38,7 +38,8 @@ TARGET = {
     "num_key_value_heads": 4,
     "num_hidden_layers": 4,
     "vocab_size": 512,
-    "max_position_embeddings": 2048,
+    # the presets pin --context-length 131072 (Kimi-K2.5's draft's) for the GPU host
+    "max_position_embeddings": 131072,
     "rms_norm_eps": 1e-5,
     "torch_dtype": "float32",
 }
@@ -300,7 +301,10 @@ def test_the_fairness_check_asks_sglang_once_for_every_arm(sglang_answers, model
     finally:
         mp.undo()
     assert len(probes) - before == 1 and len(probes[-1]["launches"]) == 3
-    assert not notes and {r.label for r in resolved.values()} == {f"by SGLang {version}"}
+    # without a GPU here, SGLang resolves every arm as on the described host (hosts.py)
+    host = hosts.for_launch(plans["baseline"].argv, _launch(plans["baseline"]).env)
+    on = f" as on {ask_sglang.host_label(json.loads(host.probe_description()))}" if host else ""
+    assert not notes and {r.label for r in resolved.values()} == {f"by SGLang {version}{on}"}
     for arm, r in resolved.items():
         assert r.fields == answers[("gpu", arm)][1].fields, arm
     assert fairness.judge(resolved, plans["baseline"].release).fair

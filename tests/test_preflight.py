@@ -253,7 +253,11 @@ def test_json_output(pair, capsys):
     assert err["severity"] == "error" and err["field"] == "max_position_embeddings"
     assert err["file"] == f"{d}/config.json" and "--context-length" in err["fix"]
     verdict = err["data"].pop("verdict")  # SGLang's own where this python has the release
-    assert verdict in (f"by SGLang {report['release']}", "predicted from the release table")
+    # a GPU launch checked where there is no GPU: resolved as on the described host
+    assert verdict.split(" as on ")[0] in (
+        f"by SGLang {report['release']}",
+        "predicted from the release table",
+    )
     assert err["data"] == {"draft_limit": 131072, "target_context": 262144}
 
 
@@ -604,21 +608,24 @@ def test_bad_input_is_a_clear_finding(tmp_path, capsys, breakage, finding, side)
 
 def test_a_preset_is_checked_as_the_launcher_builds_it(pair, tmp_path, capsys):
     """--preset/--preset-file (with --overlay, --cpu): preflight checks the launch the
-    launcher makes of the same flags: here the preset's own --context-length clears the
-    Kimi case's short draft, which fails without it."""
+    launcher makes of the same flags: here the presets' own --context-length (131072,
+    the memory plan's) clears the Kimi case's short draft, which fails without it."""
     from sgl_eagle_ext.launcher import presets
 
     t, d = pair()
-    mine = presets.write(
-        tmp_path / "mine.toml", extends="eagle3-2step", server={"context-length": 131072}
+    unpinned = presets.write(
+        tmp_path / "unpinned.toml", extends="eagle3-2step", server={"context-length": False}
     )
     pair_flags = ["--model-path", str(t), "--draft-model-path", str(d), "--no-host"]
-    assert preflight_main([*pair_flags, "--rules-only", "--preset", "eagle3-2step"]) == 1
+    assert preflight_main([*pair_flags, "--rules-only", "--preset-file", str(unpinned)]) == 1
     assert "ERROR   context.draft-shorter" in capsys.readouterr().out
-    for more in ([], ["--cpu"], ["--overlay", "pcie-allreduce"]):
-        assert preflight_main([*pair_flags, "--rules-only", "--preset-file", str(mine), *more]) == 0
+    for more in ([], ["--overlay", "pcie-allreduce"]):
+        assert preflight_main([*pair_flags, "--rules-only", "--preset", "eagle3-2step", *more]) == 0
         out = capsys.readouterr().out
         assert "context.ok" in out and "the target runs at 131072" in out, out
+    # the CPU overlay drops the pin (the tiny models' own context): the short draft again
+    assert preflight_main([*pair_flags, "--rules-only", "--preset", "eagle3-2step", "--cpu"]) == 1
+    assert "ERROR   context.draft-shorter" in capsys.readouterr().out
     # the plan's own refusals, as the launcher words them
     for more, said in (
         (["--preset", "eagle3-2step", "--overlay", "nope"], "--overlay nope: no such overlay."),

@@ -279,7 +279,8 @@ def test_live_servers_resolved_by_sglang_batch_every_level_alike(pair, tmp_path,
     opts, _ = tune_cli.live_options(_tune(pair, tmp_path, *more)[1:])
     levels, out = [1, 2, 16], tmp_path / "tl"
     out.mkdir()
-    user = [] if cpu else ["--device", "cuda"]  # no GPU here for SGLang to detect
+    # no GPU here for SGLang to detect; the tiny models' context, not the presets' pin
+    user = [] if cpu else ["--device", "cuda", "--context-length", "2048"]
     extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], cpu, user)
     preset = str(live.live_preset(opts.preset_file, out, levels, [0, 1, 3]))
     plans = {"live": live.plan_server(preset, opts, out / "l.log", extra)}

@@ -349,6 +349,14 @@ class Release:
     # LlamaForCausalLMEagle3 sizes fc by the id count (num_aux_hidden_states, else
     # len(eagle_config ids)); False: always 3 inputs.
     draft_fc_follows_ids: bool = True
+    # The target's KV pool is sized with the EAGLE draft's layers in its per-token cell
+    # (0.5.23 pool_configurator.DefaultPoolConfigurator: target cell x draft layers /
+    # target layers added), so the draft's KV comes out of mem_fraction_static; False:
+    # the draft's pool takes the target's token count on top of it (0.5.10.post1's
+    # model_runner_kv_cache_mixin: the draft worker reuses the target's pool config).
+    # Read in those two wheels; the others are assumed like their neighbour
+    # (launcher/preflight/memory_plan.py).
+    draft_kv_in_pool: bool = True
     # EAGLE-3 draft classes registered (used when the release's source is not at hand).
     eagle3_drafts: tuple[str, ...] = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
     # Benchmarks (sgl_eagle_ext/tools/bench): Prometheus counters whose deltas give the
@@ -523,6 +531,7 @@ RELEASES: tuple[Release, ...] = (
         aux_capture_embedding=_QWEN2,
         graph_resets_aux_layers=True,
         draft_fc_follows_ids=False,
+        draft_kv_in_pool=False,
         eagle3_drafts=("LlamaForCausalLMEagle3",),
         metric_spec_verify_calls=None,
         chat_spec_details_field=None,

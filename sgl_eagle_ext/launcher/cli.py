@@ -12,6 +12,7 @@ or too slow); 128+N stopped by signal N (130 for Ctrl-C).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from datetime import datetime
@@ -206,6 +207,16 @@ def request_from_args(args, extra: list[str]) -> plan.LaunchRequest:
     )
 
 
+def _hidden(launch: plan.LaunchPlan) -> int | None:
+    """The target's hidden size from its config.json (None: not a readable local dir)."""
+    try:
+        cfg = json.loads((Path(launch.argv.model_path or "") / "config.json").read_text())
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        return int(text["hidden_size"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
     """Runnable as printed (`launch --dry-run | sh`): every value it did not write goes
     through the one renderer (common/render.py), so none can end a `#` comment or the
@@ -213,9 +224,12 @@ def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
     preset, release = launch.preset, launch.release
     print(render.line(f"# preset: {preset.name} ({' -> '.join(map(str, preset.chain))})"))
     print(f"# sglang: {release.version} ({launch.how}); EAGLE worker {release.spec_worker}")
-    from sgl_eagle_ext.launcher.preflight import settings_view
+    from sgl_eagle_ext.launcher.preflight import memory_plan, settings_view
 
-    for line in settings_view.lines(release, list(launch.argv), {**os.environ, **env}):
+    answer, res, why = settings_view.view(release, list(launch.argv), {**os.environ, **env})
+    for line in settings_view.lines_for(res, why):
+        print(render.line(line))
+    for line in memory_plan.lines(answer, release, list(launch.argv), why):
         print(render.line(line))
     for k, v in env.items():
         shown = REDACTED if is_secret_name(k) else v
@@ -325,6 +339,8 @@ def _main(argv: list[str] | None) -> int:
             fix="drop --overlay pcie-allreduce (or its variable), or use a release that has it",
         )
     for w in idle:
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    for w in nccl.pcie_bound_lines(release, launch.argv, env, _hidden(launch))[1]:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     if args.dry_run:
         print_dry_run(launch, env)

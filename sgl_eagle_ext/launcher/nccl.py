@@ -16,6 +16,7 @@ summarises which settings NCCL says it took from the environment.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_eagle_ext.common import nccl_line
@@ -210,3 +211,116 @@ def debug_summary(folder: Path) -> dict[str, dict[str, str]]:
 def expected(env: dict[str, str]) -> dict[str, str]:
     """The NCCL-related part of the environment the launcher gives the server."""
     return nccl_line.selected(env)
+
+
+# -- the PCIe-IPC all-reduce's size bound (SGLang 0.5.23 pcie_ipc_ar.py) -----------------
+# SGLang builds the workspace once, on the first model runner's prepare(): its widest
+# decode reduction, max captured batch size x that runner's tokens per request (the
+# startup state's verify width) x hidden; a reduction with more elements goes to NCCL
+# (should_pcie_ipc_ar), as does every prefill chunk wider than it. SGLANG_PCIE_IPC_MAX_NUMEL
+# replaces the derivation. An adaptive state with more draft tokens than the startup
+# state verifies wider batches: those above the bound fall back to NCCL.
+PCIE_MAX_NUMEL_ENV = "SGLANG_PCIE_IPC_MAX_NUMEL"
+
+
+def _listed(argv: ServerArgv, *flags: str) -> list[int]:
+    """The integers after the last of `flags` (a list flag: `--cuda-graph-bs 1 2 4`)."""
+    tokens, found = list(argv), []
+    names = {f.lstrip("-") for f in flags}
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--") and tok[2:].partition("=")[0] in names:
+            found, j = [], i + 1
+            if "=" in tok:
+                found = [tok.partition("=")[2]]
+            while "=" not in tok and j < len(tokens) and not tokens[j].startswith("--"):
+                found.append(tokens[j])
+                j += 1
+    try:
+        return [int(v) for v in found]
+    except ValueError:
+        return []
+
+
+@dataclass(frozen=True)
+class VerifyShape:
+    steps: int  # the runtime state
+    tokens: int  # tokens per request it verifies
+    batch_sizes: tuple[int, ...]  # its captured decode batch sizes
+    over: tuple[int, ...]  # those whose verify all-reduce exceeds the bound
+
+    @property
+    def widest(self) -> int:
+        return max(self.batch_sizes, default=0) * self.tokens
+
+
+def pcie_bound(release: Release, server_args, env, hidden: int | None = None):
+    """(bound rows, [VerifyShape per runtime state]) for a launch with the overlay on;
+    (None, []) when it is off, refused or the shapes are unknown (no captured sizes)."""
+    from sgl_eagle_ext.common import adaptive_config, chain
+    from sgl_eagle_ext.launcher import runtime_states
+
+    if env.get(PCIE_ALLREDUCE_ENV, "").lower() not in ("1", "true", "yes", "on"):
+        return None, []
+    if not release.pcie_allreduce:
+        return None, []
+    argv = ServerArgv.of(server_args)
+    sizes = _listed(argv, "cuda-graph-bs-decode", "cuda-graph-bs")
+    if not sizes:
+        max_bs = argv.number("cuda-graph-max-bs-decode", "cuda-graph-max-bs")
+        if not max_bs:
+            return None, []  # SGLang's default for the GPU's memory
+        sizes = runtime_states.capture_batch_sizes(max_bs, bool(argv.speculative_algorithm))
+    cap = argv.number("max-running-requests")
+    if cap:  # SGLang clamps the captured sizes to its request pool
+        sizes = [b for b in sizes if b <= cap] or [cap]
+    steps = argv.num_steps
+    if not argv.speculative_algorithm or steps is None:
+        states = [(0, 1, tuple(sizes))]
+    else:
+        tokens = argv.number("speculative-num-draft-tokens", default=chain.draft_tokens(steps))
+        buckets = None
+        path = argv.value(adaptive_config.FLAG)
+        if argv.has("speculative-adaptive") and path:
+            buckets, _ = adaptive_config.load(path, release)
+        plan = runtime_states.count(steps, buckets, sizes)
+        states = [(steps, tokens, plan.states[0].batch_sizes)]
+        states += [(s.steps, chain.draft_tokens(s.steps), s.batch_sizes) for s in plan.states[1:]]
+    bound = max(sizes) * states[0][1]
+    numel = env.get(PCIE_MAX_NUMEL_ENV)
+    if numel and hidden:
+        try:
+            bound = int(numel) // hidden
+        except ValueError:
+            pass
+    shapes = [VerifyShape(s, t, bs, tuple(b for b in bs if b * t > bound)) for s, t, bs in states]
+    return bound, shapes
+
+
+def pcie_bound_lines(release: Release, server_args, env, hidden: int | None = None):
+    """(note, [warnings]) on the overlay's size bound for this launch (None: overlay off)."""
+    bound, shapes = pcie_bound(release, server_args, env, hidden)
+    if bound is None:
+        return None, []
+    size = f" x hidden {hidden} = {bound * hidden * 2 / 2**20:.1f} MiB bf16" if hidden else ""
+    widest = max(s.widest for s in shapes)
+    note = (
+        f"{PCIE_ALLREDUCE_ENV}: SGLang's PCIe-IPC workspace takes all-reduces of up to "
+        f"{bound} rows{size} (the startup state's widest verify); verify shapes: "
+        + ", ".join(
+            f"{s.steps} steps {s.tokens} tokens/request up to {s.widest} rows" for s in shapes
+        )
+    )
+    warnings = []
+    for s in shapes:
+        if s.over:
+            warnings.append(
+                f"{PCIE_ALLREDUCE_ENV}: the {s.steps}-step state verifies {s.tokens} tokens a "
+                f"request, wider than the workspace's {bound} rows at batch sizes "
+                f"{s.over[0]}-{s.over[-1]}: those all-reduces fall back to NCCL; "
+                + (
+                    f"set {PCIE_MAX_NUMEL_ENV}={widest * hidden} (SGLang 0.5.23) to cover them"
+                    if hidden
+                    else f"raise {PCIE_MAX_NUMEL_ENV} (SGLang 0.5.23) to {widest} x hidden"
+                )
+            )
+    return note, warnings

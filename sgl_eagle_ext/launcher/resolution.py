@@ -44,12 +44,15 @@ class Resolution:
     cached_at: str | None = None  # when SGLang gave this answer, if from the cache
     # False where the release does not record which hook changed a field (Change.by "")
     attributed: bool = True
+    # the GPU host SGLang resolved as on, when not this machine (preflight/hosts.py)
+    host: str | None = None
 
     @property
     def label(self) -> str:
         if self.source == "sglang":
             cached = f" (cached answer from {self.cached_at})" if self.cached_at else ""
-            return f"by SGLang {self.version}{cached}"
+            on = f" as on {self.host}" if self.host else ""
+            return f"by SGLang {self.version}{on}{cached}"
         return f"predicted from the release table for SGLang {self.version}"
 
     def lines(self) -> list[str]:

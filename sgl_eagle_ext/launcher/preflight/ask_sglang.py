@@ -37,7 +37,7 @@ from pathlib import Path
 from sgl_eagle_ext.common import env_allow, proctree
 from sgl_eagle_ext.common.contract import CPU_ENV
 from sgl_eagle_ext.common.installed import installed
-from sgl_eagle_ext.launcher.preflight import probe_cache, probe_server
+from sgl_eagle_ext.launcher.preflight import hosts, probe_cache, probe_server
 from sgl_eagle_ext.launcher.preflight.sglang_probe import TAG
 from sgl_eagle_ext.launcher.resolution import Change, Resolution
 
@@ -57,12 +57,16 @@ class Answer:
     settings: Resolution | None = None  # its parser + resolution of the argument list
     errors: list[dict] = field(default_factory=list)  # each: step, type, message, file
     target_class: dict | None = None  # {"arch", "class", "module"}: what its loader picks
+    # the device memory and both models' KV geometry as SGLang reads them (memory_plan)
+    memory: dict | None = None
+    host: dict | None = None  # the GPU host SGLang resolved as on (hosts.py), if not here
 
     @property
     def label(self) -> str:
+        on = f" as on {host_label(self.host)}" if self.host else ""
         if self.cached_at:
-            return f"by SGLang {self.version} (cached answer from {self.cached_at})"
-        return f"by SGLang {self.version}"
+            return f"by SGLang {self.version}{on} (cached answer from {self.cached_at})"
+        return f"by SGLang {self.version}{on}"
 
     @property
     def target(self) -> dict:
@@ -84,6 +88,7 @@ def probe_env(env: Mapping[str, str] | None) -> dict:
     for name in ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_IS_IN_CI"):
         base.pop(name, None)
     base.setdefault("HF_HUB_OFFLINE", "1")
+    base.pop(hosts.PROBE_ENV, None)  # set per launch by ask_launches only
     if base.get(CPU_ENV) == "1":
         from sgl_eagle_ext.cpu import harness
 
@@ -92,6 +97,12 @@ def probe_env(env: Mapping[str, str] | None) -> dict:
         parts = [harness.STANDIN_DIR] + [p for p in parts if p != harness.STANDIN_DIR]
         base["PYTHONPATH"] = os.pathsep.join(parts)
     return env_allow.allowed(base)
+
+
+def host_label(host: dict) -> str:
+    """A probe's host description, as the labels name it: 'GPU (SM120, 97887 MiB)'."""
+    cap = "".join(str(x) for x in host.get("capability") or ())
+    return f"{host.get('name')} (SM{cap}, {host.get('memory_mib')} MiB)"
 
 
 def _resolution(version: str, got: dict, cached_at: str | None) -> Resolution | None:
@@ -107,6 +118,7 @@ def _resolution(version: str, got: dict, cached_at: str | None) -> Resolution | 
         error=f"{err['type']}: {err['message']}" if err else None,
         cached_at=cached_at,
         attributed=bool(s.get("attributed", True)),
+        host=host_label(got["host"]) if got.get("host") else None,
     )
 
 
@@ -120,6 +132,8 @@ def _answer(version: str, got: dict, seconds: float, cached_at: str | None = Non
         settings=_resolution(version, got, cached_at),
         errors=list(got.get("errors") or []),
         target_class=got.get("target_class"),
+        memory=got.get("memory"),
+        host=got.get("host"),
     )
 
 
@@ -167,6 +181,10 @@ def ask_launches(
     to ask (a crash, no answer) is cached as failed for the same key and says so when
     read back; a timeout is not cached (it depends on the machine's load)."""
     envs = [probe_env(x.env) for x in launches]
+    for x, env in zip(launches, envs, strict=True):  # a GPU launch asked off its host
+        host = hosts.for_launch(x.argv, env)
+        if host is not None:
+            env[hosts.PROBE_ENV] = host.probe_description()
     cwds = [os.path.realpath(x.cwd or os.getcwd()) for x in launches]
     groups: dict[str, list[int]] = {}
     for i, (env, cwd) in enumerate(zip(envs, cwds, strict=True)):

@@ -20,7 +20,7 @@ from sgl_eagle_ext.common.cli_args import integer, port_number, split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher import launch_flags, plan, presets, server_config
-from sgl_eagle_ext.launcher.preflight import run
+from sgl_eagle_ext.launcher.preflight import hosts, memory_plan, run
 
 PROG = "sgl_eagle_ext.preflight"
 
@@ -81,6 +81,20 @@ def parser() -> argparse.ArgumentParser:
         help="the launch runs with the CPU harness overlay (launch --cpu): --device cpu "
         "and its environment, in which SGLang is asked",
     )
+    p.add_argument(
+        "--target-host",
+        choices=[*hosts.HOSTS, hosts.LOCAL],
+        help="the GPU host a GPU launch is planned for: SGLang resolves it as there "
+        f"(default: {hosts.DEFAULT.key} on a machine without an NVIDIA GPU, else this one; "
+        f"env {hosts.ENV})",
+    )
+    p.add_argument(
+        "--min-context",
+        type=int,
+        default=memory_plan.MIN_CONTEXT,
+        help="the context each of --max-running-requests requests must get in the memory "
+        f"plan (default {memory_plan.MIN_CONTEXT} tokens)",
+    )
     launch_flags.add_overlay(p)
     launch_flags.add_adaptive_config(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -132,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
             env = {**os.environ, **cpu.env}
             if not ServerArgv(server_args).value("device"):
                 server_args += ["--device", "cpu"]
+    if args.target_host:
+        env = {**(os.environ if env is None else env), hosts.ENV: args.target_host}
+    if args.min_context < 1:
+        raise UserError(
+            f"--min-context {args.min_context}: must be 1 or more tokens",
+            fix="pass the context each running request must get, e.g. --min-context 1024",
+        )
     report = run(
         model_path,
         draft_model_path,
@@ -145,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         ask=not args.rules_only,
         sglang_python=args.sglang_python,
         env=env,
+        min_context=args.min_context,
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=1))

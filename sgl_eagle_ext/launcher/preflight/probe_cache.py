@@ -27,7 +27,7 @@ from pathlib import Path
 from sgl_eagle_ext.common.server_argv import ServerArgv
 
 BYPASS = "EAGLE_EXT_PROBE_CACHE"  # "0": always ask SGLang afresh (and store nothing)
-FORMAT = 2  # 2: one entry per launch (its argument list), failures kept
+FORMAT = 3  # 2: one entry per launch (its argument list), failures kept; 3: memory, host
 BIG = 16 << 20  # files above this (weights) are keyed by name, size and mtime, not bytes
 # Environment variables that can change what SGLang or transformers answer. Values are
 # hashed into the key, never stored; names that look like secrets are left out.
@@ -37,6 +37,7 @@ ENV_PREFIXES = ("SGLANG_", "SGL_", "HF_", "TRANSFORMERS_", "HUGGINGFACE_", "PYTH
 ENV_NAMES = (
     *("VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH"),
     *("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
+    "EAGLE_EXT_PROBE_HOST",  # the GPU host SGLang resolves as on (preflight/hosts.py)
 )
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "AUTH")
 # The HTTP port is where a server listens, not an input of SGLang's resolution (no hook

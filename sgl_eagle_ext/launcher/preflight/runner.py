@@ -15,6 +15,7 @@ from sgl_eagle_ext.launcher.preflight import (
     aux_layers,
     context,
     host,
+    memory_plan,
     model_dirs,
     scaleout,
     shapes,
@@ -270,8 +271,20 @@ def _check_fix(report: Report, argv: list[str], release, env, python) -> None:
             )
         )
     if not refused:
-        if answer is not None and fixed is not None:
+        if fixed is None:
+            return
+        loaded = (
+            answer is not None
+            and answer.settings is not None
+            and not answer.settings.error
+            and not answer.errors
+            and "len" in draft_verdict
+        )
+        if loaded:  # SGLang resolved the launch and built the overlay's draft config
             fixed.message += f" SGLang {answer.version} accepts the overlay ({answer.label})."
+        else:
+            why = "; ".join(n.message for n in notes if n.severity != INFO) or "no answer"
+            fixed.message += f" SGLang did not check the overlay here ({why})."
         return
     for f in refused:
         f.message = f"--fix wrote {report.overlay}, but: {f.message}"
@@ -279,6 +292,31 @@ def _check_fix(report: Report, argv: list[str], release, env, python) -> None:
         report.findings.remove(fixed)
     report.add(*refused)
     report.overlay = None
+
+
+def _memory(answer, release, argv: list[str], min_context: int) -> list[Finding]:
+    """The memory plan per rank (memory_plan.py), or why there is none."""
+    plan, why = memory_plan.for_launch(answer, release, argv, min_context)
+    if plan is None:
+        return [Finding("memory.plan", INFO, f"no memory plan: {why}.")]
+    return plan.findings()
+
+
+def _pcie_bound(release, server_args, env, target) -> list[Finding]:
+    """The pcie-allreduce overlay's size bound against every verify shape of the launch."""
+    from sgl_eagle_ext.launcher import nccl
+
+    cfg = target.config if isinstance(target.config, dict) else {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    hidden = text.get("hidden_size") if isinstance(text.get("hidden_size"), int) else None
+    note, warnings = nccl.pcie_bound_lines(release, server_args, env, hidden)
+    if note is None:
+        return []
+    fix = "set the variable named above, or drop the wider steps from the adaptive table"
+    return [
+        Finding("pcie.bound", INFO, note + "."),
+        *(Finding("pcie.bound-exceeded", WARNING, w + ".", fix) for w in warnings),
+    ]
 
 
 def run(
@@ -295,6 +333,7 @@ def run(
     overlay_root: Path | None = None,
     ask: bool = True,
     sglang_python: str | None = None,
+    min_context: int = memory_plan.MIN_CONTEXT,
 ) -> Report:
     """Check the pair before launch. Never raises for bad model input (it is a finding).
 
@@ -407,8 +446,13 @@ def run(
             )
         )
 
+    if answer is not None and launch_argv is not None:
+        report.add(
+            *_safely(report, "memory", [], _memory, answer, release, launch_argv, min_context)
+        )
     report.add(*_safely(report, "sizes", [], sizes.check, target, draft, server_args))
     report.add(*_safely(report, "scaleout", [], scaleout.check, server_args, env))
+    report.add(*_safely(report, "pcie", [], _pcie_bound, release, server_args, env, target))
     report.add(*_safely(report, "adaptive", [], adaptive.check, server_args, release))
     if host_checks:
         tp = scaleout.gpus_per_node(server_args)  # this node's share of tp * pp

@@ -717,6 +717,139 @@ def _capture_answer(cls, arch: str, n: int, ids, config) -> dict:
     return out
 
 
+# -- the target host: SGLang resolving as on a GPU this machine does not have ---------------
+# The launch's "host" (launcher/preflight/hosts.py: GPU model, memory, compute capability,
+# count) stands in for the device queries SGLang's parser and resolution make: its own
+# platform override (runtime_context.override_platform, 0.5.19+) and, on every release,
+# the device probes of sglang.srt.utils.common wherever a module imported them by name.
+HOST_ENV = "EAGLE_EXT_PROBE_HOST"
+
+
+def _host_probes(host: dict) -> dict:
+    """SGLang's device-probe functions (utils.common names) answered for `host`."""
+    major, minor = (int(x) for x in host["capability"])
+    mem, count, name = float(host["memory_mib"]), int(host["count"]), str(host["name"])
+
+    def flag(value):
+        return lambda *a, **k: value
+
+    return {
+        "is_cuda": flag(True),
+        "is_cuda_alike": flag(True),
+        "is_sm80_supported": flag(major == 8),
+        "is_sm90_supported": flag(major == 9),
+        "is_hopper_with_cuda_12_3": flag(major == 9),
+        "is_sm100_supported": flag(major == 10),
+        "is_sm110_supported": flag(major == 11),
+        "is_sm100_or_sm110_supported": flag(major in (10, 11)),
+        "is_sm120_supported": flag(major == 12),
+        "is_blackwell_supported": flag(major in (10, 11, 12)),
+        "is_blackwell": flag(major in (10, 11, 12)),
+        "is_sm120": flag((major, minor) == (12, 0)),
+        "is_sm121": flag((major, minor) == (12, 1)),
+        "get_device_sm": flag(major * 10 + minor),
+        "get_device_capability": flag((major, minor)),
+        "get_device": lambda device_id=None: "cuda" if device_id is None else f"cuda:{device_id}",
+        "get_device_count": flag(count),
+        "get_device_name": flag(name),
+        "get_device_memory_capacity": flag(mem),
+        "get_nvgpu_memory_capacity": flag(mem),
+        "is_flashinfer_available": flag(bool(host.get("flashinfer", True))),
+    }
+
+
+@contextlib.contextmanager
+def as_host(host: dict | None):
+    """Meanwhile, SGLang's device queries answer for `host` (None: this machine)."""
+    if not host:
+        yield
+        return
+    _warm()  # SGLang's modules import as on this machine (their import-time probes
+    _import_all("sglang.srt.arg_groups")  # pick kernels that exist here); then the host
+    from sglang.srt.utils import common
+
+    fakes = _host_probes(host)
+    originals = {n: getattr(common, n) for n in fakes if hasattr(common, n)}
+    by_id = {id(f): n for n, f in originals.items()}
+    swapped = []  # (module, attribute, original)
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith("sglang") or mod is None:
+            continue
+        try:
+            items = list(vars(mod).items())
+        except TypeError:
+            continue
+        for attr, value in items:
+            n = by_id.get(id(value))
+            if n is not None:
+                swapped.append((mod, attr, value))
+                setattr(mod, attr, fakes[n])
+    override = None
+    try:  # SGLang's own platform override (0.5.19+): its readers go through it
+        from sglang.srt.runtime_context import override_platform
+    except ImportError:
+        pass
+    else:
+        major, minor = (int(x) for x in host["capability"])
+        facts = {
+            "is_cuda": True,
+            "is_sm90": major == 9,
+            "is_sm100": major == 10,
+            "is_sm100_or_sm110": major in (10, 11),
+            "is_sm110": major == 11,
+            "is_sm120": major == 12,
+            "is_blackwell": major in (10, 11, 12),
+            "is_hopper_with_cuda_12_3": major == 9,
+            "device_sm": major * 10 + minor,
+            "device_capability": (major, minor),
+            "has_flashinfer": bool(host.get("flashinfer", True)),
+        }
+        try:
+            override = override_platform(**facts)
+            override.install()
+        except ValueError:  # a release that knows fewer facts: the probes above do
+            override = None
+    try:
+        yield
+    finally:
+        if override is not None:
+            override.restore()
+        for mod, attr, value in swapped:
+            setattr(mod, attr, value)
+        back = {id(fakes[n]): originals[n] for n in originals}
+        for mod_name, mod in list(sys.modules.items()):  # modules imported meanwhile
+            if mod_name.startswith("sglang") and mod is not None:
+                for attr, value in list(getattr(mod, "__dict__", {}).items()):
+                    if id(value) in back:
+                        setattr(mod, attr, back[id(value)])
+
+
+def _import_all(package: str) -> None:
+    """Every module of `package` (resolution imports its hooks lazily)."""
+    import pkgutil
+
+    try:
+        pkg = importlib.import_module(package)
+    except BaseException:
+        return
+    for info in pkgutil.walk_packages(pkg.__path__, package + "."):
+        try:
+            importlib.import_module(info.name)
+        except BaseException:
+            pass
+
+
+def _host_of_environment() -> dict | None:
+    raw = os.environ.get(HOST_ENV)
+    if not raw:
+        return None
+    try:
+        host = json.loads(raw)
+    except ValueError:
+        return None
+    return host if isinstance(host, dict) and "memory_mib" in host else None
+
+
 def launch_case(case: dict) -> dict:
     """Every answer SGLang gives about one launch (see the module docstring)."""
     argv = list(case["argv"])
@@ -780,6 +913,11 @@ def launch_case(case: dict) -> dict:
                 errors.append(_error("draft", e, draft_path))
     if target is None:
         return out
+    if not quiet:
+        try:  # what the memory plan (memory_plan.py) divides: SGLang's own reading
+            out["memory"] = _memory_facts(sa, target["mc"], draft["mc"] if draft else None)
+        except BaseException as e:
+            out["memory"] = {"error": f"{type(e).__name__}: {e}"[:300]}
     try:
         from sglang.srt.model_loader.utils import get_model_architecture
 
@@ -795,6 +933,61 @@ def launch_case(case: dict) -> dict:
     if quiet:  # only what SGLang's ModelConfig said; the refusal above is the verdict
         out = {k: v for k, v in out.items() if k in ("errors", "settings", "context")}
     return out
+
+
+def _kv_facts(mc, tp: int) -> dict:
+    """One model's KV geometry as SGLang's ModelConfig derives it (per TP rank)."""
+    arch = getattr(mc, "attention_arch", None)
+    mla = getattr(arch, "name", str(arch)) == "MLA"
+    text = mc.hf_text_config
+    try:
+        kv_heads = int(mc.get_num_kv_heads(tp))
+    except Exception:
+        kv_heads = None
+    return {
+        "mla": mla,
+        "layers": int(getattr(mc, "num_hidden_layers", 0) or text.num_hidden_layers),
+        "kv_lora_rank": getattr(mc, "kv_lora_rank", None) if mla else None,
+        "qk_rope_head_dim": getattr(mc, "qk_rope_head_dim", None) if mla else None,
+        "kv_heads_per_rank": kv_heads,
+        "head_dim": getattr(mc, "head_dim", None),
+        "v_head_dim": getattr(mc, "v_head_dim", None),
+        "dtype": str(getattr(mc, "dtype", "")).replace("torch.", ""),
+        "multimodal": bool(getattr(mc, "is_multimodal", False)),
+        "arch": (getattr(mc.hf_config, "architectures", None) or [None])[0],
+    }
+
+
+def _vlm_factor(sa, mc, gpu):
+    """What SGLang's own adjust_mem_fraction_for_vlm multiplies mem_fraction_static by
+    for this model (run on 1.0): a module function (0.5.19+) or a ServerArgs method."""
+    try:
+        from sglang.srt.arg_groups.memory_hook import adjust_mem_fraction_for_vlm
+    except ImportError:
+        probe = copy.copy(sa)
+        object.__setattr__(probe, "mem_fraction_static", 1.0)
+        type(sa).adjust_mem_fraction_for_vlm(probe, mc)
+        return float(probe.mem_fraction_static)
+    return float(adjust_mem_fraction_for_vlm(1.0, mc, False, gpu))
+
+
+def _memory_facts(sa, target_mc, draft_mc) -> dict:
+    """The device memory SGLang sees (the host's under as_host) and both models' KV."""
+    from sglang.srt.utils import common
+
+    tp = int(getattr(sa, "tp_size", 1) or 1)
+    try:
+        gpu = common.get_device_memory_capacity(getattr(sa, "device", None))
+    except Exception:
+        gpu = None
+    kv_dtype = str(getattr(sa, "kv_cache_dtype", "auto") or "auto")
+    return {
+        "vlm_factor": _vlm_factor(sa, target_mc, gpu) if target_mc.is_multimodal else None,
+        "gpu_mib": gpu,
+        "kv_cache_dtype": kv_dtype,
+        "target": _kv_facts(target_mc, tp),
+        "draft": _kv_facts(draft_mc, tp) if draft_mc is not None else None,
+    }
 
 
 # SGLang's modules that memoize a model's configuration by its path (get_config,
@@ -893,8 +1086,9 @@ def answer(req: dict) -> dict:
         for case in req["launches"]:
             t1 = time.monotonic()
             try:
-                with as_launched(case):
+                with as_launched(case), as_host(_host_of_environment()):
                     got = launch_case(case)
+                    got["host"] = _host_of_environment()
             except BaseException as e:  # a bug here is still one answer, never a crash
                 got = {"errors": [_error("probe", e)]}
             got["seconds"] = round(time.monotonic() - t1, 2)
@@ -918,6 +1112,24 @@ def main() -> None:
     with open(sys.argv[1]) as f:
         req = json.load(f)
     sys.stdout.write(TAG + json.dumps(answer(req)) + "\n")
+
+
+# -- what every answer imports ----------------------------------------------------------
+def _warm() -> None:
+    """SGLang's argument parser, ModelConfig, its model registry (every model module) and
+    resolution's hooks; a failure here is left for the answer to report."""
+    for name in (
+        "sglang",
+        "sglang.srt.server_args",
+        "sglang.srt.configs.model_config",
+        "sglang.srt.models.registry",
+        "sglang.srt.model_loader.utils",
+    ):
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            pass
+    _import_all("sglang.srt.arg_groups")  # resolution's hooks (as_host needs them first)
 
 
 if __name__ == "__main__":

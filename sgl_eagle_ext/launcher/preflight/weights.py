@@ -53,3 +53,33 @@ def find(tensors: dict[str, list[int]], suffix: str) -> tuple[str, list[int]] | 
         if name == suffix or name.endswith("." + suffix):
             return name, shape
     return None
+
+
+def byte_sizes(model_dir: Path) -> tuple[dict[str, int], str | None]:
+    """({tensor name: bytes} over all shards, from the headers' data_offsets) or
+    ({}, why they could not be read). Reads the headers only."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        return {}, "no *.safetensors file"
+    out: dict[str, int] = {}
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                (size,) = struct.unpack("<Q", fh.read(8))
+                if not 2 <= size <= MAX_HEADER:
+                    return {}, f"{f.name}: header length {size} is not plausible"
+                header = json.loads(fh.read(size))
+        except (OSError, struct.error, ValueError, RecursionError) as e:
+            return {}, f"{f.name}: unreadable safetensors header ({e})"
+        if not isinstance(header, dict):
+            return {}, f"{f.name}: the safetensors header is not a JSON object"
+        for name, info in header.items():
+            offsets = info.get("data_offsets") if isinstance(info, dict) else None
+            if (
+                name != "__metadata__"
+                and isinstance(offsets, list)
+                and len(offsets) == 2
+                and all(type(d) is int for d in offsets)
+            ):
+                out[name] = max(0, offsets[1] - offsets[0])
+    return out, None
