@@ -51,7 +51,10 @@ def cycles(path: Path) -> list[dict]:
         if rec.get("cycles") == 1:
             (steps,) = rec["steps"]
             bs = {int(k): v for k, v in rec["bs"].items()}
-            out.append({"steps": int(steps), "bs": bs, "accept": rec.get("accept_len")})
+            prefills = (rec.get("prefill") or {}).get("n", 0)  # since the previous cycle
+            out.append(
+                {"steps": int(steps), "bs": bs, "accept": rec.get("accept_len"), "new": prefills}
+            )
     return out
 
 
@@ -88,14 +91,16 @@ def decoded(recs: list[dict]) -> int:
 
 
 def per_request(recs: list[dict]) -> list[list[tuple[int, int, int]]]:
-    """One stream's cycles split into its requests: (tokens generated before the cycle,
-    steps, drafts accepted) each. A request of TOKENS tokens has its first from the
-    prefill; its last cycle may verify more than it keeps."""
-    out, done = [[]], 0
+    """One stream's cycles split into its requests at each prefill (cycles before the
+    first are another pass's): (tokens generated before the cycle, steps, drafts
+    accepted) each; a request's first token comes from its prefill."""
+    out = []
     for r in recs:
-        if done >= TOKENS - 1:
+        if r["new"]:
             out.append([])
             done = 0
+        if not out:
+            continue
         accepted = round(r["accept"]) - 1  # one request in the cycle: its accept length
         out[-1].append((done, r["steps"], accepted))
         done += accepted + 1
