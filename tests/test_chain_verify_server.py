@@ -5,8 +5,8 @@ One SGLang 0.5.23 server on the CPU harness: `eagle3-adaptive` (topk 1, every ve
 SGLang's split-KV kernel, 0-step verifies included), the mostly-accepted draft, one
 profile record per decode cycle. Three passes over the demo prompts:
 
-- reference: the first prompt pinned at 2 steps throughout ("a server that never left 2
-  steps");
+- reference: the first prompts pinned at 2 steps throughout ("a server that never left
+  2 steps");
 - one stream: every prompt in turn while a driver flips the pin 2 -> 0 -> 2 every few
   decode cycles, so most requests switch mid-request, some more than once;
 - four streams: the same, four requests at a time.
@@ -14,10 +14,10 @@ profile record per decode cycle. Three passes over the demo prompts:
 Every output must equal the greedy tokens the pair was built with (transformers' fp32
 greedy decoding, which the baseline server reproduces: tests/test_server_cpu.py), and
 after resuming at 2 steps the draft must be as good as one that never stopped: the
-first prompt's 2-step cycles after its first 0-step spell accept what the reference's
-cycles accepted at the same positions (the draft's per-cycle draft-extend keeps its KV
-and next input while at 0 steps; docs/chain-verify.md), and their mean accept length is
-within 5% of the reference's over the same number of cycles.
+2-step cycles after a 0-step spell inside a request accept what the reference's cycles
+accepted at the same positions (the draft's per-cycle draft-extend keeps its KV and next
+input while at 0 steps; docs/chain-verify.md): over 32 such cycles, the mean accept
+length within 5% of the reference's, and in fact cycle by cycle.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.server
 TOKENS = 32
 CANDIDATES = [0, 1, 2, 3]
 SPELL = {2: 5, 0: 4}  # decode cycles per pin before the driver flips it
-REFERENCE = 3  # prompts run pinned at 2 steps first
+REFERENCE = 6  # prompts run pinned at 2 steps first: 32 resumed cycles to compare
 
 
 def cycles(path: Path) -> list[dict]:
@@ -51,7 +51,10 @@ def cycles(path: Path) -> list[dict]:
         if rec.get("cycles") == 1:
             (steps,) = rec["steps"]
             bs = {int(k): v for k, v in rec["bs"].items()}
-            out.append({"steps": int(steps), "bs": bs, "accept": rec.get("accept_len")})
+            prefills = (rec.get("prefill") or {}).get("n", 0)  # since the previous cycle
+            out.append(
+                {"steps": int(steps), "bs": bs, "accept": rec.get("accept_len"), "new": prefills}
+            )
     return out
 
 
@@ -88,14 +91,16 @@ def decoded(recs: list[dict]) -> int:
 
 
 def per_request(recs: list[dict]) -> list[list[tuple[int, int, int]]]:
-    """One stream's cycles split into its requests: (tokens generated before the cycle,
-    steps, drafts accepted) each. A request of TOKENS tokens has its first from the
-    prefill; its last cycle may verify more than it keeps."""
-    out, done = [[]], 0
+    """One stream's cycles split into its requests at each prefill (cycles before the
+    first are another pass's): (tokens generated before the cycle, steps, drafts
+    accepted) each; a request's first token comes from its prefill."""
+    out = []
     for r in recs:
-        if done >= TOKENS - 1:
+        if r["new"]:
             out.append([])
             done = 0
+        if not out:
+            continue
         accepted = round(r["accept"]) - 1  # one request in the cycle: its accept length
         out[-1].append((done, r["steps"], accepted))
         done += accepted + 1
@@ -131,7 +136,7 @@ EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(request))}
         "--adaptive-config",
         str(table),
     )
-    server.wait_for("READY in")
+    server.wait_for("spec check:")  # the launcher's own request: before ours
 
     def generate(prompts):
         outs = http.generate(server.base_url, list(prompts), TOKENS)
@@ -147,7 +152,8 @@ EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(request))}
     # reference: 2 steps throughout
     start = len(cycles(profile))
     assert one_stream(DEMO_PROMPTS[:REFERENCE], start) == expected[:REFERENCE]
-    reference = per_request(cycles(profile)[start:])
+    # the last REFERENCE requests: a cycle of the launcher's spec check may be written late
+    reference = per_request(cycles(profile)[start:])[-REFERENCE:]
     assert {s for req in reference for _, s, _ in req} == {2}
 
     # one stream, then four: the pin flips mid-request
@@ -166,7 +172,7 @@ EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(request))}
 
     # after a 0-step spell inside a request, its 2-step cycles accept what the reference
     # accepted at the same positions: the draft resumed as if it had never stopped
-    switched = per_request(ran[: mid - start])
+    switched = per_request(ran[: mid - start])[-len(DEMO_PROMPTS) :]
     assert len(switched) == len(DEMO_PROMPTS)
     mid_request = [req for req in switched if {0, 2} <= {s for _, s, _ in req}]
     assert len(mid_request) >= 4, [[s for _, s, _ in req] for req in switched]
@@ -176,8 +182,8 @@ EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(request))}
         off = [i for i, (_, s, _) in enumerate(req) if s == 0]
         if off:
             pairs += [(acc, ref_at[p]) for p, s, acc in req[off[0] :] if s == 2 and p in ref_at]
+    assert len(pairs) >= 32, pairs
     pairs = pairs[:32]
-    assert len(pairs) >= 8, pairs
     resumed, never_left = (sum(x) / len(pairs) + 1 for x in zip(*pairs, strict=True))
     print(
         f"accept length over {len(pairs)} resumed cycles {resumed:.3f}, reference {never_left:.3f}"
