@@ -22,23 +22,26 @@ os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
 DEFAULTS: dict[str, dict] = {}
 
 
-def poison(verify_splitkv, fixed: bool) -> None:
-    """Scratch as torch.empty may leave it on a GPU (NaN), and with `fixed` the project's
-    wrapper over that allocation (in_sglang/chain_verify.py), through the patching base."""
+def poison(verify_splitkv, garbage: bool, fixed: bool) -> None:
+    """With `garbage`, scratch as torch.empty may leave it (NaN: on a GPU, and now and
+    then on a CPU too); with `fixed`, the project's wrapper over that allocation
+    (in_sglang/chain_verify.py, through the patching base) on top."""
     import math
 
     from sgl_eagle_ext.in_sglang import chain_verify
     from sgl_eagle_ext.in_sglang_base import patching
 
-    if not hasattr(verify_splitkv.VerifySplitKV, "_stock_alloc"):
-        stock = verify_splitkv.VerifySplitKV._alloc
-        verify_splitkv.VerifySplitKV._stock_alloc = stock
+    cls = verify_splitkv.VerifySplitKV
+    chain_verify.PATCHES.uninstall()
+    if "_stock_alloc" not in vars(cls):
+        cls._stock_alloc = cls._alloc
+    stock = cls._stock_alloc
 
-        def garbage(self, max_bs):
-            stock(self, max_bs)
-            self.att_out.fill_(math.nan)
+    def nan_filled(self, max_bs):
+        stock(self, max_bs)
+        self.att_out.fill_(math.nan)
 
-        verify_splitkv.VerifySplitKV._alloc = garbage
+    cls._alloc = nan_filled if garbage else stock
     if fixed:
         anchor = f"{verify_splitkv.__name__}:VerifySplitKV._alloc"
         chain_verify.PATCHES.install([patching.Wrap(anchor, chain_verify.zero_partials)])
@@ -60,8 +63,8 @@ def run(case: dict) -> dict:
         if name in defaults:  # SGLang's own launch parameters unless the case sets them
             setattr(module, name, case.get("params", {}).get(name, defaults[name]))
     getattr(module, "_VMLA_CACHE" if mla else "_VK_CACHE").clear()
-    if case.get("poison") and not mla:
-        poison(verify_splitkv, case.get("fixed", False))
+    if not mla:  # the project's path: its scratch zeroed (in_sglang/chain_verify.py)
+        poison(verify_splitkv, case.get("poison", False), case.get("fixed", True))
 
     slots = sum(prefixes) + bs * L
     k_buffer = torch.randn(slots, h_kv, dk, generator=gen)

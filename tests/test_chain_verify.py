@@ -5,7 +5,9 @@ Kernel level: SGLang's own `verify_splitkv_fwd` (MHA/GQA) and `verify_shared_kv_
 verify shapes, run by Triton's interpreter in a child process (TRITON_INTERPRET must be
 set before the kernels are defined): contexts 1 to 4096, batches 1 to 8 with ragged
 prefixes, chains of 1 to 6 tokens, with the harness's launch parameters and with
-SGLang's own. Each kernel earns its tolerance: fp32 partials differ from the extend
+SGLang's own; the split-KV kernel's scratch zeroed as the project's wrapper does (SGLang
+leaves it uninitialised: test_empty_splits_of_a_short_prefix_are_zeroed). Each kernel
+earns its tolerance: fp32 partials differ from the extend
 kernel by reassociation only; the MLA kernel keeps its split partials in bf16, one bf16
 rounding (unit roundoff 2^-8) of a convex combination of V rows (bound: 2^-8 x max |V|).
 

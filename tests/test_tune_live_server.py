@@ -113,7 +113,7 @@ def test_every_cell_one_load_per_run_interrupt_and_resume(tiny_models, tmp_path)
 
     # the rest, and a plain baseline server beside it (--baseline-arm: not part of the
     # resume key): the in-server 0-step cell against a real baseline at every level
-    p = tune(tiny_models, "mostly", tmp_path, *args, "--baseline-arm")
+    p = tune(tiny_models, "mostly", tmp_path, "--baseline-arm", *args)
     out, _ = p.communicate(timeout=3600)
     assert p.returncode == 0, out[-3000:]
     assert "Traceback" not in out

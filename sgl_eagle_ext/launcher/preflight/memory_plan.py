@@ -297,7 +297,7 @@ def _graphs(fields: dict, release, argv: ServerArgv, mla: bool) -> tuple[int, in
             for s in gp.states
             for n in (1, 1, 1 if s.steps > 1 else 0)
         ]
-        count = gp.total("verify") + gp.total("draft_extend") + gp.total("draft_decode")
+        count = sum(gp.total(kind) for kind in ("verify", "draft_extend", "draft_decode"))
         what = f"{count} graphs in {len(gp.states)} runtime state(s)"
     else:
         sets, count, what = [max(sizes)], len(sizes), f"{len(sizes)} decode graphs"

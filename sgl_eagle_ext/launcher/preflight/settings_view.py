@@ -32,7 +32,7 @@ def ask(
     """(SGLang's Answer, '') or (None, why SGLang was not asked)."""
     python = python or sys.executable
     model = ServerArgv(argv).model_path
-    installed = ask_sglang.installed_version(python, env)
+    installed = releases.installed_version(python, env)
     if installed != release.version:
         return None, (
             f"SGLang {release.version} is not installed in {python}"
