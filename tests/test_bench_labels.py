@@ -3,8 +3,8 @@ token by each chunk's own token count, accept length decode-only (SGLang's /serv
 figure) with the prefill-inclusive one beside it, input tok/s from the prompts as sent
 (the templated count beside it), the measured mean concurrency beside the cap, means in
 the CSV, small-sample notes for short closed-loop --duration levels, late sends blamed
-on the client only when it is the cause, and the README's "Coming from bench_serving"
-table, each row run in both spellings (ours through our parser against a fake endpoint;
+on the client only when it is the cause, and the "Coming from bench_serving" rows
+(docs/bench-serving.md), each run in both spellings (ours through our parser against a fake endpoint;
 bench_serving's through bench_serving itself, in a subprocess of the SGLang venv)."""
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def test_burstiness_inf_is_constant_arrivals(fake, tmp_path):
     assert run(bg.url, res, "--request-rate", "5", "--arrival", "gamma", "--burstiness", "inf") == 2
 
 
-# ------------------------------------------------------------------ the README table
+# ------------------------------------------ the bench_serving rows (docs/bench-serving.md)
 def bench_serving(spec: dict, tmp_path: Path) -> dict:
     """sglang.bench_serving's own reading (and optionally a run) in a subprocess."""
     path = tmp_path / "spec.json"
@@ -322,7 +322,7 @@ def sharegpt(tmp_path: Path) -> Path:
 
 @pytest.mark.harness
 def test_readme_rows_in_both_spellings(fake, tmp_path, tiny_models):
-    """Each row of the README's table: bench_serving's spelling read by bench_serving's
+    """Each row of docs/bench-serving.md's kinds: bench_serving's spelling read by bench_serving's
     own parser, ours by ours, the same meaning. Then both tools run once against fake
     endpoints with the rows that shape a request (headers, lengths, EOS, extra body,
     goodput), and the requests they send are compared."""
