@@ -37,6 +37,7 @@ SHARED_SERVER_FILES = ("test_server_cpu.py",)
 LONGEST_FIRST = (
     "test_tune_live_server.py",  # ~8
     "test_profile_server.py",  # ~8
+    "test_chain_verify_server.py",  # ~4 (one server, three passes)
     "test_bench.py",  # ~6.5
     "test_v1_worker_cpu.py",  # ~6 (before its baseline server was dropped)
     "test_bench_workloads.py",  # ~4.5

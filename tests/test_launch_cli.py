@@ -79,7 +79,8 @@ def test_dry_run_every_preset_every_release(preset, version):
     )
     assert p.returncode == 0, p.stderr
     cmd, env = command_of(p.stdout), env_of(p.stdout)
-    assert env == NCCL
+    # the NCCL block, and the chain-verify switch every preset sets (in_sglang/chain_verify.py)
+    assert env == {**NCCL, "EAGLE_EXT_CHAIN_VERIFY": "1"}
     assert flag(cmd, "--tp-size") == "8"
     assert flag(cmd, "--model-path") == "M"
     assert flag(cmd, "--attention-backend") == "triton"
