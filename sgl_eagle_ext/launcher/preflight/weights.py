@@ -26,16 +26,9 @@ def shapes(model_dir: Path) -> tuple[dict[str, list[int]], str | None]:
         )
     out: dict[str, list[int]] = {}
     for f in files:
-        try:
-            with open(f, "rb") as fh:
-                (size,) = struct.unpack("<Q", fh.read(8))
-                if not 2 <= size <= MAX_HEADER:
-                    return {}, f"{f.name}: header length {size} is not plausible"
-                header = json.loads(fh.read(size))
-        except (OSError, struct.error, ValueError, RecursionError) as e:
-            return {}, f"{f.name}: unreadable safetensors header ({e})"
-        if not isinstance(header, dict):
-            return {}, f"{f.name}: the safetensors header is not a JSON object"
+        header, why = _header(f)
+        if header is None:
+            return {}, why
         for name, info in header.items():
             shape = info.get("shape") if isinstance(info, dict) else None
             if (
@@ -45,6 +38,22 @@ def shapes(model_dir: Path) -> tuple[dict[str, list[int]], str | None]:
             ):
                 out[name] = shape
     return out, None
+
+
+def _header(f: Path) -> tuple[dict | None, str | None]:
+    """One shard's safetensors header (its JSON object; no tensor data read), or (None,
+    why it could not be read)."""
+    try:
+        with open(f, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            if not 2 <= size <= MAX_HEADER:
+                return None, f"{f.name}: header length {size} is not plausible"
+            header = json.loads(fh.read(size))
+    except (OSError, struct.error, ValueError, RecursionError) as e:
+        return None, f"{f.name}: unreadable safetensors header ({e})"
+    if not isinstance(header, dict):
+        return None, f"{f.name}: the safetensors header is not a JSON object"
+    return header, None
 
 
 def find(tensors: dict[str, list[int]], suffix: str) -> tuple[str, list[int]] | None:
@@ -63,16 +72,9 @@ def byte_sizes(model_dir: Path) -> tuple[dict[str, int], str | None]:
         return {}, "no *.safetensors file"
     out: dict[str, int] = {}
     for f in files:
-        try:
-            with open(f, "rb") as fh:
-                (size,) = struct.unpack("<Q", fh.read(8))
-                if not 2 <= size <= MAX_HEADER:
-                    return {}, f"{f.name}: header length {size} is not plausible"
-                header = json.loads(fh.read(size))
-        except (OSError, struct.error, ValueError, RecursionError) as e:
-            return {}, f"{f.name}: unreadable safetensors header ({e})"
-        if not isinstance(header, dict):
-            return {}, f"{f.name}: the safetensors header is not a JSON object"
+        header, why = _header(f)
+        if header is None:
+            return {}, why
         for name, info in header.items():
             offsets = info.get("data_offsets") if isinstance(info, dict) else None
             if (
