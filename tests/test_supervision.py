@@ -81,6 +81,22 @@ def test_sigterm_stops_the_tree_with_128_plus_signal(child, capsys):
     assert signal.getsignal(signal.SIGTERM) is not server_process._raise_stopped  # restored
 
 
+def test_a_signal_between_the_fork_and_the_log_reader_stops_the_tree(child, capsys, monkeypatch):
+    # CI once saw SIGINT land after Popen and before the reader thread started:
+    # stop() then died on joining an unstarted thread and left the tree behind.
+    forked: list[int] = []
+
+    def interrupted_start(thread):
+        forked.append(child.pid)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler raises here
+
+    monkeypatch.setattr(server_process.threading.Thread, "start", interrupted_start)
+    assert run_supervised(child, "prog", "widget", child.start) == 128 + signal.SIGINT
+    assert "prog: SIGINT: stopping the widget process tree" in capsys.readouterr().err
+    assert forked and gone(set(forked)) and not child.alive()
+
+
 def test_a_child_that_exits_after_ready_is_a_failure(tmp_path, capsys):
     proc = ServerProcess([sys.executable, "-c", "raise SystemExit(7)"], None, tmp_path / "x.log")
 

@@ -153,6 +153,9 @@ class ServerProcess:
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The caches' scan (slow on a big cache) comes before the fork: a signal
+        # handled during it then finds no child yet, not one without its log reader.
+        self.builds = jit_watch.BuildWatch(self.env)
         self.proc = subprocess.Popen(
             self.cmd,
             env=self.env,
@@ -163,7 +166,6 @@ class ServerProcess:
             preexec_fn=proctree.die_with_parent,
         )
         self.last_progress = time.monotonic()
-        self.builds = jit_watch.BuildWatch(self.env)
         self._reader = threading.Thread(target=self._pump, name="server-log", daemon=True)
         self._reader.start()
 
@@ -226,8 +228,8 @@ class ServerProcess:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        if self._reader is not None:
-            self._reader.join(timeout=5)
+        if self._reader is not None and self._reader.ident is not None:  # a signal may
+            self._reader.join(timeout=5)  # land between the fork and the reader's start
         return {p.pid for p in procs if proctree.is_alive(p)}
 
     def print_tail(self, prog: str, what: str, n: int = 8) -> None:
