@@ -181,4 +181,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(running.script_main(main))

@@ -47,6 +47,18 @@ def poison(verify_splitkv, garbage: bool, fixed: bool) -> None:
         chain_verify.PATCHES.install([patching.Wrap(anchor, chain_verify.zero_partials)])
 
 
+def fp32_partials(verify_mla, fixed: bool) -> None:
+    """With `fixed`, the project's wrapper over VerifyMLA._alloc (fp32 split partials);
+    without, SGLang's bf16 ones."""
+    from sgl_eagle_ext.in_sglang import chain_verify
+    from sgl_eagle_ext.in_sglang_base import patching
+
+    chain_verify.PATCHES.uninstall()
+    if fixed:
+        anchor = f"{verify_mla.__name__}:VerifyMLA._alloc"
+        chain_verify.PATCHES.install([patching.Wrap(anchor, chain_verify.fp32_partials)])
+
+
 def run(case: dict) -> dict:
     import torch
     from sglang.kernels.ops.attention import verify_mla, verify_splitkv
@@ -63,13 +75,17 @@ def run(case: dict) -> dict:
         if name in defaults:  # SGLang's own launch parameters unless the case sets them
             setattr(module, name, case.get("params", {}).get(name, defaults[name]))
     getattr(module, "_VMLA_CACHE" if mla else "_VK_CACHE").clear()
+    fixed = case.get("fixed", True)
     if not mla:  # the project's path: its scratch zeroed (in_sglang/chain_verify.py)
-        poison(verify_splitkv, case.get("poison", False), case.get("fixed", True))
+        poison(verify_splitkv, case.get("poison", False), fixed)
+    else:  # the project's path: fp32 partials; else SGLang's bf16 ones
+        fp32_partials(verify_mla, fixed)
 
     slots = sum(prefixes) + bs * L
     k_buffer = torch.randn(slots, h_kv, dk, generator=gen)
     # absorbed MLA: V is the latent part of the one cached row (its first dv dims)
-    v_buffer = k_buffer[..., :dv].clone() if mla else torch.randn(slots, h_kv, dv, generator=gen)
+    latent = dv < dk
+    v_buffer = k_buffer[..., :dv].clone() if latent else torch.randn(slots, h_kv, dv, generator=gen)
     q = torch.randn(bs * L, h_q, dk, generator=gen)
     perm = torch.randperm(slots, generator=gen)
     kv_indices = perm[: sum(prefixes)].to(torch.int64)  # the prefix, scattered in the pool
@@ -92,10 +108,11 @@ def run(case: dict) -> dict:
     extend_attention_fwd(q, k, v, ref, k_buffer, v_buffer, qo_indptr, *args, scale)
     kernel = verify_mla.verify_shared_kv_fwd if mla else verify_splitkv.verify_splitkv_fwd
     served = kernel(q, k, v, out, k_buffer, v_buffer, qo_indptr, *args, scale, max_bs=bs)
-    # fp32 partials: reassociation only. The MLA kernel keeps its split partials in bf16
-    # (SGLang's choice, "halves scratch traffic"): one bf16 rounding (unit roundoff 2^-8) of a
-    # convex combination of V rows, so the error is bounded by 2^-8 x max |V|.
-    bound = 2**-8 * float(v_buffer.abs().max()) + 1e-5 if mla else 2e-5
+    # fp32 partials: reassociation only. SGLang's grouped-head kernel keeps its split
+    # partials in bf16 ("halves scratch traffic"): one bf16 rounding (unit roundoff 2^-8) of
+    # a convex combination of V rows, so the error is bounded by 2^-8 x max |V|.
+    bf16 = mla and not fixed
+    bound = 2**-8 * float(v_buffer.abs().max()) + 1e-5 if bf16 else 2e-5
     return {
         "served": bool(served),
         "max_diff": float((out - ref).abs().max()) if served else None,

@@ -50,6 +50,45 @@ def test_backoff_still_drafts_a_draft_that_pays(slot_class):
     assert share == 0 and steps == 5
 
 
+def drafted(slot_class, accepted, batches: int) -> int:
+    slot = slot_class(initial_steps=3, cfg=CFG)
+    n = 0
+    for _ in range(batches):
+        n += slot.current_steps > 0
+        slot.update([min(accepted, slot.current_steps)] * 2)
+    return n
+
+
+def test_exploration_a_never_paying_draft_pays_is_bounded(slot_class):
+    """A draft that is never accepted: SGLang warms each bucket up for warmup_batches +
+    update_interval batches at its starting steps (15), then probes every other
+    decision. Here a dry warm-up ends after update_interval (5) batches and the probes
+    back off: at most 5 + 5 per probe drafting batches, probes after 2, 4, ..., 32
+    decisions of 5 batches (docs/chain-verify.md states the bound)."""
+    stock = [drafted(slot_class, 0, n) for n in (15, 100, 500)]
+    assert stock == [15, 55, 255]
+    assert adaptive_backoff.install(32, version="0.5.23")
+    bounded = [drafted(slot_class, 0, n) for n in (15, 100, 500, 2000)]
+    assert bounded == [5, 20, 30, 80]  # 33%, 20%, 6%, 4% of the batches; 3% steady
+
+
+def test_a_draft_accepted_now_and_then_warms_up_as_sglang_does(slot_class):
+    """A draft accepted in one batch of every four (three dry batches in a row, fewer
+    than update_interval): the same steps, batch by batch, as SGLang's controller."""
+
+    def trajectory() -> list[int]:
+        slot = slot_class(initial_steps=3, cfg=CFG)
+        steps = []
+        for i in range(60):
+            steps.append(slot.current_steps)
+            slot.update([slot.current_steps if i % 4 == 0 else 0])
+        return steps
+
+    stock = trajectory()
+    assert adaptive_backoff.install(32, version="0.5.23")
+    assert trajectory() == stock and stock[:15] == [3] * 15
+
+
 def test_a_draft_that_starts_to_pay_is_found_again(slot_class):
     assert adaptive_backoff.install(32, version="0.5.23")
     slot = slot_class(initial_steps=3, cfg=CFG)
@@ -65,13 +104,16 @@ def test_a_draft_that_starts_to_pay_is_found_again(slot_class):
 
 def test_install_is_idempotent_reversible_and_fails_closed(slot_class, caplog):
     original = vars(slot_class)["_recompute_params"]
+    update = vars(slot_class)["update"]
     assert adaptive_backoff.install(8, version="0.5.23")
     wrapped = vars(slot_class)["_recompute_params"]
     assert wrapped is not original and wrapped.__wrapped__ is original
+    assert vars(slot_class)["update"].__wrapped__ is update
     assert adaptive_backoff.install(8, version="0.5.23")  # twice: one wrapper
     assert vars(slot_class)["_recompute_params"] is wrapped
     adaptive_backoff.uninstall()
     assert vars(slot_class)["_recompute_params"] is original
+    assert vars(slot_class)["update"] is update
     # No 0-step state before 0.5.16: one line, nothing patched.
     assert not adaptive_backoff.install(8, version="0.5.13.post1")
     assert vars(slot_class)["_recompute_params"] is original

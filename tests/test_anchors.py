@@ -43,13 +43,26 @@ def test_profile_anchors_exist_in_release_source(release):
 def test_adaptive_backoff_anchor_exists_in_release_source(release):
     """The probe backoff wraps the adaptive controller's decision method of each
     release (its wheel's source, like the profile anchors)."""
-    anchor = release.adaptive.decide_anchor
-    if anchor is None:  # the backoff says 'disabled' for this release
+    spec = release.adaptive
+    if spec.decide_anchor is None:  # the backoff says 'disabled' for this release
+        assert spec.warmup_anchor is None
         return
-    module, qualname = anchor.split(":")
-    cls, method = qualname.split(".")
-    methods = defined_methods(wheels.source(release.version), module, cls)
-    assert methods is not None and method in methods, f"{release.version}: {anchor} missing"
+    for anchor in (spec.decide_anchor, spec.warmup_anchor):
+        module, qualname = anchor.split(":")
+        cls, method = qualname.split(".")
+        methods = defined_methods(wheels.source(release.version), module, cls)
+        assert methods is not None and method in methods, f"{release.version}: {anchor} missing"
+    # the warm-up cut reads and sets these on the slot
+    source = (
+        wheels.source(release.version).parent / "sglang/srt/speculative/adaptive_spec_params.py"
+    )
+    for attr in (
+        "self._batch_count",
+        "self.warmup_batches",
+        "self.ema_accept_len",
+        "self.update_interval",
+    ):
+        assert attr in source.read_text(), (release.version, attr)
 
 
 def test_anchor_check_detects_a_missing_method():
@@ -101,13 +114,18 @@ def assigned_in_init(source_root, anchor: str) -> set[str]:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for fn in node.body:
                 if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
-                    return {
-                        t.attr
+                    targets = [
+                        t
                         for n in ast.walk(fn)
-                        if isinstance(n, ast.Assign)
-                        for t in n.targets
-                        if isinstance(t, ast.Attribute)
-                    }
+                        for t in (
+                            n.targets
+                            if isinstance(n, ast.Assign)
+                            else [n.target]
+                            if isinstance(n, ast.AnnAssign)
+                            else []
+                        )
+                    ]
+                    return {t.attr for t in targets if isinstance(t, ast.Attribute)}
     return set()
 
 
@@ -136,12 +154,13 @@ def test_chain_verify_anchors_exist_in_release_source(release):
         assert module_globals(root, default.splitkv_module) is None, release.version
         return
     module, cls = cv.backend.split(":")
-    assert cv.forward_extend in defined_methods(root, module, cls), release.version
+    methods = defined_methods(root, module, cls)
+    assert {cv.forward_extend, cv.init_metadata, cv.forward_decode} <= methods, release.version
     assert cv.mode in defined_methods(
         root, "sglang.srt.model_executor.forward_batch_info", "ForwardMode"
     ), release.version
     attrs = assigned_in_init(root, cv.backend)
-    wanted = {*cv.splitkv, cv.extend, "topk", "use_mla", "num_draft_tokens"}
+    wanted = {*cv.splitkv, cv.extend, "topk", "use_mla", "num_draft_tokens", "forward_metadata"}
     wanted |= set(cv.shared_kv or ())
     assert wanted <= attrs, f"{release.version}: missing {wanted - attrs}"
     assert {"MAX_N_SPLITS", "MIN_N_SPLITS", "DEFAULT_BLOCK_N"} <= module_globals(

@@ -47,6 +47,14 @@ MLA = [  # Kimi-K2.5 at TP 8: 8 query heads per rank on one 576-wide latent row
     (2, 8, 1, 576, [64, 1500], 4, {}),
     (4, 8, 1, 576, [5, 40, 300, 2], 6, {"MAX_N_SPLITS": 1}),  # the harness's one split
 ]
+# The grouped-head kernel on GQA (query heads per KV head a power of two): the tiny
+# target (4/2, 16 wide), its draft (1/1, 64 wide), one KV head per rank at TP 2
+GROUPED = [
+    (1, 4, 2, 16, [1], 1, HARNESS),
+    (8, 4, 2, 16, [1, 3, 17, 64, 100, 250, 31, 8], 4, HARNESS),
+    (2, 1, 1, 64, [700, 9], 3, HARNESS),
+    (3, 2, 1, 16, [4096, 5, 40], 6, {}),  # SGLang's own launch parameters
+]
 
 
 def run_driver(cases: list[dict]) -> list[dict]:
@@ -71,7 +79,7 @@ def as_cases(kernel: str, shapes) -> list[dict]:
             "h_q": hq,
             "h_kv": hkv,
             "dk": d,
-            "dv": 512 if kernel == "shared_kv" else d,
+            "dv": 512 if d == 576 else d,
             "prefixes": prefixes,
             "chain": chain,
             "params": params,
@@ -81,12 +89,24 @@ def as_cases(kernel: str, shapes) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("kernel, shapes", [("splitkv", GQA), ("shared_kv", MLA)])
+@pytest.mark.parametrize(
+    "kernel, shapes", [("splitkv", GQA), ("shared_kv", MLA), ("shared_kv", GROUPED)]
+)
 def test_split_kv_verify_equals_the_extend_kernel(kernel, shapes):
+    """The project's path: fp32 partials in both kernels (reassociation only: 2e-5)."""
     cases = as_cases(kernel, shapes)
     for case, result in zip(cases, run_driver(cases), strict=True):
         assert result["served"], case  # the kernel took the shape: no silent fallback
-        assert result["max_diff"] <= result["bound"], (case, result)
+        assert result["max_diff"] <= result["bound"] == 2e-5, (case, result)
+
+
+def test_sglangs_bf16_partials_are_one_rounding_off():
+    """SGLang's own grouped-head scratch (bf16 partials, the wrapper off): within one
+    bf16 rounding of V, and further off than the project's fp32 path."""
+    cases = as_cases("shared_kv", MLA[1:2])
+    stock, fixed = (run_driver([{**c, "fixed": f} for c in cases])[0] for f in (False, True))
+    assert stock["served"] and stock["max_diff"] <= stock["bound"], stock
+    assert fixed["max_diff"] < stock["max_diff"], (fixed, stock)
 
 
 def test_empty_splits_of_a_short_prefix_are_zeroed():
@@ -135,10 +155,42 @@ def dispatch(monkeypatch):
     log = []
     backend = Backend()
     vars(backend)[chain_verify._IN_DRAFT_EXTEND] = True  # its forward_extend saw DRAFT_EXTEND_V2
+    kernels = chain_verify._Told([("verify", fake_kernel(log))], "draft-extend")
     extend = chain_verify._ChainExtend(
-        backend, lambda *a, **k: log.append(("extend", a[12])), fake_kernel(log), "verify"
+        backend, lambda *a, **k: log.append(("extend", a[12])), kernels
     )
     return extend, log
+
+
+def test_the_kernels_are_tried_in_turn_and_told_once(monkeypatch):
+    """The grouped-head kernel first, the per-head one when it declines, the extend
+    kernel (False) when both do; one line per (kernel, chain length)."""
+    lines = []
+    monkeypatch.setattr(chain_verify.PATCHES, "sink", lines.append)
+    monkeypatch.setattr(chain_verify, "_said", set())
+    calls = []
+
+    def kernel(name, serves):
+        def run(*args, **kwargs):
+            calls.append(name)
+            return serves(args[12])
+
+        return run
+
+    told = chain_verify._Told(
+        [("grouped", kernel("grouped", lambda n: n == 4)), ("per-head", kernel("per-head", lambda n: n < 4))],
+        "target verify",
+    )  # fmt: skip
+    results = [told(*chain_args(max_len=n)) for n in (4, 2, 5, 4)]
+    assert results == [True, True, False, True]
+    assert calls == ["grouped", "grouped", "per-head", "grouped", "per-head", "grouped"]
+    said = [line.split(": ", 1)[1] for line in lines]
+    assert said == [
+        "target verify on grouped (4 token(s) per request)",
+        "target verify on per-head (2 token(s) per request)",
+        "grouped / per-head declined a target verify of 5 token(s) per request: "
+        "the extend kernel runs it",
+    ]
 
 
 def test_a_causal_chain_goes_to_the_verify_kernel(dispatch):
@@ -176,9 +228,8 @@ def test_a_prefill_stays_on_the_extend_kernel(dispatch):
 
 def test_uninstalled_dispatch_is_the_extend_kernel(monkeypatch):
     log = []
-    extend = chain_verify._ChainExtend(
-        Backend(), lambda *a, **k: log.append("extend"), fake_kernel(log), "verify"
-    )
+    kernels = chain_verify._Told([("verify", fake_kernel(log))], "draft-extend")
+    extend = chain_verify._ChainExtend(Backend(), lambda *a, **k: log.append("extend"), kernels)
     monkeypatch.setattr(chain_verify.PATCHES, "_installed", [])
     extend(*chain_args())
     assert log == ["extend"]

@@ -1,9 +1,9 @@
 """Chain verifies on split-KV in a real server (in_sglang/chain_verify.py), with the step
 count forced 2 -> 0 -> 2 in the middle of requests (the schedule controller's pins).
 
-One SGLang 0.5.23 server on the CPU harness: `eagle3-adaptive` (topk 1, every verify on
-SGLang's split-KV kernel, 0-step verifies included), the mostly-accepted draft, one
-profile record per decode cycle. Three passes over the demo prompts:
+One SGLang 0.5.23 server on the CPU harness: `eagle3-adaptive` (topk 1: every 2-step
+verify and draft-extend on SGLang's grouped-head split-KV kernel, every 0-step one on its
+decode path and kernel), the mostly-accepted draft, one profile record per decode cycle. Three passes over the demo prompts:
 
 - reference: the first prompts pinned at 2 steps throughout ("a server that never left
   2 steps");
@@ -193,7 +193,10 @@ EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(request))}
     assert [a for a, _ in pairs] == [r for _, r in pairs]  # cycle by cycle, in fact
 
     log = server.log_text()
-    for n in (1, 3):  # 0 steps: one token per request; 2 steps: three
-        assert f"target verify on verify_splitkv_fwd ({n} token(s) per request)" in log
-        assert f"draft-extend on verify_splitkv_fwd ({n} token(s) per request)" in log
+    # 0 steps: one token per request, a decode (SGLang's decode path and kernel); 2 steps:
+    # three, on SGLang's grouped-head split-KV verify kernel (4/2 heads, 1/1 for the draft)
+    for n, kernel in ((1, "the decode kernel"), (3, "verify_shared_kv_fwd")):
+        assert f"target verify on {kernel} ({n} token(s) per request)" in log
+        assert f"draft-extend on {kernel} ({n} token(s) per request)" in log
+    assert "verify_splitkv_fwd" not in log  # every chain here fits the grouped-head kernel
     assert "Traceback" not in log

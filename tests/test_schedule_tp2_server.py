@@ -173,7 +173,9 @@ SGLANG_CPU_OMP_THREADS_BIND = "0|1"
     assert seen <= set(CANDIDATES) and len(seen) >= 3, seen  # the pins did switch
     log = server.log_text()
     assert "switches late" not in log and "Traceback" not in log
-    # every rank verifies on the same kernel: SGLang's split-KV one, 0 steps included
+    # every rank verifies on the same kernel: SGLang's grouped-head split-KV one (one KV
+    # head per rank), or at 0 steps (one token per request) its decode path
     for n in {s + 1 for s in seen}:
-        line = f"target verify on verify_splitkv_fwd ({n} token(s) per request)"
+        kernel = "the decode kernel" if n == 1 else "verify_shared_kv_fwd"
+        line = f"target verify on {kernel} ({n} token(s) per request)"
         assert log.count(line) == 2, (line, log.count(line))

@@ -162,7 +162,7 @@ def test_eagle3_is_lossless_and_accepts_as_designed(
     reported = float(re.search(r"accept length ([\d.]+)", spec_line).group(1))
     assert low <= reported <= high, spec_line
     steps, topk, draft_tokens = setting.split(",")
-    verified = "EAGLE_EXT_CHAIN_VERIFY: target verify on verify_splitkv_fwd"
+    verified = "EAGLE_EXT_CHAIN_VERIFY: target verify on verify_shared_kv_fwd"
     if topk == "1":  # a chain verifies on SGLang's split-KV kernel (in_sglang/chain_verify.py)
         assert f"{verified} ({draft_tokens} token(s) per request)" in launcher.log_text()
     else:  # a tree stays on the extend kernel: its mask is not causal

@@ -300,3 +300,28 @@ def test_a_growing_jit_cache_is_progress(tmp_path):
         proc.stop(grace=1)
     assert len(list(cache.iterdir())) == 12  # the growth had ended when it fired
     assert f"JIT cache growing: {cache}" in str(failed), failed
+
+
+def test_a_benchmark_script_killed_stops_the_servers_it_started(capsys):
+    """benchmarks/ scripts run through running.script_main: a `kill` left an arm's
+    server running under init (seen: adaptive_vs_fixed.py stopped by pkill)."""
+    from sgl_eagle_ext.launcher import running
+
+    stopped = []
+
+    class Server:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            stopped.append(exc[0])
+
+    def main():
+        with Server():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        return 0
+
+    assert running.script_main(main) == 130
+    assert stopped == [KeyboardInterrupt]
+    assert "servers this run started are stopped" in capsys.readouterr().err

@@ -216,6 +216,10 @@ class AdaptiveSpec:
     # The per-bucket controller's decision method, wrapped by the probe backoff
     # (in_sglang/adaptive_backoff.py); None where there is no 0-step state to back off.
     decide_anchor: str | None = None
+    # The slot's per-batch update (its warm-up count `_batch_count` against
+    # `warmup_batches`, its `ema_accept_len`): the backoff ends a warm-up in which nothing
+    # was accepted after `update_interval` batches. None with decide_anchor.
+    warmup_anchor: str | None = None
     # Where the per-batch verify results reach the bucket router (the batch size and
     # every bucket's slot at hand): the schedule controller of `tune --live`
     # (in_sglang/schedule_control.py) pins steps or swaps the table here. None: not
@@ -237,8 +241,12 @@ _ADAPTIVE_0513 = AdaptiveSpec(
     ),
 )
 _DECIDE = "sglang.srt.speculative.adaptive_spec_params:AdaptiveStepSlot._recompute_params"
+_WARMUP = "sglang.srt.speculative.adaptive_spec_params:AdaptiveStepSlot.update"
 _ADAPTIVE_0516 = AdaptiveSpec(
-    min_step=0, turned_off_by=_ADAPTIVE_0513.turned_off_by, decide_anchor=_DECIDE
+    min_step=0,
+    turned_off_by=_ADAPTIVE_0513.turned_off_by,
+    decide_anchor=_DECIDE,
+    warmup_anchor=_WARMUP,
 )
 # 0.5.23: attention DP is `attn_dp_enabled_of` (--attn-dp-size > 1; the deprecated
 # --enable-dp-attention maps onto it), and a platform-specific EAGLE worker
@@ -251,6 +259,7 @@ _ADAPTIVE_0523 = AdaptiveSpec(
         *_ADAPTIVE_OFF_COMMON,
     ),
     decide_anchor=_DECIDE,
+    warmup_anchor=_WARMUP,
     control_anchor=(
         "sglang.srt.speculative.adaptive_spec_params:AdaptiveSpeculativeParams.on_verify_complete"
     ),
@@ -277,6 +286,11 @@ class ChainVerify:
     extend: str = "extend_attention_fwd"
     forward_extend: str = "forward_extend"
     mode: str = "is_draft_extend_v2"
+    # A forward of one token per request (a 0-step verify, the draft-extend after it) is
+    # a decode: its metadata is built by the decode branch of `init_metadata` and it runs
+    # `forward_decode`, the plain decode's own path and kernel.
+    init_metadata: str = "init_forward_metadata"
+    forward_decode: str = "forward_decode"
     # Kernel modules whose launch parameters a launch may set (MAX/MIN_N_SPLITS,
     # DEFAULT_BLOCK_N: module globals read at every call).
     splitkv_module: str = "sglang.kernels.ops.attention.verify_splitkv"
@@ -284,6 +298,8 @@ class ChainVerify:
     # empty is weighted 0 in the combine, and 0 x a NaN left in that memory is NaN.
     splitkv_alloc: str = "VerifySplitKV._alloc"
     shared_kv_module: str | None = "sglang.kernels.ops.attention.verify_mla"
+    # Its scratch allocation: split partials in bf16, made fp32 (and zeroed) here.
+    shared_kv_alloc: str = "VerifyMLA._alloc"
 
 
 _CHAIN_VERIFY_0516 = ChainVerify(shared_kv=None, shared_kv_module=None)

@@ -9,6 +9,15 @@ baseline with a useless draft. Here a probe that fails doubles the number of
 decisions spent at 0 before the next one (up to EAGLE_EXT_ADAPTIVE_BACKOFF); a
 probe that holds resets it. A draft that starts to pay is still found, later.
 
+Each bucket also warms up at the starting step count for warmup_batches +
+update_interval batches (15 with the shipped table) before its first decision. A
+warm-up in which no request accepts a draft token for update_interval batches in a row
+ends there, as a failed probe. The bound with a draft that is never accepted (the
+shipped table: interval 5, limit 32), per bucket: 5 batches at the starting steps, then
+5 per probe after 2, 4, 8, 16, 32, 32, ... decisions at 0: 20 of the first 100 batches,
+30 of 500, 80 of 2000, 3% in the steady state (SGLang alone: 55, 255, 1005; half).
+A draft accepted at all warms up as SGLang's does.
+
 Installed in each scheduler process (its FEATURE in the in-process registry,
 in_sglang_base/registry.py) when EAGLE_EXT_ADAPTIVE_BACKOFF is set (the eagle3-adaptive preset sets it). A wrapt wrapper on the release
 table's anchor, through the patching base (patching.py): idempotent, reversible,
@@ -33,6 +42,7 @@ class _SlotState:
     backoff: int = 1  # decisions per stay at 0 (1 = SGLang's own: probe at each)
     skips_left: int = 0  # decisions still to skip before the next probe
     probing: bool = False  # the slot left 0 at its last decision
+    dry: int = 0  # warm-up batches in a row in which no request accepted a draft token
 
 
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -75,6 +85,34 @@ def _decide(limit: int):
     return wrapper
 
 
+def _warmup(wrapped, slot, args, kwargs):
+    """Around the slot's per-batch update: a warm-up in which no request accepted a
+    draft token for `update_interval` batches in a row ends there. The EMA takes what
+    the warm-up saw (0 accepted) and the warm-up counts as a failed probe, so the slot
+    drops to 0 steps and backs off. A draft that accepts anything warms up as SGLang's."""
+    state = _states.setdefault(slot, _SlotState())
+    counts = args[0] if args else kwargs.get("num_correct_drafts_per_req")
+    warming = slot._batch_count < slot.warmup_batches and slot.current_steps > 0
+    changed = wrapped(*args, **kwargs)
+    if not (warming and counts):
+        state.dry = 0
+        return changed
+    state.dry = 0 if any(counts) else state.dry + 1
+    if state.dry < slot.update_interval:
+        return changed
+    steps, batches = slot.current_steps, state.dry
+    state.dry = 0
+    slot._batch_count = slot.warmup_batches  # regular decisions from here on
+    slot.ema_accept_len = 0.0
+    state.probing = True
+    PATCHES.say(
+        logging.INFO if _rank() == 0 else logging.DEBUG,
+        f"{ADAPTIVE_BACKOFF_ENV}: nothing accepted in {batches} warm-up batches at "
+        f"steps {steps}: deciding now",
+    )
+    return slot._recompute_params() or changed
+
+
 def install(limit: int, version: str | None = None) -> bool:
     """Wrap the controller's decision; True when installed (now or before)."""
     if PATCHES.installed:
@@ -85,8 +123,11 @@ def install(limit: int, version: str | None = None) -> bool:
     anchor = release.adaptive.decide_anchor if release.adaptive else None
     if anchor is None:
         return PATCHES.refuse(f"SGLang {release.version} has no 0-step adaptive state to back off")
+    plan = [patching.Wrap(anchor, _decide(limit), label="the adaptive step decision")]
+    if release.adaptive.warmup_anchor:
+        plan.append(patching.Wrap(release.adaptive.warmup_anchor, _warmup, label="the warm-up"))
     return PATCHES.install(
-        [patching.Wrap(anchor, _decide(limit), label="the adaptive step decision")],
+        plan,
         release=release.version,
         on=f"on (up to {limit} decisions at steps 0)",
     )

@@ -1,24 +1,33 @@
-"""Chain verifies on SGLang's split-KV verify kernels (Triton attention backend).
+"""Chain verifies at a decode's cost on the Triton attention backend.
 
 On the Triton backend SGLang verifies a speculative step on the prefill kernel
 (`extend_attention_fwd`: one program per request and head walking the whole prefix
 serially), even the one-token "verify" of a 0-step adaptive cycle. It ships split-KV
-verify kernels for topk-1 chains (`verify_splitkv_fwd` for MHA/GQA, the grouped-head
-`verify_shared_kv_fwd` for absorbed MLA such as Kimi-K2.5) that fall back by themselves
-for what they cannot serve, but dispatches them on AMD gfx95 only. Here, for every
-backend whose speculation is a chain (topk 1):
+verify kernels for topk-1 chains (the grouped-head `verify_shared_kv_fwd` for absorbed
+MLA such as Kimi-K2.5 and for GQA with power-of-two groups; the per-head
+`verify_splitkv_fwd` for MHA/GQA) that fall back by themselves for what they cannot serve,
+but dispatches them on AMD gfx95 only. Here, for every backend whose speculation is a
+chain (topk 1):
 
-- target verify (every chain step count, 0 included) takes SGLang's own split-KV
-  dispatch: the backend's switches are set after its __init__;
+- target verify (every chain step count) takes SGLang's own split-KV dispatch: the
+  backend's switch is set after its __init__, and the kernel it calls tries the
+  grouped-head kernel, then the per-head one (each's own can_handle), then says no (the
+  extend kernel runs it). The grouped-head kernel's split partials are fp32 here
+  (SGLang's are bf16), so both differ from the extend kernel by reassociation only;
 - the draft's draft-extend after a verify (DRAFT_EXTEND_V2: a constant-length causal
-  chain per request over a prefix that is never empty, no custom mask) is put on the
-  same kernel, in front of the backend's extend kernel. Only that mode: a prefill's
-  extend can have an empty prefix, where SGLang's split-KV kernel returns NaN.
-  The kernel's own `can_handle` decides; anything it declines (ragged, sliding window,
-  sinks, logit cap, paged KV, score_mod) runs the extend kernel as before. The
-  split-KV kernel's scratch is zeroed when allocated (SGLang leaves it uninitialised, and
-  a short prefix's empty split turns that into NaN: found by the GPU check's tests). A tree
-  (topk > 1) is never touched: its mask is not causal.
+  chain per request over a prefix that is never empty, no custom mask) goes to the same
+  kernels, in front of the backend's extend kernel. Only that mode: a prefill's extend
+  can have an empty prefix, where SGLang's split-KV kernel returns NaN;
+- a forward of one token per request (a 0-step verify, the draft-extend after it) is a
+  decode: its metadata is built by SGLang's decode branch over prefix + token, and each
+  layer runs the backend's forward_decode (SGLang's decode path and kernel), in eager
+  forwards (a captured CUDA graph keeps SGLang's metadata: the split-KV verify kernel,
+  a flash decode at one token). MLA backends keep the grouped-head kernel there.
+
+Anything a kernel declines (ragged, sliding window, sinks, logit cap, paged KV,
+score_mod) runs the extend kernel as before. The per-head kernel's scratch is zeroed when
+allocated (SGLang leaves it uninitialised; a short prefix's empty split turns that into
+NaN). A tree (topk > 1) is never touched: its mask is not causal.
 
 EAGLE_EXT_CHAIN_VERIFY: "1" turns it on with SGLang's launch parameters (split count
 by context length, its block sizes: tuned for MI350X, unmeasured on SM120 and Hopper);
@@ -28,8 +37,8 @@ process (its FEATURE in the in-process registry), through the patching base: ver
 gated by the release table (`Release.chain_verify`), idempotent, reversible, fail
 closed with one log line (an unknown release, a release without the kernels such as
 0.5.10.post1's v1 worker, a missing anchor: the stock path). Nothing here synchronizes
-the GPU: every decision reads shapes and Python scalars, so it is also safe inside a
-CUDA-graph capture.
+the GPU: every decision reads shapes and Python scalars (the one-token test reads the
+CPU copies SGLang keeps of the extend lengths).
 """
 
 from __future__ import annotations
@@ -61,6 +70,12 @@ _EXTEND_ONLY = {
 # Set on a backend by its forward_extend for the call in progress: a draft-extend after a
 # verify (the only extend the draft-extend dispatch serves).
 _IN_DRAFT_EXTEND = "_eagle_ext_in_draft_extend"
+# On a backend that may run one-token forwards as decodes (_enable), and, per forward,
+# (the decode metadata, SGLang's own metadata it stands in for).
+_DECODE_OK = "_eagle_ext_decode_ok"
+_DECODE_META = "_eagle_ext_decode_meta"
+# forward_extend's parameters, in order (SGLang's signature, every release in the table)
+_EXTEND_ARGS = ("q", "k", "v", "layer", "forward_batch", "save_kv_cache", "sinks")
 _said: set[tuple[str, str, int]] = set()  # (role, kernel, tokens per request) told once
 # Backends switched here -> their attributes as SGLang set them (uninstall restores them).
 _switched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -105,28 +120,40 @@ def _tell(role: str, kernel: str, tokens: int, ran: bool) -> None:
 
 
 class _Told:
-    """A verify kernel as the backend's own target-verify dispatch calls it: the same
-    call, and one line the first time each chain length runs (or is declined)."""
+    """Verify kernels as the backend's own target-verify dispatch calls one: the same
+    call to each in turn until one serves it (its own can_handle), and one line the
+    first time each chain length runs on a kernel (or is declined by all)."""
 
-    def __init__(self, kernel, name: str, role: str):
-        self.kernel, self.name, self.role = kernel, name, role
+    def __init__(self, kernels: list[tuple[str, object]], role: str):
+        self.kernels, self.role = kernels, role
+        self.name = " / ".join(name for name, _ in kernels)
 
     def __call__(self, *args, **kwargs):
-        ran = self.kernel(*args, **kwargs)
-        if len(args) > _MAX_LEN:
-            _tell(self.role, self.name, int(args[_MAX_LEN]), bool(ran))
-        return ran
+        tokens = int(args[_MAX_LEN]) if len(args) > _MAX_LEN else None
+        for name, kernel in self.kernels:
+            if kernel(*args, **kwargs):
+                if tokens is not None:
+                    _tell(self.role, name, tokens, True)
+                return True
+        if tokens is not None:
+            _tell(self.role, self.name, tokens, False)
+        return False
 
 
 class _ChainExtend:
-    """The backend's extend kernel with the verify kernel in front of it for a
+    """The backend's extend kernel with the verify kernel(s) in front of it for a
     constant-length causal chain without a custom mask (the draft's draft-extend after
-    a chain verify): pure causal attention over prefix + chain, which the verify kernel
+    a chain verify): pure causal attention over prefix + chain, which a verify kernel
     computes (its can_handle checks the rest)."""
 
-    def __init__(self, backend, extend, kernel, name: str):
-        self.backend, self.extend, self.kernel, self.name = backend, extend, kernel, name
-        self.takes = set(inspect.signature(getattr(kernel, "__wrapped__", kernel)).parameters)
+    def __init__(self, backend, extend, kernel: _Told):
+        self.backend, self.extend, self.kernel = backend, extend, kernel
+        self.takes = set.intersection(
+            *(
+                set(inspect.signature(getattr(k, "__wrapped__", k)).parameters)
+                for _, k in kernel.kernels
+            )
+        )
 
     def _verify_kwargs(self, kwargs):
         out = {}
@@ -151,11 +178,8 @@ class _ChainExtend:
                 tokens = 0
             longest = max(int(getattr(self.backend, "num_draft_tokens", 0) or 0), 1)
             kw = self._verify_kwargs(kwargs) if 1 <= tokens <= longest else None
-            if kw is not None:
-                ran = self.kernel(*args, **kw)
-                _tell("draft-extend", self.name, tokens, bool(ran))
-                if ran:
-                    return None
+            if kw is not None and self.kernel(*args, **kw):
+                return None
         return self.extend(*args, **kwargs)
 
 
@@ -171,26 +195,151 @@ def zero_partials(wrapped, kernel, args, kwargs):
     return result
 
 
+def fp32_partials(wrapped, kernel, args, kwargs):
+    """After VerifyMLA._alloc: its split partials in fp32, zeroed. SGLang keeps them in
+    bf16 ("halves scratch traffic"), one more bf16 rounding than the extend kernel's;
+    the kernel stores in the scratch's dtype, so fp32 scratch makes it differ from the
+    extend kernel by reassociation only, at twice the scratch memory (docs/chain-verify.md)."""
+    import torch  # in a scheduler process, where SGLang has loaded it
+
+    result = wrapped(*args, **kwargs)
+    out = getattr(kernel, "att_out", None)
+    if out is not None:
+        kernel.att_out = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    return result
+
+
+def _one_token_prefix(batch, cv):
+    """The prefix lengths (a tensor) and their sum (or None) of a forward that is a
+    decode in all but name: a topk-1 target verify of one token per request (a 0-step
+    cycle) or a draft-extend after a verify of one accepted token per request (its
+    prefix is never empty). None for anything else."""
+    mode = batch.forward_mode
+    bs = batch.batch_size
+    if mode.is_target_verify():
+        if getattr(batch.spec_info, "draft_token_num", None) != 1:
+            return None
+        total = batch.seq_lens_sum
+        return batch.seq_lens[:bs], None if total is None else int(total)
+    draft_extend = getattr(mode, cv.mode, None)
+    if draft_extend is None or not draft_extend():
+        return None
+    lens, prefix_cpu = batch.extend_seq_lens_cpu, batch.extend_prefix_lens_cpu
+    if not lens or any(int(n) != 1 for n in lens) or batch.extend_prefix_lens is None:
+        return None
+    total = None if prefix_cpu is None else int(sum(prefix_cpu))
+    return batch.extend_prefix_lens[:bs], total
+
+
+def decode_metadata(wrapped, backend, args, kwargs):
+    """After init_forward_metadata: for a one-token forward (_one_token_prefix), the
+    decode's metadata as well, built by SGLang's own decode branch over the prefix and
+    the new token (its KV location is in the request's token table before the forward,
+    as a decode's is). forward_extend then runs it as SGLang runs a decode."""
+    result = wrapped(*args, **kwargs)
+    state = vars(backend)
+    state.pop(_DECODE_META, None)
+    if not (PATCHES.installed and state.get(_DECODE_OK)):
+        return result
+    batch = args[0] if args else kwargs.get("forward_batch")
+    cv = state[_DECODE_OK]
+    found = _one_token_prefix(batch, cv)
+    if found is None:
+        return result
+    prefix, total = found
+    stock = backend.forward_metadata
+    saved = {
+        a: getattr(batch, a) for a in ("forward_mode", "spec_info", "seq_lens", "seq_lens_sum")
+    }
+    try:
+        batch.forward_mode = type(batch.forward_mode).DECODE
+        batch.spec_info = None
+        batch.seq_lens = prefix + 1
+        batch.seq_lens_sum = None if total is None else total + len(prefix)
+        wrapped(batch)
+    finally:
+        for a, value in saved.items():
+            setattr(batch, a, value)
+    state[_DECODE_META] = (backend.forward_metadata, stock)
+    backend.forward_metadata = stock
+    return result
+
+
+def _decodable(call: dict) -> bool:
+    """A layer's forward_extend call that forward_decode computes the same way: its own
+    K/V given (saved first by both), plain causal self-attention, no extend-only feature."""
+    layer = call.get("layer")
+    if call.get("k") is None or call.get("v") is None or layer is None:
+        return False
+    if call.get("score_mod") is not None or call.get("aux_tensors") is not None:
+        return False
+    window = getattr(layer, "sliding_window_size", None)
+    kind = getattr(getattr(layer, "attn_type", None), "name", "DECODER")
+    return (
+        (window is None or window < 0)
+        and kind == "DECODER"
+        and not getattr(layer, "is_cross_attention", False)
+        and layer.qk_head_dim == layer.v_head_dim
+    )
+
+
+def _as_decode(backend, wrapped, args, kwargs):
+    """A forward_extend call of a one-token forward: forward_decode on the decode
+    metadata where the layer allows (_decodable), else the extend path on SGLang's."""
+    decode, stock = vars(backend)[_DECODE_META]
+    call = dict(zip(_EXTEND_ARGS, args))
+    call.update(kwargs)
+    batch = call["forward_batch"]
+    role = "target verify" if batch.forward_mode.is_target_verify() else "draft-extend"
+    backend.forward_metadata = decode
+    try:
+        if _decodable(call):
+            _tell(role, "the decode kernel", 1, True)
+            return backend.forward_decode(
+                call["q"],
+                call["k"],
+                call["v"],
+                call["layer"],
+                batch,
+                save_kv_cache=call.get("save_kv_cache", True),
+                sinks=call.get("sinks"),
+            )
+        backend.forward_metadata = stock
+        return wrapped(*args, **kwargs)
+    finally:
+        backend.forward_metadata = stock
+
+
 def _enable(backend, cv) -> None:
     """After TritonAttnBackend.__init__: chain (topk 1) backends verify on split-KV."""
     if getattr(backend, "topk", 0) != 1:
         return  # no speculation, or a tree: the extend kernel (its mask is not causal)
-    if getattr(backend, "use_mla", False):
-        if cv.shared_kv is None:
-            _tell("MLA target verify", "no MLA verify kernel in this release", 0, False)
-            return
-        switch, kernel_attr = cv.shared_kv
-    else:
-        switch, kernel_attr = cv.splitkv
-    kernel = getattr(backend, kernel_attr, None)
-    extend = getattr(backend, cv.extend, None)
-    if kernel is None or extend is None:
-        PATCHES.refuse(f"the Triton backend has no {kernel_attr} / {cv.extend}")
+    # The grouped-head kernel first where the release has it (MLA; GQA whose query
+    # heads per KV head are a power of two: one program per KV-head group, not per
+    # query head), then the per-head split-KV kernel (MHA/GQA; it refuses MLA).
+    pairs = ([cv.shared_kv] if cv.shared_kv else []) + [cv.splitkv]
+    if getattr(backend, "use_mla", False) and cv.shared_kv is None:
+        _tell("MLA target verify", "no MLA verify kernel in this release", 0, False)
         return
+    kernels = [(attr, getattr(backend, attr, None)) for _, attr in pairs]
+    extend = getattr(backend, cv.extend, None)
+    if extend is None or any(k is None for _, k in kernels):
+        PATCHES.refuse(f"the Triton backend has no {' / '.join(a for a, _ in kernels)}")
+        return
+    switch, kernel_attr = pairs[0]
     _switched[backend] = {a: getattr(backend, a) for a in (switch, kernel_attr, cv.extend)}
-    setattr(backend, switch, True)
-    setattr(backend, kernel_attr, _Told(kernel, kernel_attr, "target verify"))
-    setattr(backend, cv.extend, _ChainExtend(backend, extend, kernel, kernel_attr))
+    plain = (
+        not getattr(backend, "use_mla", False)  # MLA: the grouped-head verify kernel
+        and getattr(backend, "dcp_size", 1) == 1
+        and (getattr(backend, "sliding_window_size", None) or 0) <= 0
+        and getattr(backend, "dllm_attention", None) is None
+        and not getattr(backend, "enable_deterministic", False)
+    )
+    if plain:
+        vars(backend)[_DECODE_OK] = cv
+    setattr(backend, switch, True)  # SGLang's dispatch calls that attribute: the list
+    setattr(backend, kernel_attr, _Told(kernels, "target verify"))
+    setattr(backend, cv.extend, _ChainExtend(backend, extend, _Told(kernels, "draft-extend")))
 
 
 def install(params: dict[str, int], version: str | None = None) -> bool:
@@ -214,6 +363,9 @@ def install(params: dict[str, int], version: str | None = None) -> bool:
         return result
 
     def note_mode(wrapped, backend, args, kwargs):
+        meta = vars(backend).get(_DECODE_META)
+        if PATCHES.installed and meta is not None and meta[1] is backend.forward_metadata:
+            return _as_decode(backend, wrapped, args, kwargs)
         batch = kwargs.get("forward_batch", args[4] if len(args) > 4 else None)
         mode = getattr(getattr(batch, "forward_mode", None), cv.mode, None)
         vars(backend)[_IN_DRAFT_EXTEND] = bool(mode and mode())
@@ -225,6 +377,10 @@ def install(params: dict[str, int], version: str | None = None) -> bool:
         patching.Wrap(
             f"{cv.backend}.{cv.forward_extend}", note_mode, label="draft-extend", in_capture=True
         ),
+        # eager forwards only: a captured graph keeps SGLang's metadata (split-KV verify)
+        patching.Wrap(
+            f"{cv.backend}.{cv.init_metadata}", decode_metadata, label="one-token decode"
+        ),
         patching.Wrap(
             f"{cv.splitkv_module}:{cv.splitkv_alloc}",
             zero_partials,
@@ -232,6 +388,15 @@ def install(params: dict[str, int], version: str | None = None) -> bool:
             in_capture=True,
         ),
     ]
+    if cv.shared_kv_module:
+        plan.append(
+            patching.Wrap(
+                f"{cv.shared_kv_module}:{cv.shared_kv_alloc}",
+                fp32_partials,
+                label="grouped-head scratch",
+                in_capture=True,
+            )
+        )
     modules = [m for m in (cv.splitkv_module, cv.shared_kv_module) if m]
     if "splits" in params:
         n = params["splits"]
@@ -256,6 +421,8 @@ def uninstall() -> None:
     for backend, attrs in list(_switched.items()):
         for name, value in attrs.items():
             setattr(backend, name, value)
+        for name in (_DECODE_OK, _DECODE_META):
+            vars(backend).pop(name, None)
     _switched.clear()
     _said.clear()
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, nccl_line, secret_flags
+from sgl_eagle_ext.common import http, interrupts, nccl_line, secret_flags
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_process import ServerProcess, StartupFailed
 from sgl_eagle_ext.launcher import bind_watch, nccl, plan, readiness, runtime_states
@@ -333,3 +333,15 @@ def start_or_exit(launch_plan: plan.LaunchPlan, log_path: Path, what: str) -> Ru
     except (UserError, StartupFailed) as e:
         print("\n".join(said), file=sys.stderr)
         raise SystemExit(f"{what} did not start: {e}; see {log_path}") from None
+
+
+def script_main(main: Callable[[], int | None]) -> int:
+    """A benchmark script's entry (benchmarks/ that start servers with start_or_exit):
+    a `kill` (SIGTERM, SIGHUP, ...) stops it as Ctrl-C does, so every server it started
+    is stopped on the way out (their `with` blocks) instead of left running."""
+    try:
+        with interrupts.sigterm_as_sigint():
+            return main() or 0
+    except KeyboardInterrupt:
+        print("\ninterrupted: the servers this run started are stopped", file=sys.stderr)
+        return 130
