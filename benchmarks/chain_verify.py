@@ -1,15 +1,17 @@
-"""Chain verifies on the split-KV kernel against the extend kernel, in one run.
+"""Chain verifies on SGLang's split-KV / decode kernels against its extend kernel, in one run.
 
     .venv/bin/python benchmarks/chain_verify.py [--rounds 2] [--max-tokens 32] [--levels 1,4]
 
 On the CPU harness (real SGLang 0.5.23, tiny pair), each arm is a server started in this
 process as the launcher starts one (`--cpu`, EAGLE3_PROFILE=1), interleaved over rounds:
 
-  baseline                      no speculation: a plain decode
-  eagle3-3step   split-KV       the 3-step chain, mostly-accepted draft, chain verify on
-  eagle3-3step   extend         the same, EAGLE_EXT_CHAIN_VERIFY=0 (SGLang's own dispatch)
-  eagle3-adaptive/zero split-KV the never draft pinned at 0 steps: every cycle a 0-step verify
-  eagle3-adaptive/zero extend   the same on the extend kernel
+  baseline                   no speculation: a plain decode
+  eagle3-3step   on          the 3-step chain, mostly-accepted draft, chain verify on (its
+                             verify and draft-extend on the grouped-head split-KV kernel)
+  eagle3-3step   extend      the same, EAGLE_EXT_CHAIN_VERIFY=0 (SGLang's own dispatch)
+  eagle3-adaptive/zero on    the never draft pinned at 0 steps: every cycle a one-token
+                             verify and draft-extend, each on SGLang's decode path
+  eagle3-adaptive/zero extend  the same on the extend kernel
 
 What differs between the arms: speculation, and EAGLE_EXT_CHAIN_VERIFY (named in each
 arm). Every arm decodes the demo prompts greedily at each level (one stream: one after
@@ -51,9 +53,9 @@ from sgl_eagle_ext.profiling.aggregate import Profile  # noqa: E402
 # (name, preset, draft, EAGLE_EXT_CHAIN_VERIFY: None = the preset's)
 ARMS = (
     ("baseline", "baseline", None, None),
-    ("3step split-KV", "eagle3-3step", "mostly", None),
+    ("3step on", "eagle3-3step", "mostly", None),
     ("3step extend", "eagle3-3step", "mostly", "0"),
-    ("0-step split-KV", "eagle3-adaptive", ZERO, None),
+    ("0-step on", "eagle3-adaptive", ZERO, None),
     ("0-step extend", "eagle3-adaptive", ZERO, "0"),
 )
 

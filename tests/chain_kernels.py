@@ -111,7 +111,7 @@ def run(case: dict) -> dict:
     # fp32 partials: reassociation only. SGLang's grouped-head kernel keeps its split
     # partials in bf16 ("halves scratch traffic"): one bf16 rounding (unit roundoff 2^-8) of
     # a convex combination of V rows, so the error is bounded by 2^-8 x max |V|.
-    bf16 = mla and not fixed
+    bf16 = mla and (latent or not fixed)  # the project keeps SGLang's bf16 for MLA
     bound = 2**-8 * float(v_buffer.abs().max()) + 1e-5 if bf16 else 2e-5
     return {
         "served": bool(served),

@@ -51,6 +51,8 @@ def test_backoff_still_drafts_a_draft_that_pays(slot_class):
 
 
 def drafted(slot_class, accepted, batches: int) -> int:
+    """Drafting batches of one bucket, in a process that knows nothing of the draft."""
+    adaptive_backoff._evidence = adaptive_backoff._Evidence()
     slot = slot_class(initial_steps=3, cfg=CFG)
     n = 0
     for _ in range(batches):
@@ -70,6 +72,39 @@ def test_exploration_a_never_paying_draft_pays_is_bounded(slot_class):
     assert adaptive_backoff.install(32, version="0.5.23")
     bounded = [drafted(slot_class, 0, n) for n in (15, 100, 500, 2000)]
     assert bounded == [5, 20, 30, 80]  # 33%, 20%, 6%, 4% of the batches; 3% steady
+
+
+def test_a_later_bucket_learns_from_an_earlier_dry_one(slot_class):
+    """Bucket 1 runs 200 batches of a never-accepted draft; bucket 2 starts 50 batches
+    later: its warm-up ends after one dry batch and its backoff starts where bucket 1's
+    reached (SGLang alone: 105 and 80 drafting batches)."""
+    assert adaptive_backoff.install(32, version="0.5.23")
+    first, later = slot_class(initial_steps=3, cfg=CFG), slot_class(initial_steps=3, cfg=CFG)
+    drafted_first = drafted_later = 0
+    for i in range(200):
+        drafted_first += first.current_steps > 0
+        first.update([0])
+        if i >= 50:
+            drafted_later += later.current_steps > 0
+            later.update([0, 0])
+    assert (drafted_first, drafted_later) == (25, 11)
+
+
+def test_a_probe_that_holds_clears_what_the_buckets_knew(slot_class):
+    assert adaptive_backoff.install(32, version="0.5.23")
+    dry = slot_class(initial_steps=3, cfg=CFG)
+    for _ in range(5):
+        dry.update([0])
+    assert dry.current_steps == 0 and adaptive_backoff._evidence.dry
+    while dry.current_steps == 0:  # the next probe, now with a draft that pays
+        dry.update([0])
+    for _ in range(10):
+        dry.update([dry.current_steps])
+    assert dry.current_steps > 1 and not adaptive_backoff._evidence.dry
+    fresh = slot_class(initial_steps=3, cfg=CFG)
+    for _ in range(4):  # four dry batches: a full interval is needed again
+        fresh.update([0])
+    assert fresh.current_steps == 3
 
 
 def test_a_draft_accepted_now_and_then_warms_up_as_sglang_does(slot_class):

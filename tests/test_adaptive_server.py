@@ -5,8 +5,9 @@ its own "Switch adaptive runtime state: steps 3 -> 0" line, profile windows keye
 steps=0 with no draft time and one token per cycle, and the report reading both.
 With the mostly-accepted draft it must keep drafting. The preset's probe backoff
 (in_sglang/adaptive_backoff.py) is on in both and backs off only the failed probes. One server per draft; one
-stream (bucket "1" of the shipped table: candidates 0, 1, 2, 3, 5; first decision
-after 10 warm-up + 5 batches).
+stream (bucket "1" of the shipped table: candidates 0, 1, 2, 3, 5; SGLang's first
+decision after 10 warm-up + 5 batches, the backoff's after 5 batches that accepted
+nothing).
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
         first = switches[0]
         assert (first.old, first.new, first.reason) == (3, 0, "accept length")
         assert first.ema_accept_len < 0.5
-        # SGLang probed step 1 after one decision at 0; it failed, so the backoff doubles.
-        assert "probe at steps 1 failed; next probe after 2 decisions at steps 0" in log
+        # the warm-up accepted nothing for 5 batches: decided then, as a failed probe
+        assert "nothing accepted in 5 warm-up batch(es) at steps 3: deciding now" in log
+        assert "probe at steps 3 failed; next probe after 2 decisions at steps 0" in log
+        assert 0 < sum(r.cycles for r in by_steps.get(3, [])) <= 5
         zero = by_steps[0]
         assert all(r.phases["draft"].mean == 0.0 for r in zero)  # no-draft cycles
         assert all(set(r.accept_hist) == {1} for r in zero)

@@ -12,11 +12,13 @@ probe that holds resets it. A draft that starts to pay is still found, later.
 Each bucket also warms up at the starting step count for warmup_batches +
 update_interval batches (15 with the shipped table) before its first decision. A
 warm-up in which no request accepts a draft token for update_interval batches in a row
-ends there, as a failed probe. The bound with a draft that is never accepted (the
-shipped table: interval 5, limit 32), per bucket: 5 batches at the starting steps, then
-5 per probe after 2, 4, 8, 16, 32, 32, ... decisions at 0: 20 of the first 100 batches,
-30 of 500, 80 of 2000, 3% in the steady state (SGLang alone: 55, 255, 1005; half).
-A draft accepted at all warms up as SGLang's does.
+ends there, as a failed probe; once one bucket's warm-up was dry (and no probe has held
+since), another bucket's ends after one dry batch, its backoff starting where the
+others' reached. The bound with a draft that is never accepted (the shipped table:
+interval 5, limit 32): the first bucket 5 batches at the starting steps, every later one
+1, then 5 per probe after 2, 4, 8, 16, 32, 32, ... decisions at 0: for one bucket 20 of
+the first 100 batches, 30 of 500, 80 of 2000, 3% in the steady state (SGLang alone: 55,
+255, 1005; half). A draft accepted at all warms up as SGLang's does.
 
 Installed in each scheduler process (its FEATURE in the in-process registry,
 in_sglang_base/registry.py) when EAGLE_EXT_ADAPTIVE_BACKOFF is set (the eagle3-adaptive preset sets it). A wrapt wrapper on the release
@@ -48,6 +50,20 @@ class _SlotState:
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+@dataclass
+class _Evidence:
+    """What every bucket of this process knows of the draft: whether it has been dry
+    (a warm-up that accepted nothing) with no probe holding since, and the backoff it
+    reached. Acceptance is the draft's on this workload, whatever the batch size: a
+    bucket that starts after that warms up one batch, not update_interval."""
+
+    dry: bool = False
+    backoff: int = 1
+
+
+_evidence = _Evidence()
+
+
 def _rank() -> int:
     try:
         import torch.distributed as dist
@@ -71,6 +87,8 @@ def _decide(limit: int):
         elif after == 0:  # dropped to 0: a failed probe backs off, anything else resets
             state.backoff = min(state.backoff * 2, limit) if state.probing else 1
             state.skips_left = state.backoff - 1
+            if state.probing:
+                _evidence.backoff = max(_evidence.backoff, state.backoff)
             state.probing = False
             if state.backoff > 1:  # every TP rank decides alike: rank 0 tells at INFO
                 PATCHES.say(
@@ -80,6 +98,7 @@ def _decide(limit: int):
                 )
         else:
             state.probing, state.backoff = False, 1  # the probe held: drafting pays
+            _evidence.dry, _evidence.backoff = False, 1
         return changed
 
     return wrapper
@@ -98,16 +117,21 @@ def _warmup(wrapped, slot, args, kwargs):
         state.dry = 0
         return changed
     state.dry = 0 if any(counts) else state.dry + 1
-    if state.dry < slot.update_interval:
+    # another bucket's warm-up was dry already (and no probe held since): one dry batch
+    # is enough here
+    enough = 1 if _evidence.dry else slot.update_interval
+    if state.dry < enough:
         return changed
     steps, batches = slot.current_steps, state.dry
     state.dry = 0
     slot._batch_count = slot.warmup_batches  # regular decisions from here on
     slot.ema_accept_len = 0.0
-    state.probing = True
+    state.probing = True  # a failed probe: the backoff doubles from what is known
+    state.backoff = max(state.backoff, _evidence.backoff // 2)
+    _evidence.dry = True
     PATCHES.say(
         logging.INFO if _rank() == 0 else logging.DEBUG,
-        f"{ADAPTIVE_BACKOFF_ENV}: nothing accepted in {batches} warm-up batches at "
+        f"{ADAPTIVE_BACKOFF_ENV}: nothing accepted in {batches} warm-up batch(es) at "
         f"steps {steps}: deciding now",
     )
     return slot._recompute_params() or changed
@@ -134,7 +158,9 @@ def install(limit: int, version: str | None = None) -> bool:
 
 
 def uninstall() -> None:
+    global _evidence
     PATCHES.uninstall()
+    _evidence = _Evidence()
 
 
 def install_from_env(env) -> bool:

@@ -12,8 +12,9 @@ chain (topk 1):
 - target verify (every chain step count) takes SGLang's own split-KV dispatch: the
   backend's switch is set after its __init__, and the kernel it calls tries the
   grouped-head kernel, then the per-head one (each's own can_handle), then says no (the
-  extend kernel runs it). The grouped-head kernel's split partials are fp32 here
-  (SGLang's are bf16), so both differ from the extend kernel by reassociation only;
+  extend kernel runs it). The grouped-head kernel's split partials are fp32 here for
+  GQA (SGLang's are bf16: kept for MLA, whose scratch is large), so on GQA both differ
+  from the extend kernel by reassociation only;
 - the draft's draft-extend after a verify (DRAFT_EXTEND_V2: a constant-length causal
   chain per request over a prefix that is never empty, no custom mask) goes to the same
   kernels, in front of the backend's extend kernel. Only that mode: a prefill's extend
@@ -196,15 +197,18 @@ def zero_partials(wrapped, kernel, args, kwargs):
 
 
 def fp32_partials(wrapped, kernel, args, kwargs):
-    """After VerifyMLA._alloc: its split partials in fp32, zeroed. SGLang keeps them in
-    bf16 ("halves scratch traffic"), one more bf16 rounding than the extend kernel's;
-    the kernel stores in the scratch's dtype, so fp32 scratch makes it differ from the
-    extend kernel by reassociation only, at twice the scratch memory (docs/chain-verify.md)."""
+    """After VerifyMLA._alloc for GQA (head dims equal): its split partials in fp32,
+    zeroed. SGLang keeps them in bf16 ("halves scratch traffic"), one more bf16 rounding
+    than the extend kernel's; the kernel stores in the scratch's dtype, so fp32 scratch
+    makes it differ from the extend kernel by reassociation only. Absorbed MLA (576/512)
+    keeps SGLang's bf16: there the scratch is ~1 MiB per request slot per chain length
+    per rank in bf16, and doubling it is memory the GPU host's plan does not have
+    (docs/chain-verify.md)."""
     import torch  # in a scheduler process, where SGLang has loaded it
 
     result = wrapped(*args, **kwargs)
     out = getattr(kernel, "att_out", None)
-    if out is not None:
+    if out is not None and getattr(kernel, "head_dim", 0) == getattr(kernel, "v_head_dim", -1):
         kernel.att_out = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
     return result
 
