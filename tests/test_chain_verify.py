@@ -165,6 +165,26 @@ def dispatch(monkeypatch):
     return extend, log
 
 
+class Heads:
+    def __init__(self, n):
+        self.shape = (4, n, 16)
+
+
+def test_mha_tries_the_per_head_kernel_first():
+    """Query heads sharing a KV head (GQA, absorbed MLA): the grouped-head kernel
+    first; MHA: the per-head one (the grouped kernel pads one head to 16 rows)."""
+    calls = []
+    told = chain_verify._Told(
+        [("grouped", lambda *a, **k: calls.append("grouped")), ("per-head", lambda *a, **k: calls.append("per-head") or True)],
+        "draft-extend",
+    )  # fmt: skip
+    gqa = (Heads(4), Heads(2), *chain_args()[2:])
+    mha = (Heads(2), Heads(2), *chain_args()[2:])
+    assert told(*gqa) and calls == ["grouped", "per-head"]
+    calls.clear()
+    assert told(*mha) and calls == ["per-head"]
+
+
 def test_the_kernels_are_tried_in_turn_and_told_once(monkeypatch):
     """The grouped-head kernel first, the per-head one when it declines, the extend
     kernel (False) when both do; one line per (kernel, chain length)."""

@@ -11,8 +11,9 @@ chain (topk 1):
 
 - target verify (every chain step count) takes SGLang's own split-KV dispatch: the
   backend's switch is set after its __init__, and the kernel it calls tries the
-  grouped-head kernel, then the per-head one (each's own can_handle), then says no (the
-  extend kernel runs it). The grouped-head kernel's split partials are fp32 here for
+  grouped-head kernel, then the per-head one (each's own can_handle; the per-head one
+  first for MHA, where no query heads share a KV head), then says no (the extend kernel
+  runs it). The grouped-head kernel's split partials are fp32 here for
   GQA (SGLang's are bf16: kept for MLA, whose scratch is large), so on GQA both differ
   from the extend kernel by reassociation only;
 - the draft's draft-extend after a verify (DRAFT_EXTEND_V2: a constant-length causal
@@ -129,9 +130,19 @@ class _Told:
         self.kernels, self.role = kernels, role
         self.name = " / ".join(name for name, _ in kernels)
 
+    def _order(self, args) -> list:
+        """The grouped-head kernel first where query heads share a KV head (GQA, absorbed
+        MLA); for MHA (one query head per KV head) the per-head one: the grouped kernel
+        would run one head per program padded to 16 rows, at 4x the scratch."""
+        try:
+            shared = args[0].shape[1] > args[1].shape[1]
+        except (AttributeError, IndexError, TypeError):
+            shared = True
+        return self.kernels if shared else self.kernels[::-1]
+
     def __call__(self, *args, **kwargs):
         tokens = int(args[_MAX_LEN]) if len(args) > _MAX_LEN else None
-        for name, kernel in self.kernels:
+        for name, kernel in self._order(args):
             if kernel(*args, **kwargs):
                 if tokens is not None:
                     _tell(self.role, name, tokens, True)

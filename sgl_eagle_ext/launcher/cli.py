@@ -229,7 +229,7 @@ def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
     answer, res, why = settings_view.view(release, list(launch.argv), {**os.environ, **env})
     for line in settings_view.lines_for(res, why):
         print(render.line(line))
-    for line in memory_plan.lines(answer, release, list(launch.argv), why):
+    for line in memory_plan.lines(answer, release, list(launch.argv), why, env=env):
         print(render.line(line))
     for k, v in env.items():
         shown = REDACTED if is_secret_name(k) else v

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_eagle_ext.common import releases
+from sgl_eagle_ext.common.contract import CHAIN_VERIFY_ENV
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher import runtime_states
-from sgl_eagle_ext.launcher.preflight import weight_bytes, weights
+from sgl_eagle_ext.launcher.preflight import verify_scratch, weight_bytes, weights
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding
 
 GIB = 1 << 30
@@ -94,6 +95,8 @@ class Plan:
     context_len: int | None
     min_context: int
     notes: list[str] = field(default_factory=list)
+    scratch_bytes: int = 0  # the chain-verify kernels' scratch (verify_scratch.py)
+    scratch_note: str = ""
 
     @property
     def estimated(self) -> bool:
@@ -132,7 +135,7 @@ class Plan:
     def slack_needed(self) -> int:
         draft_w = self.draft.bytes_per_rank if self.draft else 0
         uncharged = max(0, self.cell_draft_own - self.cell_draft_charged) * self.tokens
-        return self.activation_bytes + self.graph_bytes + draft_w + uncharged
+        return self.activation_bytes + self.graph_bytes + draft_w + uncharged + self.scratch_bytes
 
     def fraction_for(self, tokens: int) -> float:
         """The mem_fraction_static whose pool holds `tokens` tokens."""
@@ -174,6 +177,11 @@ class Plan:
                     f"draft KV beyond SGLang's charge {_gib(extra)} "
                     f"({self.cell_draft_own:,} B/token real)"
                 )
+        if self.scratch_bytes:
+            rest.append(
+                f"verify-kernel scratch ~{_gib(self.scratch_bytes)} "
+                f"({self.scratch_note}; {CHAIN_VERIFY_ENV}, estimated)"
+            )
         out.append(
             f"  outside the pool: {_gib(self.slack)} = (1 - fraction) x free; needs ~"
             f"{_gib(self.slack_needed)}: " + ", ".join(rest)
@@ -274,6 +282,21 @@ def target_weights(model_dir, config: dict, tp: int, draft: bool = False):
     return (weight_bytes.estimate_draft if draft else weight_bytes.estimate)(config, tp)
 
 
+def _states(fields: dict, release, argv: ServerArgv, sizes):
+    """The runtime states a speculative launch builds (runtime_states.count), or None."""
+    steps = fields.get("speculative_num_steps")
+    if not fields.get("speculative_algorithm") or steps is None:
+        return None
+    buckets = None
+    if argv.has("speculative-adaptive"):
+        from sgl_eagle_ext.common import adaptive_config
+
+        path = argv.value(adaptive_config.FLAG)
+        if path:
+            buckets, _ = adaptive_config.load(path, release)
+    return runtime_states.count(int(steps), buckets, [int(b) for b in sizes])
+
+
 def _graphs(fields: dict, release, argv: ServerArgv, mla: bool) -> tuple[int, int, str]:
     """(bytes, graphs, what) for the CUDA graphs this launch captures."""
     sizes = fields.get("cuda_graph_config.decode.bs") or fields.get("cuda_graph_bs") or []
@@ -282,16 +305,8 @@ def _graphs(fields: dict, release, argv: ServerArgv, mla: bool) -> tuple[int, in
     )
     if off or not sizes:
         return 0, 0, "CUDA graphs off"
-    steps = fields.get("speculative_num_steps")
-    if fields.get("speculative_algorithm") and steps is not None:
-        buckets = None
-        if argv.has("speculative-adaptive"):
-            from sgl_eagle_ext.common import adaptive_config
-
-            path = argv.value(adaptive_config.FLAG)
-            if path:
-                buckets, _ = adaptive_config.load(path, release)
-        gp = runtime_states.count(int(steps), buckets, [int(b) for b in sizes])
+    gp = _states(fields, release, argv, sizes)
+    if gp is not None:
         sets = [
             max(s.batch_sizes, default=0) * n
             for s in gp.states
@@ -315,6 +330,34 @@ def _graphs(fields: dict, release, argv: ServerArgv, mla: bool) -> tuple[int, in
     return decode + prefill, count, what
 
 
+def _scratch(env, fields, release, argv, mem, tp, tcfg, dcfg) -> tuple[int, str]:
+    """The chain-verify kernels' scratch per rank (verify_scratch.py)."""
+    gp = _states(fields, release, argv, [1])
+    if gp is None:
+        return 0, ""
+    chains = [s.steps + 1 for s in gp.states]
+
+    def heads(cfg: dict, kv: dict | None) -> dict | None:
+        if not kv:
+            return None
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        q = max(1, int(text["num_attention_heads"]) // tp)
+        if kv.get("mla"):
+            return {"heads": q, "kv_heads": 1, "v_dim": kv["kv_lora_rank"], "mla": True}
+        return {"heads": q, "kv_heads": kv["kv_heads_per_rank"], "v_dim": kv["v_head_dim"],
+                "mla": False}  # fmt: skip
+
+    draft = heads(dcfg, mem.get("draft")) if dcfg is not None else None
+    return verify_scratch.estimate(
+        env,
+        fields.get("speculative_eagle_topk"),
+        chains,
+        fields.get("max_running_requests"),
+        heads(tcfg, mem["target"]),
+        draft,
+    )
+
+
 def _activations(fields: dict, gpu_mib: float) -> int:
     """SGLang's own reserve for activations (its mem_fraction_static heuristic, without
     the graph term): 512 MB + 1.5 MB per token of a prefill chunk + 1 GB x tp x pp / 8."""
@@ -334,8 +377,10 @@ def build(
     draft_dir=None,
     draft_config: dict | None = None,
     min_context: int = MIN_CONTEXT,
+    env=None,
 ) -> tuple[Plan | None, str]:
-    """(the plan, '') from SGLang's answer about the launch, or (None, why none)."""
+    """(the plan, '') from SGLang's answer about the launch, or (None, why none);
+    `env`: the launch's environment (the chain-verify switch)."""
     argv = ServerArgv.of(argv)
     mem = (answer.memory if answer is not None else None) or {}
     res = answer.settings if answer is not None else None
@@ -393,6 +438,9 @@ def build(
         context_len=int(ctx) if ctx else None,
         min_context=min_context,
     )
+    plan.scratch_bytes, plan.scratch_note = _scratch(
+        env, fields, release, argv, mem, tp, target_config, draft_config
+    )
     if pinned and mem.get("vlm_factor"):
         plan.notes.append(
             f"a vision-language model: SGLang's default would keep {1 - mem['vlm_factor']:.1%} "
@@ -412,8 +460,11 @@ def _config(path) -> dict | None:
     return cfg if isinstance(cfg, dict) else None
 
 
-def for_launch(answer, release, argv, min_context: int = MIN_CONTEXT) -> tuple[Plan | None, str]:
-    """build() for a launch's final argument list (its model directories' config.json)."""
+def for_launch(
+    answer, release, argv, min_context: int = MIN_CONTEXT, env=None
+) -> tuple[Plan | None, str]:
+    """build() for a launch's final argument list (its model directories' config.json)
+    and environment."""
     argv = ServerArgv.of(argv)
     target = argv.model_path
     tcfg = _config(target) if target else None
@@ -422,14 +473,18 @@ def for_launch(answer, release, argv, min_context: int = MIN_CONTEXT) -> tuple[P
     draft = argv.draft_model_path
     dcfg = _config(draft) if draft else None
     try:
-        return build(answer, release, argv, target, tcfg, draft, dcfg, min_context)
+        return build(answer, release, argv, target, tcfg, draft, dcfg, min_context, env)
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:  # a config it cannot read
         return None, f"the configuration lacks what the plan reads ({type(e).__name__}: {e})"
 
 
-def lines(answer, release, argv, why: str = "", min_context: int = MIN_CONTEXT) -> list[str]:
+def lines(
+    answer, release, argv, why: str = "", min_context: int = MIN_CONTEXT, env=None
+) -> list[str]:
     """The dry run's '#' lines for the memory plan."""
-    plan, reason = (None, why) if answer is None else for_launch(answer, release, argv, min_context)
+    plan, reason = (
+        (None, why) if answer is None else for_launch(answer, release, argv, min_context, env)
+    )
     if plan is None:
         return [f"# memory plan: none ({reason})"]
     out = [f"# {x}" for x in plan.lines()]

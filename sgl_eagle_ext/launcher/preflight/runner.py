@@ -294,9 +294,9 @@ def _check_fix(report: Report, argv: list[str], release, env, python) -> None:
     report.overlay = None
 
 
-def _memory(answer, release, argv: list[str], min_context: int) -> list[Finding]:
+def _memory(answer, release, argv: list[str], min_context: int, env) -> list[Finding]:
     """The memory plan per rank (memory_plan.py), or why there is none."""
-    plan, why = memory_plan.for_launch(answer, release, argv, min_context)
+    plan, why = memory_plan.for_launch(answer, release, argv, min_context, env)
     if plan is None:
         return [Finding("memory.plan", INFO, f"no memory plan: {why}.")]
     return plan.findings()
@@ -448,7 +448,7 @@ def run(
 
     if answer is not None and launch_argv is not None:
         report.add(
-            *_safely(report, "memory", [], _memory, answer, release, launch_argv, min_context)
+            *_safely(report, "memory", [], _memory, answer, release, launch_argv, min_context, env)
         )
     report.add(*_safely(report, "sizes", [], sizes.check, target, draft, server_args))
     report.add(*_safely(report, "scaleout", [], scaleout.check, server_args, env))
