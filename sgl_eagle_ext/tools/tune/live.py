@@ -514,7 +514,7 @@ def report(
         if opts.baseline_arm:
             arm_lines.append(
                 "  (a 0-step cycle is a one-token verify plus the draft's one-token "
-                "draft-extend: on the CPU harness 0.88-0.98x a plain decode, "
+                "draft-extend: on the CPU harness 0.85-0.89x a plain decode, "
                 "docs/results.md; on a GPU unmeasured: read the ratio, do not assume 1.0)"
             )
         sections.append(("separate servers", arm_lines))
