@@ -318,6 +318,18 @@ class StreamParser:
             r.spec_details = {k: v for k, v in meta.items() if k.startswith("spec_")}
 
 
+async def _read_capped(resp, cap: int) -> bytes | None:
+    """A non-streamed answer's body, or None past `cap` bytes (a server that never stops
+    answering must not fill the client's memory; the streamed path caps its lines)."""
+    parts, size = [], 0
+    async for data in resp.content.iter_any():
+        size += len(data)
+        if size > cap:
+            return None
+        parts.append(data)
+    return b"".join(parts)
+
+
 def whole(parser: StreamParser, raw: bytes, now: float) -> None:
     """A non-streamed answer, fed to the parser as one final chunk: its content
     arrives at once, so TTFT is the whole request (as sglang.bench_serving counts it)."""
@@ -463,7 +475,12 @@ class Client:
                         r.detail = _short(await resp.text(errors="replace"))
                         return r
                     if not self.stream:
-                        whole(parser, await resp.read(), time.perf_counter())
+                        raw = await _read_capped(resp, MAX_LINE)
+                        if raw is None:
+                            r.error = E_IN_STREAM
+                            r.detail = f"an answer larger than {MAX_LINE >> 20} MiB"
+                            return r
+                        whole(parser, raw, time.perf_counter())
                     else:
                         async for data in resp.content.iter_any():
                             if not parser.feed(data, time.perf_counter()):
