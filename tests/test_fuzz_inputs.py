@@ -369,6 +369,12 @@ CASES = [
         lambda f: launch_args(f, "--dry-run", extra=(f"--config={f['file']}",)),
         "--config FILE",
     ),
+    (
+        "launch conf FILE",  # argparse takes it for --config; SGLang merges only --config
+        launch.main,
+        lambda f: launch_args(f, "--dry-run", extra=("--conf", str(f["file"]))),
+        "--config FILE",
+    ),
 ]
 
 

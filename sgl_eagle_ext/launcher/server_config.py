@@ -23,10 +23,14 @@ def expand(args: list[str], python: str = sys.executable) -> list[str]:
     """`args` with `--config F` replaced by the flags SGLang reads from F (first: the
     command line's own flags win); `args` itself when it has none."""
     for tok in args:
-        if tok.startswith(FLAG + "="):  # SGLang itself would not read the file
+        name, eq, value = tok.partition("=")
+        # `--config=F` and abbreviations (`--conf F`, which argparse takes for --config):
+        # SGLang merges the file only for the exact `--config`, else ignores it silently
+        if (name == FLAG and eq) or (len(name) > 2 and name != FLAG and FLAG.startswith(name)):
+            fix = value or "FILE"
             raise UserError(
                 f"-- {tok}: SGLang reads its config file only from `--config FILE`.",
-                fix=f"write -- --config {tok.split('=', 1)[1]}",
+                fix=f"write -- --config {fix}",
             )
     at = [i for i, tok in enumerate(args) if tok == FLAG]
     if not at:
