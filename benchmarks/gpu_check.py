@@ -375,18 +375,6 @@ def wrappers(marks: Marks, phases, seen: Seen, torch):
 # -- the run ------------------------------------------------------------------------------
 
 
-def calibrate(torch, worker: SynthWorker) -> float:
-    """ms of one unit on this GPU (outside the hot path: synchronizing is fine here)."""
-    worker.units(worker.static_in, 4)
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    worker.units(worker.static_in, 20)
-    b.record()
-    b.synchronize()
-    return max(a.elapsed_time(b) / 20, 1e-3)
-
-
 def drain(torch, marks: Marks, timeout_s: float = 60.0) -> None:
     """Resolve what is left by polling query(), never blocking on an event."""
     t0 = time.monotonic()
@@ -578,7 +566,11 @@ def run(torch, patching, phases, CudaEventClock, tokens=2048, hidden=4096) -> li
     checks: list[Check] = []
     ref = RefTimer(torch)
     worker = SynthWorker(torch, tokens, hidden, dict.fromkeys(TARGET_MS, 1), ref)
-    worker.unit_ms = calibrate(torch, worker)
+    import gpu_check_recorder  # beside this file: the one calibration
+
+    worker.unit_ms = gpu_check_recorder.calibrate(
+        torch, lambda n: worker.units(worker.static_in, n)
+    )
     worker.reps = {p: max(2, round(ms / worker.unit_ms)) for p, ms in TARGET_MS.items()}
     clock = CudaEventClock(torch)
     marks = Marks(clock, phases.SPANS)

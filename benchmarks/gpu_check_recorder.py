@@ -346,13 +346,14 @@ def drain(rec: Recorder, want: int, timeout_s: float = 30.0) -> None:
 # -- calibration and verdicts ----------------------------------------------------------------
 
 
-def calibrate(torch, worker: Worker) -> float:
-    """GPU ms of one unit of work (outside the loop: synchronizing is fine here)."""
-    worker.units(worker.x, 4)
+def calibrate(torch, units) -> float:
+    """GPU ms of one unit of work, `units(n)` running n of them (outside the loop:
+    synchronizing is fine here). gpu_check.py's synthetic worker calibrates here too."""
+    units(4)
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
-    worker.units(worker.x, 40)
+    units(40)
     b.record()
     b.synchronize()
     return max(a.elapsed_time(b) / 40, 1e-4)
@@ -446,7 +447,7 @@ def run_regime(torch, name: str, n: int | None = None) -> dict:
     n = n or CYCLES
     phase_ms, host_ms = REGIMES[name]
     worker = Worker(torch)
-    unit = calibrate(torch, worker)
+    unit = calibrate(torch, lambda n: worker.units(worker.x, n))
     worker.reps = {p: max(1, round(ms / unit)) for p, ms in phase_ms.items()}
     calibrated = {p: worker.reps[p] * unit for p in phase_ms}
     rec = install(torch)
@@ -507,7 +508,7 @@ def mark_cost_section(torch, pairs: int = 3, n: int = 60) -> dict:
     the host time of a launch with and without, and one event record's GPU cost."""
     phase_ms, host_ms = REGIMES["gpu-bound"]
     worker = Worker(torch)
-    unit = calibrate(torch, worker)
+    unit = calibrate(torch, lambda n: worker.units(worker.x, n))
     worker.reps = {p: max(1, round(ms / unit)) for p, ms in phase_ms.items()}
     from sgl_eagle_ext.profiling.recorder import instrument
 
