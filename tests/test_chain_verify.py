@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.in_sglang import chain_verify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,3 +296,84 @@ def test_a_release_without_the_kernels_is_refused_with_one_line(monkeypatch, ver
     assert chain_verify.install({}, version=version) is False
     assert len(lines) == 1, lines
     assert not chain_verify.PATCHES.installed
+
+
+# --- the one-token decode path --------------------------------------------------------
+
+
+class Mode:
+    def __init__(self, name):
+        self.name = name
+
+    def is_target_verify(self):
+        return self.name == "verify"
+
+    def is_draft_extend_v2(self):
+        return self.name == "draft-extend"
+
+
+Mode.DECODE = Mode("decode")
+
+
+class Spec:
+    draft_token_num = 1
+
+
+class Batch:
+    def __init__(self, mode="verify", tokens=1):
+        import torch
+
+        self.forward_mode, self.batch_size = Mode(mode), 2
+        self.spec_info = Spec() if mode == "verify" else None
+        if self.spec_info is not None:
+            self.spec_info.draft_token_num = tokens
+        self.seq_lens, self.seq_lens_sum = torch.tensor([5, 9]), 14
+        self.extend_seq_lens_cpu, self.extend_prefix_lens_cpu = [tokens] * 2, [5, 9]
+        self.extend_prefix_lens = torch.tensor([5, 9])
+
+
+class MetaBackend:
+    def __init__(self, fail=False):
+        self.fail, self.built = fail, []
+        vars(self)[chain_verify._DECODE_OK] = releases.ChainVerify()
+
+    def init(self, batch):
+        if batch.forward_mode.name == "decode" and self.fail:
+            raise RuntimeError("boom")
+        self.built.append((batch.forward_mode.name, batch.seq_lens.tolist(), batch.seq_lens_sum))
+        self.forward_metadata = object()
+
+
+@pytest.mark.parametrize("mode", ["verify", "draft-extend"])
+def test_a_one_token_forward_also_gets_sglangs_decode_metadata(monkeypatch, mode):
+    """Prefix + the token, as SGLang's decode branch sees a decode; the batch is given
+    back as it was; SGLang's own metadata stays the backend's."""
+    monkeypatch.setattr(chain_verify.PATCHES, "_installed", [object()])
+    backend, batch = MetaBackend(), Batch(mode)
+    chain_verify.decode_metadata(lambda b: backend.init(b), backend, (batch,), {})
+    assert backend.built == [(mode, [5, 9], 14), ("decode", [6, 10], 16)]
+    decode, stock = vars(backend)[chain_verify._DECODE_META]
+    assert backend.forward_metadata is stock and decode is not stock
+    assert batch.forward_mode.name == mode and batch.seq_lens.tolist() == [5, 9]
+
+
+def test_longer_chains_get_no_decode_metadata(monkeypatch):
+    monkeypatch.setattr(chain_verify.PATCHES, "_installed", [object()])
+    for batch in (Batch("verify", tokens=3), Batch("draft-extend", tokens=3), Batch("prefill")):
+        backend = MetaBackend()
+        chain_verify.decode_metadata(lambda b, be=backend: be.init(b), backend, (batch,), {})
+        assert chain_verify._DECODE_META not in vars(backend)
+
+
+def test_a_failing_decode_build_leaves_sglangs_path(monkeypatch):
+    """A decode-branch failure is one warning: the forward keeps SGLang's metadata and
+    the backend stops trying (it must not take the rank down)."""
+    lines = []
+    monkeypatch.setattr(chain_verify.PATCHES, "_installed", [object()])
+    monkeypatch.setattr(chain_verify.PATCHES, "sink", lines.append)
+    backend, batch = MetaBackend(fail=True), Batch()
+    chain_verify.decode_metadata(lambda b: backend.init(b), backend, (batch,), {})
+    assert chain_verify._DECODE_META not in vars(backend)
+    assert chain_verify._DECODE_OK not in vars(backend)
+    assert backend.built == [("verify", [5, 9], 14)] and batch.forward_mode.name == "verify"
+    assert len(lines) == 1 and "RuntimeError: boom" in lines[0]

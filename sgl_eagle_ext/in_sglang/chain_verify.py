@@ -272,6 +272,15 @@ def decode_metadata(wrapped, backend, args, kwargs):
         batch.seq_lens = prefix + 1
         batch.seq_lens_sum = None if total is None else total + len(prefix)
         wrapped(batch)
+    except Exception as e:  # fail closed: this forward and the next keep SGLang's path
+        state.pop(_DECODE_OK, None)
+        PATCHES.say(
+            logging.WARNING,
+            f"{CHAIN_VERIFY_ENV}: the decode metadata for a one-token forward failed "
+            f"({type(e).__name__}: {e}); one-token forwards stay on the verify kernels",
+        )
+        backend.forward_metadata = stock
+        return result
     finally:
         for a, value in saved.items():
             setattr(batch, a, value)
