@@ -214,9 +214,13 @@ class Launcher:
                 for k in kids:
                     if k.pid not in self.commands:
                         try:
-                            self.commands[k.pid] = " ".join(k.cmdline())
+                            cmd = k.cmdline()
                         except psutil.Error:
-                            pass
+                            continue
+                        # a child caught between fork and exec still shows the launcher's
+                        # own command line (what the test passed it): not the child's yet
+                        if cmd != self.cmd:
+                            self.commands[k.pid] = " ".join(cmd)
             except psutil.NoSuchProcess:
                 pass
             time.sleep(0.2)
