@@ -68,5 +68,7 @@ def test_off_a_tree_or_no_chain_is_no_scratch():
         verify_scratch.estimate({"EAGLE_EXT_CHAIN_VERIFY": "0"}, 1, [4], 128, model, None)[0] == 0
     )
     assert verify_scratch.estimate(on, 4, [4], 128, model, None)[0] == 0  # a tree
+    refused = {"EAGLE_EXT_CHAIN_VERIFY": "splits=3"}  # the server refuses it: off
+    assert verify_scratch.estimate(refused, 1, [4], 128, model, None)[0] == 0
     one = verify_scratch.estimate({"EAGLE_EXT_CHAIN_VERIFY": "splits=1"}, 1, [4], 128, model, None)
     assert one[0] * 32 == verify_scratch.estimate(on, 1, [4], 128, model, None)[0]

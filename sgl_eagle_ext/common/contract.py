@@ -46,3 +46,24 @@ def profile_enabled(env) -> bool:
 FLUSH_SIGNAL_NAME = "SIGUSR2"  # SGLang uses neither SIGUSR1 nor SIGUSR2
 SCHEDULER_TITLE = "sglang::scheduler"
 FLUSH_GRACE_S = 1.0
+
+
+def parse_chain_verify(text: str) -> dict[str, int] | None:
+    """CHAIN_VERIFY_ENV's value -> launch parameters ({} = SGLang's own); None: off.
+    ValueError for anything else (the server then refuses the feature: off). Read by
+    the feature in the scheduler and by the memory plan's scratch estimate."""
+    text = text.strip()
+    if text in ("", "0", "off"):
+        return None
+    if text in ("1", "on"):
+        return {}
+    params = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if key not in ("splits", "block-n") or not sep or not value.strip().isdigit():
+            raise ValueError(f"{part.strip()!r} is not splits=N or block-n=M")
+        n = int(value)
+        if n < 1 or n & (n - 1) or n > 1024:
+            raise ValueError(f"{key}={n} is not a power of two from 1 to 1024")
+        params[key] = n
+    return params

@@ -50,6 +50,7 @@ import logging
 import weakref
 
 from sgl_eagle_ext.common.contract import CHAIN_VERIFY_ENV
+from sgl_eagle_ext.common.contract import parse_chain_verify as parse
 from sgl_eagle_ext.in_sglang_base import patching, registry
 
 PATCHES = patching.Patches(CHAIN_VERIFY_ENV, logger="sgl_eagle_ext.chain_verify")
@@ -81,26 +82,6 @@ _EXTEND_ARGS = ("q", "k", "v", "layer", "forward_batch", "save_kv_cache", "sinks
 _said: set[tuple[str, str, int]] = set()  # (role, kernel, tokens per request) told once
 # Backends switched here -> their attributes as SGLang set them (uninstall restores them).
 _switched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def parse(text: str) -> dict[str, int] | None:
-    """The switch's value -> launch parameters ({} = SGLang's own); None: off.
-    ValueError for anything else."""
-    text = text.strip()
-    if text in ("", "0", "off"):
-        return None
-    if text in ("1", "on"):
-        return {}
-    params = {}
-    for part in text.split(","):
-        key, sep, value = part.strip().partition("=")
-        if key not in ("splits", "block-n") or not sep or not value.strip().isdigit():
-            raise ValueError(f"{part.strip()!r} is not splits=N or block-n=M")
-        n = int(value)
-        if n < 1 or n & (n - 1) or n > 1024:
-            raise ValueError(f"{key}={n} is not a power of two from 1 to 1024")
-        params[key] = n
-    return params
 
 
 def _tell(role: str, kernel: str, tokens: int, ran: bool) -> None:

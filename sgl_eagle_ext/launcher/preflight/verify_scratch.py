@@ -16,7 +16,7 @@ never runs these kernels.
 
 from __future__ import annotations
 
-from sgl_eagle_ext.common.contract import CHAIN_VERIFY_ENV
+from sgl_eagle_ext.common.contract import CHAIN_VERIFY_ENV, parse_chain_verify
 
 SPLITS = 32  # verify_mla.MAX_N_SPLITS: the scratch's split dimension
 BLOCK_H = 4  # verify_mla's head block for every tuned and untuned head dim
@@ -30,15 +30,13 @@ def _pow2(n: int) -> int:
 
 
 def splits(env) -> int | None:
-    """The split dimension the kernels allocate with under `env`, or None: off."""
-    text = str((env or {}).get(CHAIN_VERIFY_ENV, "")).strip()
-    if text in ("", "0", "off"):
+    """The split dimension the kernels allocate with under `env`, or None: off (also
+    for a value the server refuses, by the same parser)."""
+    try:
+        params = parse_chain_verify(str((env or {}).get(CHAIN_VERIFY_ENV, "")))
+    except ValueError:
         return None
-    for part in text.split(","):
-        key, _, value = part.strip().partition("=")
-        if key == "splits" and value.strip().isdigit():
-            return int(value)
-    return SPLITS
+    return None if params is None else params.get("splits", SPLITS)
 
 
 def grouped_bytes(max_bs: int, heads: int, kv_heads: int, v_dim: int, chain: int, n: int,
