@@ -297,15 +297,20 @@ def _states(fields: dict, release, argv: ServerArgv, sizes):
     return runtime_states.count(int(steps), buckets, [int(b) for b in sizes])
 
 
-def _graphs(fields: dict, release, argv: ServerArgv, mla: bool) -> tuple[int, int, str]:
-    """(bytes, graphs, what) for the CUDA graphs this launch captures."""
+def _graph_sizes(fields: dict) -> list:
+    """The decode CUDA-graph batch sizes this launch captures ([]: graphs off)."""
     sizes = fields.get("cuda_graph_config.decode.bs") or fields.get("cuda_graph_bs") or []
     off = fields.get("disable_cuda_graph") or fields.get("cuda_graph_config.decode.backend") in (
         "disabled",
     )
-    if off or not sizes:
+    return [] if off else list(sizes)
+
+
+def _graphs(fields: dict, sizes: list, gp, mla: bool) -> tuple[int, int, str]:
+    """(bytes, graphs, what) for the CUDA graphs this launch captures; `gp`: its runtime
+    states over `sizes` (_states), None without speculation."""
+    if not sizes:
         return 0, 0, "CUDA graphs off"
-    gp = _states(fields, release, argv, sizes)
     if gp is not None:
         sets = [
             max(s.batch_sizes, default=0) * n
@@ -330,9 +335,9 @@ def _graphs(fields: dict, release, argv: ServerArgv, mla: bool) -> tuple[int, in
     return decode + prefill, count, what
 
 
-def _scratch(env, fields, release, argv, mem, tp, tcfg, dcfg) -> tuple[int, str]:
-    """The chain-verify kernels' scratch per rank (verify_scratch.py)."""
-    gp = _states(fields, release, argv, [1])
+def _scratch(env, fields, gp, mem, tp, tcfg, dcfg) -> tuple[int, str]:
+    """The chain-verify kernels' scratch per rank (verify_scratch.py), for the chain
+    lengths of the runtime states `gp` (_states)."""
     if gp is None:
         return 0, ""
     chains = [s.steps + 1 for s in gp.states]
@@ -407,7 +412,9 @@ def build(
         if release.draft_kv_in_pool:
             charged = int(cell_t * draft_kv["layers"] / mem["target"]["layers"])
         dw = target_weights(draft_dir, draft_config, tp, draft=True)
-    graphs, count, what = _graphs(fields, release, argv, bool(mem["target"].get("mla")))
+    sizes = _graph_sizes(fields)
+    gp = _states(fields, release, argv, sizes or [1])  # the adaptive table read once
+    graphs, count, what = _graphs(fields, sizes, gp, bool(mem["target"].get("mla")))
     ctx = (answer.context.get("target") or {}).get("len") or fields.get("context_length")
     host = answer.host
     name = (
@@ -439,7 +446,7 @@ def build(
         min_context=min_context,
     )
     plan.scratch_bytes, plan.scratch_note = _scratch(
-        env, fields, release, argv, mem, tp, target_config, draft_config
+        env, fields, gp, mem, tp, target_config, draft_config
     )
     if pinned and mem.get("vlm_factor"):
         plan.notes.append(
