@@ -289,7 +289,6 @@ def test_every_preset_fits_the_sm120_host_with_128_requests_of_the_planned_conte
         assert answer is not None, why
         got, why = memory_plan.for_launch(answer, b.release, list(b.argv), env={**env, **b.env})
         assert got is not None, why
-        print(name, *got.lines(), sep="\n  ")
         chain = name in ("eagle3-3step", "eagle3-5step", "eagle3-adaptive")
         assert (got.scratch_bytes > 0) == chain, (name, got.scratch_note)  # topk 1 only
         assert got.estimated and got.max_running == 128 and got.context_len == 131072
