@@ -13,6 +13,7 @@ import math
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -401,20 +402,26 @@ def test_log_file_in_a_read_only_folder_is_refused(files, tmp_path):
 
 
 def test_results_log_file_router_log_refused_before_anything(files, tmp_path):
-    code, text = run(
-        router.main,
-        [
-            "--worker-url",
-            NOWHERE,
-            "--port",
-            "39871",
-            "--metrics-port",
-            "39872",
-            "--log-file",
-            str(files["dir"]),
-        ],
-    )
-    assert code == 2 and "directory" in text and "Traceback" not in text
+    """The arguments before the machine: a bad --log-file is the one error even while
+    something else holds the router's port (CI once met another test's server there)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        code, text = run(
+            router.main,
+            [
+                "--worker-url",
+                NOWHERE,
+                "--port",
+                str(port),
+                "--metrics-port",
+                str(port),
+                "--log-file",
+                str(files["dir"]),
+            ],
+        )
+    assert code == 2 and "directory" in text and "Traceback" not in text, text
 
 
 def test_concurrency_beyond_the_open_file_limit_is_refused(tmp_path):

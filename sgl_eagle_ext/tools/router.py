@@ -249,13 +249,14 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("no worker given.", fix="pass --worker-url http://HOST:PORT per replica")
     if len(set(urls)) != len(urls):
         raise UserError("the same --worker-url is given twice.", fix="list each replica once")
+    # the arguments before the machine: a bad --log-file is refused whatever holds the ports
+    log_path = check_writable_file(
+        "--log-file", opts.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log"
+    )
     check_port_free(opts.host, opts.port)
     check_port_free(opts.host, opts.metrics_port)
 
     base_url = f"http://{probe_host(opts.host)}:{opts.port}"
-    log_path = check_writable_file(
-        "--log-file", opts.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log"
-    )
     # after the arguments: a bad one is reported as such, router installed or not
     if importlib.util.find_spec("sglang_router") is None:
         raise UserError(
