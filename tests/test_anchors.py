@@ -172,3 +172,24 @@ def test_chain_verify_anchors_exist_in_release_source(release):
         assert {"MAX_N_SPLITS", "DEFAULT_BLOCK_N"} <= module_globals(root, cv.shared_kv_module)
     else:
         assert module_globals(root, releases.ChainVerify().shared_kv_module) is None
+
+
+@pytest.mark.parametrize("release", releases.RELEASES, ids=lambda r: r.version)
+def test_draft_catchup_anchors_exist_in_release_source(release):
+    """in_sglang/draft_catchup.py's methods are defined in the release's v2 worker, its
+    skip variable is SGLang's own (environ.py) and read where the 0-step cycle stubs; a
+    release without a row says so at startup (0.5.23 is the one the harness runs)."""
+    root = wheels.source(release.version)
+    dc = release.draft_catchup
+    if dc is None:
+        return
+    for anchor in (dc.stub, dc.extend, dc.draft):
+        module, qualname = anchor.split(":")
+        cls, method = qualname.split(".")
+        assert method in (defined_methods(root, module, cls) or ()), anchor
+    environ = (root / "srt/environ.py").read_text()
+    assert f"{dc.skip_env} = EnvBool(False)" in environ
+    worker = (root / "srt/speculative/eagle_worker_v2.py").read_text()
+    assert f"envs.{dc.skip_env}.get()" in worker
+    module, member = dc.mode.split(":")
+    assert member.split(".")[1] in (root / "srt/model_executor/forward_batch_info.py").read_text()

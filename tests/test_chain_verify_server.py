@@ -16,10 +16,13 @@ Every output must equal the greedy tokens the pair was built with (transformers'
 greedy decoding, which the baseline server reproduces: tests/test_server_cpu.py), and
 after resuming at 2 steps the draft must be as good as one that never stopped: the
 2-step cycles after a 0-step spell inside a request accept what the reference's cycles
-accepted at the same positions (the draft's per-cycle draft-extend keeps its KV and next
-input while at 0 steps; docs/chain-verify.md): over up to 32 such cycles (at least
-24, at positions the reference also verified), the mean accept length within 5% of the
-reference's, and in fact cycle by cycle.
+accepted at the same positions: over up to 32 such cycles (at least 24, at positions the
+reference also verified), the mean accept length within 5% of the reference's, and in
+fact cycle by cycle. 0-step cycles skip the draft-extend and keep its inputs
+(in_sglang/draft_catchup.py), here at most 3 positions per request, fewer than a 0-step
+spell lasts: both of its catch-ups run, the one when three are kept (mid-spell) and the
+one when drafting resumes; a catch-up that missed a position, or fed the draft anything
+but what the per-cycle draft-extend would have, shows as a different accept count.
 """
 
 from __future__ import annotations
@@ -125,6 +128,7 @@ EAGLE3_PROFILE = "1"
 EAGLE3_PROFILE_CYCLES = "1"
 EAGLE3_PROFILE_FILE = {json.dumps(str(tmp_path / "profile-{rank}.jsonl"))}
 EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(request))}
+EAGLE_EXT_DRAFT_CATCHUP = "3"
 """
     )
     server = start_launcher(
@@ -198,7 +202,9 @@ EAGLE_EXT_SCHEDULE_FILE = {json.dumps(str(request))}
     # three, the target's (GQA 4/2) on SGLang's grouped-head split-KV kernel, the draft's
     # (one head: MHA) on its per-head one
     assert "target verify on the decode kernel (1 token(s) per request)" in log
-    assert "draft-extend on the decode kernel (1 token(s) per request)" in log
+    assert "EAGLE_EXT_DRAFT_CATCHUP: on" in log
+    assert "first catch-up at 3 kept:" in log and "first catch-up as drafting resumes:" in log
+    assert "kept positions end at" not in log and "off from now on" not in log
     assert "target verify on verify_shared_kv_fwd (3 token(s) per request)" in log
     assert "draft-extend on verify_splitkv_fwd (3 token(s) per request)" in log
     assert "target verify on verify_splitkv_fwd" not in log

@@ -284,13 +284,22 @@ def test_every_preset_fits_the_sm120_host_with_128_requests_of_the_planned_conte
         for p in PRESETS
     ]
     launches = [ask_sglang.Launch(list(b.argv), {**env, **b.env}) for b in built]
-    asked = ask_sglang.ask_launches(str(PYTHONS["0.5.23"]), launches)
+    # adaptive without the overlap scheduler: the 0-step catch-up keeps hidden states
+    adaptive = built[PRESETS.index("eagle3-adaptive")]
+    no_overlap = [*adaptive.argv, "--disable-overlap-schedule"]
+    launches.append(ask_sglang.Launch(no_overlap, {**env, **adaptive.env}))
+    *asked, (answer, why) = ask_sglang.ask_launches(str(PYTHONS["0.5.23"]), launches)
+    kept, _ = memory_plan.for_launch(answer, adaptive.release, no_overlap, env=adaptive.env)
+    # 64 positions x 128 requests x 3 aux layers x Kimi-K2.5's 7168 x bf16
+    assert kept.catchup_bytes == 64 * 128 * 3 * 7168 * 2, kept.lines()
+    assert any("0-step kept hidden states 0.33 GiB" in line for line in kept.lines())
     for name, b, (answer, why) in zip(PRESETS, built, asked, strict=True):
         assert answer is not None, why
         got, why = memory_plan.for_launch(answer, b.release, list(b.argv), env={**env, **b.env})
         assert got is not None, why
         chain = name in ("eagle3-3step", "eagle3-5step", "eagle3-adaptive")
         assert (got.scratch_bytes > 0) == chain, (name, got.scratch_note)  # topk 1 only
+        assert got.catchup_bytes == 0  # the overlap scheduler: the per-cycle draft-extend
         assert got.estimated and got.max_running == 128 and got.context_len == 131072
         assert [f.id for f in got.findings()] == ["memory.plan"], got.lines()
         assert got.tokens >= 128 * memory_plan.MIN_CONTEXT, (name, got.lines())

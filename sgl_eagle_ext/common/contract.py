@@ -23,6 +23,11 @@ ADAPTIVE_BACKOFF_ENV = "EAGLE_EXT_ADAPTIVE_BACKOFF"
 # Chain verifies on SGLang's split-KV verify kernels (in_sglang/chain_verify.py): "1"
 # on with SGLang's launch parameters, "splits=N,block-n=M" with these, "0"/unset off.
 CHAIN_VERIFY_ENV = "EAGLE_EXT_CHAIN_VERIFY"
+# The draft's catch-up after 0-step cycles (in_sglang/draft_catchup.py): "N" keeps up
+# to N positions per request at 0 steps (the draft runs over them in one extend when
+# drafting resumes, or when N are kept); "1" = 64; "0"/unset: SGLang's per-cycle
+# draft-extend.
+DRAFT_CATCHUP_ENV = "EAGLE_EXT_DRAFT_CATCHUP"
 # The schedule controller (in_sglang/schedule_control.py): a JSON file the tuner writes
 # (tune --live) and every scheduler rank reads at each adaptive decision: hold one step
 # count everywhere, or run SGLang's own controller on another table, without a restart.
@@ -67,3 +72,20 @@ def parse_chain_verify(text: str) -> dict[str, int] | None:
             raise ValueError(f"{key}={n} is not a power of two from 1 to 1024")
         params[key] = n
     return params
+
+
+DRAFT_CATCHUP_DEFAULT = 64
+
+
+def parse_draft_catchup(text: str) -> int | None:
+    """DRAFT_CATCHUP_ENV's value -> positions kept per request; None: off. ValueError for
+    anything else (the server then refuses the feature: off). Read by the feature in the
+    scheduler and by the memory plan."""
+    text = (text or "").strip()
+    if text in ("", "0"):
+        return None
+    if text == "1":
+        return DRAFT_CATCHUP_DEFAULT
+    if not text.isdigit() or not 2 <= int(text) <= 4096:
+        raise ValueError("want 0 (off), 1 (64 positions) or a count of positions 2-4096")
+    return int(text)

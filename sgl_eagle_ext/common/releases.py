@@ -302,6 +302,22 @@ class ChainVerify:
     shared_kv_alloc: str = "VerifyMLA._alloc"
 
 
+@dataclass(frozen=True)
+class DraftCatchup:
+    """What in_sglang/draft_catchup.py anchors on: SGLang's own skip of the 0-step
+    draft-extend (the variable its v2 worker reads at every 0-step cycle, and the method
+    that leaves stubs in its place), the draft worker's prefill draft-extend (one extend
+    over many positions per request, run for the catch-up) and its draft step (where the
+    catch-up runs before drafting resumes)."""
+
+    skip_env: str = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+    stub: str = f"{_V2}:EAGLEWorkerV2._stub_skipped_draft_extend"
+    extend: str = f"{_V2}:EagleDraftWorker._draft_extend_for_prefill"
+    draft: str = f"{_V2}:EagleDraftWorker.draft"
+    # ForwardMode member of a prefill-style extend
+    mode: str = "sglang.srt.model_executor.forward_batch_info:ForwardMode.EXTEND"
+
+
 _CHAIN_VERIFY_0516 = ChainVerify(shared_kv=None, shared_kv_module=None)
 _CHAIN_VERIFY = ChainVerify()
 
@@ -389,6 +405,9 @@ class Release:
     # SGLang's split-KV chain-verify kernels (0.5.16+); None: the release has none, and
     # chain verifies stay on the extend kernel (in_sglang/chain_verify.py says so).
     chain_verify: ChainVerify | None = None
+    # SGLang's skip of the 0-step draft-extend (0.5.23); None: the release has none, and
+    # 0-step cycles keep the per-cycle draft-extend (in_sglang/draft_catchup.py says so).
+    draft_catchup: DraftCatchup | None = None
 
     @property
     def patches(self) -> tuple[str, ...]:
@@ -630,6 +649,7 @@ RELEASES: tuple[Release, ...] = (
         "0.5.23",
         spec_worker="v2",
         chain_verify=_CHAIN_VERIFY,
+        draft_catchup=DraftCatchup(),
         pcie_allreduce=True,
         adaptive=_ADAPTIVE_0523,
         plugin_entry_point=True,

@@ -10,6 +10,7 @@ from sgl_eagle_ext.cpu import harness, v1_fixes  # noqa: F401 (they register)
 from sgl_eagle_ext.in_sglang import (  # noqa: F401 (they register)
     adaptive_backoff,
     chain_verify,
+    draft_catchup,
     faults,
     nccl_report,
     schedule_control,

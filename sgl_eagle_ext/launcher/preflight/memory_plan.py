@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_eagle_ext.common import releases
-from sgl_eagle_ext.common.contract import CHAIN_VERIFY_ENV
+from sgl_eagle_ext.common.contract import CHAIN_VERIFY_ENV, DRAFT_CATCHUP_ENV, parse_draft_catchup
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher import runtime_states
 from sgl_eagle_ext.launcher.preflight import verify_scratch, weight_bytes, weights
@@ -97,6 +97,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     scratch_bytes: int = 0  # the chain-verify kernels' scratch (verify_scratch.py)
     scratch_note: str = ""
+    catchup_bytes: int = 0  # the 0-step cycles' kept hidden states (_catchup)
+    catchup_note: str = ""
 
     @property
     def estimated(self) -> bool:
@@ -135,7 +137,14 @@ class Plan:
     def slack_needed(self) -> int:
         draft_w = self.draft.bytes_per_rank if self.draft else 0
         uncharged = max(0, self.cell_draft_own - self.cell_draft_charged) * self.tokens
-        return self.activation_bytes + self.graph_bytes + draft_w + uncharged + self.scratch_bytes
+        return (
+            self.activation_bytes
+            + self.graph_bytes
+            + draft_w
+            + uncharged
+            + self.scratch_bytes
+            + self.catchup_bytes
+        )
 
     def fraction_for(self, tokens: int) -> float:
         """The mem_fraction_static whose pool holds `tokens` tokens."""
@@ -181,6 +190,11 @@ class Plan:
             rest.append(
                 f"verify-kernel scratch ~{_gib(self.scratch_bytes)} "
                 f"({self.scratch_note}; {CHAIN_VERIFY_ENV}, estimated)"
+            )
+        if self.catchup_bytes:
+            rest.append(
+                f"0-step kept hidden states {_gib(self.catchup_bytes)} "
+                f"({self.catchup_note}; {DRAFT_CATCHUP_ENV})"
             )
         out.append(
             f"  outside the pool: {_gib(self.slack)} = (1 - fraction) x free; needs ~"
@@ -363,6 +377,35 @@ def _scratch(env, fields, gp, mem, tp, tcfg, dcfg) -> tuple[int, str]:
     )
 
 
+def _catchup(env, fields, release, gp, tcfg, dcfg, model_bytes: int) -> tuple[int, str]:
+    """The hidden states in_sglang/draft_catchup.py keeps while at 0 steps, per rank at
+    most: kept positions x running requests x the EAGLE-3 aux layers x the target's
+    hidden size (every rank holds them whole). Nothing where the catch-up stays off:
+    the overlap scheduler, a tree, no 0-step state, a release without the skip."""
+    try:
+        keep = parse_draft_catchup(str((env or {}).get(DRAFT_CATCHUP_ENV, "")))
+    except ValueError:
+        return 0, ""
+    if (
+        keep is None
+        or release.draft_catchup is None
+        or not fields.get("disable_overlap_schedule")
+        or fields.get("speculative_eagle_topk") != 1
+        or gp is None
+        or not any(s.steps == 0 for s in gp.states)
+    ):
+        return 0, ""
+    running = fields.get("max_running_requests")
+    text = tcfg.get("text_config") if isinstance(tcfg.get("text_config"), dict) else tcfg
+    hidden = int(text.get("hidden_size") or 0)
+    eagle = (dcfg or {}).get("eagle_config") or {}
+    aux = len(eagle.get("eagle_aux_hidden_state_layer_ids") or ()) or 3
+    if not running or not hidden:
+        return 0, ""
+    n = keep * int(running) * aux * hidden * model_bytes
+    return n, f"{keep} positions x {running} requests x {aux} x {hidden} x {model_bytes} B"
+
+
 def _activations(fields: dict, gpu_mib: float) -> int:
     """SGLang's own reserve for activations (its mem_fraction_static heuristic, without
     the graph term): 512 MB + 1.5 MB per token of a prefill chunk + 1 GB x tp x pp / 8."""
@@ -447,6 +490,10 @@ def build(
     )
     plan.scratch_bytes, plan.scratch_note = _scratch(
         env, fields, gp, mem, tp, target_config, draft_config
+    )
+    model_bytes = 4 if mem["target"].get("dtype") == "float32" else 2
+    plan.catchup_bytes, plan.catchup_note = _catchup(
+        env, fields, release, gp, target_config, draft_config, model_bytes
     )
     if pinned and mem.get("vlm_factor"):
         plan.notes.append(
