@@ -36,6 +36,7 @@ EXPECTED = {
     contract.ADAPTIVE_BACKOFF_ENV: ({SCHEDULER}, True, {contract.ADAPTIVE_BACKOFF_ENV: "8"}),
     contract.SCHEDULE_FILE_ENV: ({SCHEDULER}, True, {contract.SCHEDULE_FILE_ENV: "/x.json"}),
     contract.CHAIN_VERIFY_ENV: ({SCHEDULER}, True, {contract.CHAIN_VERIFY_ENV: "1"}),
+    contract.DRAFT_CATCHUP_ENV: ({SCHEDULER}, True, {contract.DRAFT_CATCHUP_ENV: "1"}),
 }
 
 
@@ -65,7 +66,7 @@ def test_every_declaration_is_imported_by_the_entry_points():
         if isinstance(node, ast.ImportFrom):
             imported |= {f"{node.module}.{a.name}" for a in node.names}
     declared = declaring_modules()
-    assert len(declared) == 8
+    assert len(declared) == 9
     assert declared <= imported, f"not imported by in_sglang/features.py: {declared - imported}"
 
 
