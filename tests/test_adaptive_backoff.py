@@ -65,19 +65,21 @@ def test_exploration_a_never_paying_draft_pays_is_bounded(slot_class):
     """A draft that is never accepted: SGLang warms each bucket up for warmup_batches +
     update_interval batches at its starting steps (15), then probes every other
     decision. Here a dry warm-up ends after update_interval (5) batches and the probes
-    back off: at most 5 + 5 per probe drafting batches, probes after 2, 4, ..., 32
-    decisions of 5 batches (docs/chain-verify.md states the bound)."""
+    back off: probes after 2, 4, ..., 32 decisions of 5 batches, each cut after
+    PROBE_CUT (2) dry batches once the warm-up was dry: at most 5 + 2 per probe drafting
+    batches (docs/chain-verify.md states the bound)."""
     stock = [drafted(slot_class, 0, n) for n in (15, 100, 500)]
     assert stock == [15, 55, 255]
     assert adaptive_backoff.install(32, version="0.5.23")
     bounded = [drafted(slot_class, 0, n) for n in (15, 100, 500, 2000)]
-    assert bounded == [5, 20, 30, 80]  # 33%, 20%, 6%, 4% of the batches; 3% steady
+    assert bounded == [5, 11, 17, 35]  # 33%, 11%, 3.4%, 1.8% of the batches; 1.2% steady
 
 
 def test_a_later_bucket_learns_from_an_earlier_dry_one(slot_class):
     """Bucket 1 runs 200 batches of a never-accepted draft; bucket 2 starts 50 batches
     later: its warm-up ends after one dry batch and its backoff starts where bucket 1's
-    reached (SGLang alone: 105 and 80 drafting batches)."""
+    reached, its probes cut short as bucket 1's (SGLang alone: 105 and 80 drafting
+    batches)."""
     assert adaptive_backoff.install(32, version="0.5.23")
     first, later = slot_class(initial_steps=3, cfg=CFG), slot_class(initial_steps=3, cfg=CFG)
     drafted_first = drafted_later = 0
@@ -87,7 +89,7 @@ def test_a_later_bucket_learns_from_an_earlier_dry_one(slot_class):
         if i >= 50:
             drafted_later += later.current_steps > 0
             later.update([0, 0])
-    assert (drafted_first, drafted_later) == (25, 11)
+    assert (drafted_first, drafted_later) == (13, 5)
 
 
 def test_a_probe_that_holds_clears_what_the_buckets_knew(slot_class):
@@ -105,6 +107,33 @@ def test_a_probe_that_holds_clears_what_the_buckets_knew(slot_class):
     for _ in range(4):  # four dry batches: a full interval is needed again
         fresh.update([0])
     assert fresh.current_steps == 3
+
+
+def test_a_probe_of_a_draft_that_pays_is_not_cut(slot_class):
+    """Once the draft was dry, a probe ends after PROBE_CUT dry batches; one that accepts
+    within them runs its whole interval and holds (SGLang's decision)."""
+    assert adaptive_backoff.install(32, version="0.5.23")
+    slot = slot_class(initial_steps=3, cfg=CFG)
+    for _ in range(5):
+        slot.update([0])
+    assert slot.current_steps == 0 and adaptive_backoff._evidence.dry
+    while slot.current_steps == 0:
+        slot.update([0])
+    slot.update([0])  # one dry batch of the probe: not yet cut
+    assert slot.current_steps == 1
+    for _ in range(4):
+        slot.update([1])
+    assert slot.current_steps >= 1 and not adaptive_backoff._evidence.dry
+    # and a dry probe is cut after two batches, the next decision a full interval later
+    adaptive_backoff._evidence.dry = True
+    dry = slot_class(initial_steps=1, cfg=CFG)
+    adaptive_backoff._states[dry] = adaptive_backoff._SlotState(probing=True)
+    dry._batch_count = dry.warmup_batches + 1
+    dry.update([0])
+    assert dry.current_steps == 1
+    dry.update([0])
+    assert dry.current_steps == 0
+    assert (dry._batch_count - dry.warmup_batches) % dry.update_interval == 0
 
 
 def test_a_draft_accepted_now_and_then_warms_up_as_sglang_does(slot_class):
