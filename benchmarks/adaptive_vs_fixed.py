@@ -102,11 +102,19 @@ def check_arms(arms, models: Path, extra, allow_unequal: bool) -> dict:
 
 
 def start(
-    preset: str, draft: str | None, models: Path, out: Path, round_no: int = 0, extra=()
+    preset: str,
+    draft: str | None,
+    models: Path,
+    out: Path,
+    round_no: int = 0,
+    extra=(),
+    stamp: str = "",
 ) -> running.RunningServer:
     """One arm's server, started in process from its plan (the launcher's checks,
-    preflight and readiness; no spec check, its log to the file only)."""
-    log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}.log"
+    preflight and readiness; no spec check, its log to the file only). The log is this
+    run's own (`stamp`): the cycle counts read from it are this run's, never an earlier
+    run's appended to the same file."""
+    log = out / f"{preset}-{draft or 'none'}-r{round_no + 1}{'-' + stamp if stamp else ''}.log"
     port = ("--port", str(ports.pick()))
     env = {**PROFILE_ENV, **arm_env(draft, out)}
     launch = launch_plan.build(launch_request(preset, draft, models, (*port, *extra), env))
@@ -212,7 +220,8 @@ def main() -> int:
     built = tiny_models.build(Path(args.models_dir or tiny_models.DEFAULT_DIR).expanduser())
     models = Path(built["target"]).parent
     args.out.mkdir(parents=True, exist_ok=True)
-    results = args.out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    results = args.out / f"results-{stamp}.jsonl"
     wanted = set(args.arms.split(","))
     fixed = [f for f in args.fixed.split(",") if f] if "fixed" in wanted else []
     arms = [("baseline", None)] + [(f, "mostly") for f in fixed]
@@ -227,7 +236,7 @@ def main() -> int:
     for round_no in range(args.rounds):
         for preset, draft in arms:
             name = preset if draft is None else f"{preset}/{draft}"
-            with start(preset, draft, models, args.out, round_no, extra) as server:
+            with start(preset, draft, models, args.out, round_no, extra, stamp) as server:
                 levels = args.fixed_levels if preset in fixed else args.levels
                 for _ in range(args.repeat):
                     tps, cpu = sweep_levels(

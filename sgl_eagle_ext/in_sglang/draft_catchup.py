@@ -130,53 +130,12 @@ def _catch_up(draft_worker, batch, draft_input, rows: list[int], lens_after: int
         kept.append(k)
     if not todo:
         return
-    device = batch.seq_lens.device
-    index = _to_device(todo, torch.int64, device)
-    sub = copy.copy(batch)
-    sub.reqs = [batch.reqs[i] for i in todo]
-    sub.forward_mode = _state["extend_mode"]
-    counts = [len(k.tokens) for k in kept]
-    ends = [k.end for k in kept]
-    # the draft's input at position p is the token p produced; SGLang's prefill extend
-    # shifts its input_ids left by one and appends next_token_ids, so hand it each
-    # request's tokens shifted right by one (the first one is shifted out again)
-    sub.input_ids = torch.cat([t for k in kept for t in (k.tokens[-1], *k.tokens[:-1])])
+    index = _to_device(todo, torch.int64, batch.seq_lens.device)
+    sub = _narrowed(batch, todo, index, kept)
     next_tokens = torch.cat([k.tokens[-1] for k in kept])
-    sub.req_pool_indices = batch.req_pool_indices[index]
-    # the slots the target wrote those positions to (the draft's KV shares its indices),
-    # gathered on the device: row x stride + position, for every kept position
-    pool = batch.req_to_token_pool.req_to_token
-    total = sum(counts)
-    rows = torch.repeat_interleave(
-        sub.req_pool_indices.to(torch.int64),
-        _to_device(counts, torch.int64, device),
-        output_size=total,
-    )
-    cols = _to_device([p for k in kept for p in range(k.start, k.end)], torch.int64, device)
-    slots = pool.reshape(-1)[rows * pool.shape[1] + cols]
-    sub.out_cache_loc = slots.to(
-        batch.out_cache_loc.dtype if batch.out_cache_loc is not None else torch.int64
-    )
-    sub.seq_lens = _to_device(ends, batch.seq_lens.dtype, device)
-    sub.seq_lens_cpu = torch.tensor(ends, dtype=lens.dtype)
-    sub.orig_seq_lens = sub.seq_lens
-    sub.seq_lens_sum = sum(ends)
-    sub.prefix_lens = [k.start for k in kept]
-    sub.extend_lens = counts
-    sub.extend_num_tokens = sum(counts)
-    sub.extend_logprob_start_lens = list(counts)
-    sub.return_logprob = False
-    sub.top_logprobs_nums = sub.token_ids_logprobs = None
-    sub.multimodal_inputs = None
-    sub.decoding_reqs = None
-    sub.has_grammar = False
-    sub.chunked_req = None
-    sub.chunked_req_next_prompt_token = None
-    sub.spec_info = None
-    if batch.sampling_info is not None:  # ForwardBatch.init_new writes its grammars
-        sub.sampling_info = copy.copy(batch.sampling_info)
     hidden = torch.cat([h for k in kept for h in k.hidden])
     got = draft_worker._draft_extend_for_prefill(sub, hidden, next_tokens)
+    counts = sub.extend_lens
     for name in ("topk_p", "topk_index", "hidden_states"):
         mine, theirs = getattr(draft_input, name), getattr(got, name)
         if mine is None or theirs is None:
@@ -194,6 +153,56 @@ def _catch_up(draft_worker, batch, draft_input, rows: list[int], lens_after: int
         )
     _state["caught_up"] += len(todo)
     _state["positions"] += sum(counts)
+
+
+def _narrowed(batch, todo: list[int], index, kept: list[_Kept]):
+    """A copy of `batch` narrowed to the requests `todo` (on the device: `index`), as a
+    prefill-style extend over their kept positions (the batch itself is not touched)."""
+    import torch
+
+    device = batch.seq_lens.device
+    sub = copy.copy(batch)
+    sub.reqs = [batch.reqs[i] for i in todo]
+    sub.forward_mode = _state["extend_mode"]
+    counts = [len(k.tokens) for k in kept]
+    ends = [k.end for k in kept]
+    # the draft's input at position p is the token p produced; SGLang's prefill extend
+    # shifts its input_ids left by one and appends next_token_ids, so hand it each
+    # request's tokens shifted right by one (the first one is shifted out again)
+    sub.input_ids = torch.cat([t for k in kept for t in (k.tokens[-1], *k.tokens[:-1])])
+    sub.req_pool_indices = batch.req_pool_indices[index]
+    # the slots the target wrote those positions to (the draft's KV shares its indices),
+    # gathered on the device: row x stride + position, for every kept position
+    pool = batch.req_to_token_pool.req_to_token
+    pool_rows = torch.repeat_interleave(
+        sub.req_pool_indices.to(torch.int64),
+        _to_device(counts, torch.int64, device),
+        output_size=sum(counts),
+    )
+    cols = _to_device([p for k in kept for p in range(k.start, k.end)], torch.int64, device)
+    slots = pool.reshape(-1)[pool_rows * pool.shape[1] + cols]
+    sub.out_cache_loc = slots.to(
+        batch.out_cache_loc.dtype if batch.out_cache_loc is not None else torch.int64
+    )
+    sub.seq_lens = _to_device(ends, batch.seq_lens.dtype, device)
+    sub.seq_lens_cpu = torch.tensor(ends, dtype=batch.seq_lens_cpu.dtype)
+    sub.orig_seq_lens = sub.seq_lens
+    sub.seq_lens_sum = sum(ends)
+    sub.prefix_lens = [k.start for k in kept]
+    sub.extend_lens = counts
+    sub.extend_num_tokens = sum(counts)
+    sub.extend_logprob_start_lens = list(counts)
+    sub.return_logprob = False
+    sub.top_logprobs_nums = sub.token_ids_logprobs = None
+    sub.multimodal_inputs = None
+    sub.decoding_reqs = None
+    sub.has_grammar = False
+    sub.chunked_req = None
+    sub.chunked_req_next_prompt_token = None
+    sub.spec_info = None
+    if batch.sampling_info is not None:  # ForwardBatch.init_new writes its grammars
+        sub.sampling_info = copy.copy(batch.sampling_info)
+    return sub
 
 
 def _to_device(values: list[int], dtype, device):
