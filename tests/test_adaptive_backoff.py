@@ -92,6 +92,37 @@ def test_a_later_bucket_learns_from_an_earlier_dry_one(slot_class):
     assert (drafted_first, drafted_later) == (13, 5)
 
 
+def test_a_bucket_met_after_a_dry_one_starts_at_zero_steps(slot_class, tmp_path):
+    """Through SGLang's bucket router (AdaptiveSpeculativeParams, the shipped table's
+    shape): bucket 1's warm-up is dry; bucket 4, met later, runs its first batch at 0
+    steps (SGLang: at the starting 3) and then only its probes."""
+    import json
+
+    from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({str(b): {"candidate_steps": [0, 1, 3]} for b in (1, 4)}))
+
+    def drafted_at_4(install: bool) -> list[int]:
+        adaptive_backoff.uninstall()
+        if install:
+            assert adaptive_backoff.install(32, version="0.5.23")
+        params = AdaptiveSpeculativeParams(initial_steps=3, cfg_path=str(table))
+        for _ in range(20):  # bucket 1: a never-accepted draft
+            steps = params.get_steps_for_batch(1)
+            params.on_verify_complete([0], batch_size=1)
+        steps = []
+        for _ in range(150):
+            steps.append(params.get_steps_for_batch(4))
+            params.on_verify_complete([0] * 4, batch_size=4)
+        return steps
+
+    stock, bounded = drafted_at_4(False), drafted_at_4(True)
+    assert stock[0] == 3 and bounded[0] == 0
+    assert sum(s > 0 for s in stock) == 80
+    assert sum(s > 0 for s in bounded) == 6  # its probes, 2 batches each
+
+
 def test_a_probe_that_holds_clears_what_the_buckets_knew(slot_class):
     assert adaptive_backoff.install(32, version="0.5.23")
     dry = slot_class(initial_steps=3, cfg=CFG)

@@ -45,9 +45,9 @@ def test_adaptive_backoff_anchor_exists_in_release_source(release):
     release (its wheel's source, like the profile anchors)."""
     spec = release.adaptive
     if spec.decide_anchor is None:  # the backoff says 'disabled' for this release
-        assert spec.warmup_anchor is None
+        assert spec.warmup_anchor is None and spec.route_anchor is None
         return
-    for anchor in (spec.decide_anchor, spec.warmup_anchor):
+    for anchor in (spec.decide_anchor, spec.warmup_anchor, spec.route_anchor):
         module, qualname = anchor.split(":")
         cls, method = qualname.split(".")
         methods = defined_methods(wheels.source(release.version), module, cls)

@@ -220,6 +220,10 @@ class AdaptiveSpec:
     # `warmup_batches`, its `ema_accept_len`): the backoff ends a warm-up in which nothing
     # was accepted after `update_interval` batches. None with decide_anchor.
     warmup_anchor: str | None = None
+    # The bucket router (batch size -> its slot), before every batch: a bucket met for
+    # the first time once the draft is known to be dry starts at 0 steps, without a
+    # warm-up at the starting steps. None with decide_anchor.
+    route_anchor: str | None = None
     # Where the per-batch verify results reach the bucket router (the batch size and
     # every bucket's slot at hand): the schedule controller of `tune --live`
     # (in_sglang/schedule_control.py) pins steps or swaps the table here. None: not
@@ -242,11 +246,13 @@ _ADAPTIVE_0513 = AdaptiveSpec(
 )
 _DECIDE = "sglang.srt.speculative.adaptive_spec_params:AdaptiveStepSlot._recompute_params"
 _WARMUP = "sglang.srt.speculative.adaptive_spec_params:AdaptiveStepSlot.update"
+_ROUTE = "sglang.srt.speculative.adaptive_spec_params:AdaptiveSpeculativeParams._route"
 _ADAPTIVE_0516 = AdaptiveSpec(
     min_step=0,
     turned_off_by=_ADAPTIVE_0513.turned_off_by,
     decide_anchor=_DECIDE,
     warmup_anchor=_WARMUP,
+    route_anchor=_ROUTE,
 )
 # 0.5.23: attention DP is `attn_dp_enabled_of` (--attn-dp-size > 1; the deprecated
 # --enable-dp-attention maps onto it), and a platform-specific EAGLE worker
@@ -260,6 +266,7 @@ _ADAPTIVE_0523 = AdaptiveSpec(
     ),
     decide_anchor=_DECIDE,
     warmup_anchor=_WARMUP,
+    route_anchor=_ROUTE,
     control_anchor=(
         "sglang.srt.speculative.adaptive_spec_params:AdaptiveSpeculativeParams.on_verify_complete"
     ),

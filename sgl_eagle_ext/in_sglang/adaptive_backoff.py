@@ -13,10 +13,10 @@ Each bucket also warms up at the starting step count for warmup_batches +
 update_interval batches (15 with the shipped table) before its first decision. A
 warm-up in which no request accepts a draft token for update_interval batches in a row
 ends there, as a failed probe; once one bucket's warm-up was dry (and no probe has held
-since), another bucket's ends after one dry batch, its backoff starting where the
-others' reached, and a probe in which nothing is accepted for PROBE_CUT (2) batches ends
+since), a bucket met later starts at 0 steps with no warm-up, its backoff starting
+where the others' reached, and a probe in which nothing is accepted for PROBE_CUT (2) batches ends
 there too. The bound with a draft that is never accepted (the shipped table: interval 5,
-limit 32): the first bucket 5 batches at the starting steps, every later one 1, then 2
+limit 32): the first bucket 5 batches at the starting steps, every later one none, then 2
 per probe after 2, 4, 8, 16, 32, 32, ... decisions at 0: for one bucket 11 of the first
 100 batches, 17 of 500, 35 of 2000, 1.2% in the steady state (SGLang alone: 55, 255,
 1005; half). A draft accepted at all warms up, and probes, as SGLang's does.
@@ -163,6 +163,30 @@ def _probe_batch(slot, state: _SlotState, counts) -> bool:
     return bool(slot._recompute_params())
 
 
+def _route(wrapped, params, args, kwargs):
+    """Around the bucket router, before every batch: a bucket met for the first time
+    once the draft is known to be dry (_Evidence) starts at 0 steps, as if its warm-up
+    had been dry, its backoff where the others reached; it probes from there. SGLang
+    would warm it up at the starting steps first (one batch here before: a drafting
+    batch at a batch size not run yet)."""
+    slot = wrapped(*args, **kwargs)
+    if _evidence.dry and slot not in _states and 0 in slot.candidate_steps:
+        state = _states.setdefault(slot, _SlotState())
+        if slot._batch_count == 0 and slot.current_steps > 0:
+            steps = slot.current_steps
+            slot.current_steps = 0
+            slot._batch_count = slot.warmup_batches  # regular decisions from here on
+            slot.ema_accept_len = 0.0
+            state.backoff = max(1, _evidence.backoff)
+            state.skips_left = state.backoff - 1
+            PATCHES.say(
+                logging.INFO if _rank() == 0 else logging.DEBUG,
+                f"{ADAPTIVE_BACKOFF_ENV}: a new batch-size bucket starts at steps 0 (not "
+                f"{steps}): the draft was dry; next probe after {state.backoff} decisions",
+            )
+    return slot
+
+
 def install(limit: int, version: str | None = None) -> bool:
     """Wrap the controller's decision; True when installed (now or before)."""
     if PATCHES.installed:
@@ -176,6 +200,8 @@ def install(limit: int, version: str | None = None) -> bool:
     plan = [patching.Wrap(anchor, _decide(limit), label="the adaptive step decision")]
     if release.adaptive.warmup_anchor:
         plan.append(patching.Wrap(release.adaptive.warmup_anchor, _warmup, label="the warm-up"))
+    if release.adaptive.route_anchor:
+        plan.append(patching.Wrap(release.adaptive.route_anchor, _route, label="the bucket router"))
     return PATCHES.install(
         plan,
         release=release.version,
