@@ -123,6 +123,28 @@ def test_a_bucket_met_after_a_dry_one_starts_at_zero_steps(slot_class, tmp_path)
     assert sum(s > 0 for s in bounded) == 6  # its probes, 2 batches each
 
 
+def test_a_pin_in_force_keeps_a_new_bucket_where_it_is(slot_class, tmp_path, monkeypatch):
+    """Under a pin of the schedule controller (tune live measuring a cell) a new bucket
+    is not moved to 0 steps: the pin holds every bucket's steps."""
+    import json
+    from types import SimpleNamespace
+
+    from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+    from sgl_eagle_ext.in_sglang import schedule_control
+
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({str(b): {"candidate_steps": [0, 1, 3]} for b in (1, 4)}))
+    assert adaptive_backoff.install(32, version="0.5.23")
+    adaptive_backoff._evidence.dry = True
+    pinned = SimpleNamespace(in_force=SimpleNamespace(pin=3))
+    monkeypatch.setattr(schedule_control, "CONTROLLER", pinned)
+    params = AdaptiveSpeculativeParams(initial_steps=3, cfg_path=str(table))
+    assert params.get_steps_for_batch(4) == 3
+    monkeypatch.setattr(schedule_control, "CONTROLLER", None)
+    assert params.get_steps_for_batch(1) == 0  # no pin: the dry evidence applies
+
+
 def test_a_probe_that_holds_clears_what_the_buckets_knew(slot_class):
     assert adaptive_backoff.install(32, version="0.5.23")
     dry = slot_class(initial_steps=3, cfg=CFG)

@@ -163,6 +163,15 @@ def _probe_batch(slot, state: _SlotState, counts) -> bool:
     return bool(slot._recompute_params())
 
 
+def _pinned() -> bool:
+    """A pin of the schedule controller (tune live) is in force: it holds every bucket's
+    steps itself, and a measured cell must not run a batch at other steps."""
+    from sgl_eagle_ext.in_sglang import schedule_control
+
+    ctl = schedule_control.CONTROLLER
+    return ctl is not None and ctl.in_force is not None and ctl.in_force.pin is not None
+
+
 def _route(wrapped, params, args, kwargs):
     """Around the bucket router, before every batch: a bucket met for the first time
     once the draft is known to be dry (_Evidence) starts at 0 steps, as if its warm-up
@@ -170,7 +179,7 @@ def _route(wrapped, params, args, kwargs):
     would warm it up at the starting steps first (one batch here before: a drafting
     batch at a batch size not run yet)."""
     slot = wrapped(*args, **kwargs)
-    if _evidence.dry and slot not in _states and 0 in slot.candidate_steps:
+    if _evidence.dry and slot not in _states and 0 in slot.candidate_steps and not _pinned():
         state = _states.setdefault(slot, _SlotState())
         if slot._batch_count == 0 and slot.current_steps > 0:
             steps = slot.current_steps
