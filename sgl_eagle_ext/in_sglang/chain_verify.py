@@ -352,15 +352,14 @@ def install(params: dict[str, int], version: str | None = None) -> bool:
     installed (now or before)."""
     if PATCHES.installed:
         return True
-    release = PATCHES.release(version)
-    if release is None:
+    found = PATCHES.part(
+        "chain_verify",
+        "ships no split-KV verify kernel: chain verifies stay on the extend kernel",
+        version,
+    )
+    if found is None:
         return False
-    cv = release.chain_verify
-    if cv is None:
-        return PATCHES.refuse(
-            f"SGLang {release.version} ships no split-KV verify kernel: chain verifies "
-            "stay on the extend kernel"
-        )
+    release, cv = found
 
     def after_init(wrapped, backend, args, kwargs):
         result = wrapped(*args, **kwargs)

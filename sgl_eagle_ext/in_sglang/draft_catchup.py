@@ -264,15 +264,14 @@ def _on_prefill_extend(wrapped, draft_worker, args, kwargs):
 def install(keep: int, server_args=None, version: str | None = None) -> bool:
     if PATCHES.installed:
         return True
-    release = PATCHES.release(version)
-    if release is None:
+    found = PATCHES.part(
+        "draft_catchup",
+        "has no 0-step draft-extend skip: the per-cycle draft-extend stays",
+        version,
+    )
+    if found is None:
         return False
-    dc = release.draft_catchup
-    if dc is None:
-        return PATCHES.refuse(
-            f"SGLang {release.version} has no 0-step draft-extend skip: the per-cycle "
-            "draft-extend stays"
-        )
+    release, dc = found
     why = _unsupported(server_args)
     if why:
         return PATCHES.refuse(f"{why}: the per-cycle draft-extend stays")

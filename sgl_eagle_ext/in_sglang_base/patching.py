@@ -187,6 +187,18 @@ class Patches:
             self.refuse(e.message)
             return None
 
+    def part(self, name: str, absent: str, version: str | None = None):
+        """(the release's row, its `name` entry), or None after the one failure line:
+        the release is unknown, or its entry is None (the line: "SGLang X " + `absent`)."""
+        release = self.release(version)
+        if release is None:
+            return None
+        value = getattr(release, name)
+        if value is None:
+            self.refuse(f"SGLang {release.version} {absent}")
+            return None
+        return release, value
+
     # -- install / uninstall -------------------------------------------------------
     @property
     def installed(self) -> bool:
