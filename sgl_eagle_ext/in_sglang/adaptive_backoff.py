@@ -61,7 +61,8 @@ class _Evidence:
     """What every bucket of this process knows of the draft: whether it has been dry
     (a warm-up that accepted nothing) with no probe holding since, and the backoff it
     reached. Acceptance is the draft's on this workload, whatever the batch size: a
-    bucket that starts after that warms up one batch, not update_interval."""
+    bucket met after that starts at 0 steps (_route), and one already warming up ends
+    its warm-up after one dry batch, not update_interval."""
 
     dry: bool = False
     backoff: int = 1

@@ -63,13 +63,21 @@ class _Kept:
 
 
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Req -> _Kept
-_state: dict = {"keep": DRAFT_CATCHUP_DEFAULT, "said": set(), "caught_up": 0, "positions": 0}
+_state: dict = {"keep": DRAFT_CATCHUP_DEFAULT, "said": set()}
 
 
 def _say_once(key: str, msg: str) -> None:
     if key not in _state["said"]:
         _state["said"].add(key)
         PATCHES.say(logging.WARNING, f"{DRAFT_CATCHUP_ENV}: {msg}")
+
+
+def _dropped(req, kept: _Kept, length: int) -> None:
+    _say_once(
+        "gap",
+        f"request {req.rid}: kept positions end at {kept.end}, length {length}; dropped "
+        "(its draft resumes from stale KV)",
+    )
 
 
 def _keep(worker, batch, output) -> None:
@@ -87,16 +95,12 @@ def _keep(worker, batch, output) -> None:
     hidden = hidden.clone()
     tokens = output.next_token_ids.clone()
     full = []
-    for i, req in enumerate(batch.reqs):
-        pos = int(lens[i])  # the verified token's position (its length before the verify)
+    # the verified tokens' positions (their lengths before the verify), read once
+    for i, (req, pos) in enumerate(zip(batch.reqs, lens.tolist())):
         kept = _kept.get(req)
         if kept is None or kept.end != pos:
             if kept is not None:
-                _say_once(
-                    "gap",
-                    f"request {req.rid}: kept positions end at {kept.end}, "
-                    f"verify at {pos}; dropped (its draft resumes from stale KV)",
-                )
+                _dropped(req, kept, pos)
             kept = _kept[req] = _Kept(pos)
         kept.hidden.append(hidden[i : i + 1])
         kept.tokens.append(tokens[i : i + 1])
@@ -112,19 +116,15 @@ def _catch_up(draft_worker, batch, draft_input, rows: list[int], lens_after: int
     are past the kept positions (1 right after a verify, 0 before a draft)."""
     import torch
 
-    lens = batch.seq_lens_cpu
+    lens = [int(n) for n in batch.seq_lens_cpu]  # once per catch-up, not per request
     todo, kept = [], []
     for i in rows:
         req = batch.reqs[i]
         k = _kept.pop(req, None)
         if k is None:
             continue
-        if k.end != int(lens[i]) + lens_after:
-            _say_once(
-                "gap",
-                f"request {req.rid}: kept positions end at {k.end}, length "
-                f"{int(lens[i]) + lens_after}; dropped (its draft resumes from stale KV)",
-            )
+        if k.end != lens[i] + lens_after:
+            _dropped(req, k, lens[i] + lens_after)
             continue
         todo.append(i)
         kept.append(k)
@@ -151,8 +151,6 @@ def _catch_up(draft_worker, batch, draft_input, rows: list[int], lens_after: int
             f"{DRAFT_CATCHUP_ENV}: first catch-up {why}: {len(todo)} request(s), "
             f"{sum(counts)} position(s) in one draft extend",
         )
-    _state["caught_up"] += len(todo)
-    _state["positions"] += sum(counts)
 
 
 def _narrowed(batch, todo: list[int], index, kept: list[_Kept]):
@@ -331,7 +329,7 @@ def uninstall() -> None:
     _restore_skip()
     _kept.clear()
     _state["said"].clear()
-    _state.update(failed=False, caught_up=0, positions=0)
+    _state["failed"] = False
 
 
 def install_from_env(env, server_args=None) -> bool:

@@ -28,7 +28,7 @@ from sgl_eagle_ext.common import releases
 from sgl_eagle_ext.common.contract import CHAIN_VERIFY_ENV, DRAFT_CATCHUP_ENV, parse_draft_catchup
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher import runtime_states
-from sgl_eagle_ext.launcher.preflight import verify_scratch, weight_bytes, weights
+from sgl_eagle_ext.launcher.preflight import model_dirs, verify_scratch, weight_bytes, weights
 from sgl_eagle_ext.launcher.preflight.findings import ERROR, INFO, WARNING, Finding
 
 GIB = 1 << 30
@@ -57,6 +57,11 @@ def _kv_bytes(kv_dtype: str, model_dtype: str) -> int:
         return 1
     if kv_dtype.startswith(("fp4", "float4")):
         return 1  # with scales: an upper bound
+    return _model_bytes(model_dtype)
+
+
+def _model_bytes(model_dtype: str) -> int:
+    """Bytes of one activation element in the model's dtype (SGLang's resolved one)."""
     return 4 if model_dtype == "float32" else 2
 
 
@@ -359,7 +364,7 @@ def _scratch(env, fields, gp, mem, tp, tcfg, dcfg) -> tuple[int, str]:
     def heads(cfg: dict, kv: dict | None) -> dict | None:
         if not kv:
             return None
-        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        text, _ = model_dirs.text_config(cfg)
         q = max(1, int(text["num_attention_heads"]) // tp)
         if kv.get("mla"):
             return {"heads": q, "kv_heads": 1, "v_dim": kv["kv_lora_rank"], "mla": True}
@@ -396,7 +401,7 @@ def _catchup(env, fields, release, gp, tcfg, dcfg, model_bytes: int) -> tuple[in
     ):
         return 0, ""
     running = fields.get("max_running_requests")
-    text = tcfg.get("text_config") if isinstance(tcfg.get("text_config"), dict) else tcfg
+    text, _ = model_dirs.text_config(tcfg)
     hidden = int(text.get("hidden_size") or 0)
     eagle = (dcfg or {}).get("eagle_config") or {}
     aux = len(eagle.get("eagle_aux_hidden_state_layer_ids") or ()) or 3
@@ -428,7 +433,7 @@ def build(
     env=None,
 ) -> tuple[Plan | None, str]:
     """(the plan, '') from SGLang's answer about the launch, or (None, why none);
-    `env`: the launch's environment (the chain-verify switch)."""
+    `env`: the launch's environment (the chain-verify and draft catch-up switches)."""
     argv = ServerArgv.of(argv)
     mem = (answer.memory if answer is not None else None) or {}
     res = answer.settings if answer is not None else None
@@ -491,10 +496,10 @@ def build(
     plan.scratch_bytes, plan.scratch_note = _scratch(
         env, fields, gp, mem, tp, target_config, draft_config
     )
-    model_bytes = 4 if mem["target"].get("dtype") == "float32" else 2
     plan.catchup_bytes, plan.catchup_note = _catchup(
-        env, fields, release, gp, target_config, draft_config, model_bytes
-    )
+        env, fields, release, gp, target_config, draft_config,
+        _model_bytes(mem["target"].get("dtype", "")),
+    )  # fmt: skip
     if pinned and mem.get("vlm_factor"):
         plan.notes.append(
             f"a vision-language model: SGLang's default would keep {1 - mem['vlm_factor']:.1%} "
