@@ -15,11 +15,11 @@ warm-up in which no request accepts a draft token for update_interval batches in
 ends there, as a failed probe; once one bucket's warm-up was dry (and no probe has held
 since), a bucket met later starts at 0 steps with no warm-up, its backoff starting
 where the others' reached, and a probe in which nothing is accepted for PROBE_CUT (2) batches ends
-there too. The bound with a draft that is never accepted (the shipped table: interval 5,
-limit 32): the first bucket 5 batches at the starting steps, every later one none, then 2
-per probe after 2, 4, 8, 16, 32, 32, ... decisions at 0: for one bucket 11 of the first
-100 batches, 17 of 500, 35 of 2000, 1.2% in the steady state (SGLang alone: 55, 255,
-1005; half). A draft accepted at all warms up, and probes, as SGLang's does.
+there too. A dry warm-up weighs as WARMUP_PROBES (2) failed probes. The bound with a draft
+that is never accepted (the shipped table: interval 5, limit 32): the first bucket 5
+batches at the starting steps, every later one none, then 2 per probe after 4, 8, 16, 32,
+32, ... decisions at 0: for one bucket 9 of the first 100 batches, 15 of 500, 33 of
+2000, 1.2% in the steady state (SGLang alone: 55, 255, 1005; half). A draft accepted at all warms up, and probes, as SGLang's does.
 
 Installed in each scheduler process (its FEATURE in the in-process registry,
 in_sglang_base/registry.py) when EAGLE_EXT_ADAPTIVE_BACKOFF is set (the eagle3-adaptive preset sets it). A wrapt wrapper on the release
@@ -54,6 +54,9 @@ _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # batch a draft accepted 70% of the time is cut wrongly 9% of the time (0.3^2), and found
 # again at a later probe
 PROBE_CUT = 2
+# a dry warm-up weighs as this many failed probes: its update_interval (5) batches
+# rejected the first draft token at least as often as two probes cut at PROBE_CUT (4)
+WARMUP_PROBES = 2
 
 
 @dataclass
@@ -137,8 +140,8 @@ def _warmup(wrapped, slot, args, kwargs):
     state.dry = 0
     slot._batch_count = slot.warmup_batches  # regular decisions from here on
     slot.ema_accept_len = 0.0
-    state.probing = True  # a failed probe: the backoff doubles from what is known
-    state.backoff = max(state.backoff, _evidence.backoff // 2)
+    state.probing = True  # failed probes: the backoff doubles from what is known
+    state.backoff = max(state.backoff, WARMUP_PROBES, _evidence.backoff // 2)
     _evidence.dry = True
     PATCHES.say(
         logging.INFO if _rank() == 0 else logging.DEBUG,
