@@ -399,15 +399,19 @@ def sweep_rec(c: int, run: str = "r1", **load) -> dict:
 
 
 def test_load_text_says_what_was_sent():
-    from sgl_eagle_ext.tools.bench import plot
+    from sgl_eagle_ext.tools.bench import plot, records
 
     r = sweep_rec(1, output_len="24", dataset="shipped", input_len="dataset", stream=True)
     r.update(arrival="gamma", burstiness=0.5, max_concurrency=8)
-    text = plot.load_text(r)
+
+    def text_of(rec):
+        return plot.load_text(records.decode(rec, records.Level))
+
+    text = text_of(r)
     assert "output 24 tokens/request" in text and "256" not in text
     assert "gamma arrivals (burstiness 0.5)" in text and "at most 8 in flight" in text
-    assert plot.load_text({**r, "stream": False}).endswith("not streamed")
-    assert "output 256 tokens/request" in plot.load_text(sweep_rec(1))  # older records
+    assert text_of({**r, "stream": False}).endswith("not streamed")
+    assert "output 256 tokens/request" in text_of(sweep_rec(1))  # older records
 
 
 @pytest.mark.harness  # bench report draws (matplotlib: the [plot] extra)

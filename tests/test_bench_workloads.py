@@ -26,6 +26,7 @@ from sgl_eagle_ext.tools.bench import (
     datasets,
     goodput,
     multiturn,
+    records,
     request_log,
     spec_view,
     tokens,
@@ -470,7 +471,7 @@ def test_pareto_points_one_curve_per_arm(tmp_path):
     recs = [sweep_record("baseline", c, 50 * c, 20 + c) for c in (1, 4, 16)]
     recs += [sweep_record("eagle3", c, 90 * c, 11 + 2 * c) for c in (1, 4, 16)]
     recs.append(sweep_record("eagle3", 64, 1.0, 99, status="server died"))
-    pts = spec_view.pareto_points(recs)
+    pts = spec_view.pareto_points([records.decode(r) for r in recs])
     assert set(pts) == {"baseline", "eagle3"}
     assert [p["concurrency"] for p in pts["eagle3"]] == [1, 4, 16]
     assert pts["eagle3"][0]["user_tok_s"] == pytest.approx(1000 / 13)
@@ -481,7 +482,7 @@ def test_pareto_points_one_curve_per_arm(tmp_path):
         r = sweep_record("eagle3", None, 40 * rate, 12 + rate)
         r["request_rate"] = rate
         rates.append(r)
-    (curve,) = spec_view.pareto_points(rates).values()
+    (curve,) = spec_view.pareto_points([records.decode(r) for r in rates]).values()
     assert [p["label"] for p in curve] == ["0.5/s", "2/s"]
 
 

@@ -23,6 +23,7 @@ from sgl_eagle_ext.common import paths
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import goodput, plot, records, request_log, spec_view
+from sgl_eagle_ext.tools.bench.records import Level
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
@@ -57,10 +58,11 @@ def _table(head: list[str], rows: list[list], bad: list[bool] | None = None) -> 
     return "".join(out)
 
 
-def _trio(block, scale=1.0, fmt="{:.0f}") -> str:
-    if not block or block.get("p50") is None:
+def _trio(r: Level, block: str, scale=1.0, fmt="{:.0f}") -> str:
+    if r.at(block, "p50") is None:
         return "-"
-    return "/".join(fmt.format(block[p] * scale) for p in ("p50", "p90", "p99"))
+    vals = (r.at(block, p) for p in ("p50", "p90", "p99"))
+    return "/".join("-" if v is None else fmt.format(v * scale) for v in vals)
 
 
 SWEEP_HEAD = [
@@ -79,36 +81,28 @@ SWEEP_HEAD = [
 ]
 
 
-def sweep_rows(sweeps: list[dict]) -> tuple[list[list], list[bool]]:
-    rows, bad = [], []
-    for r in sweeps:
-        errs = sum((r.get("errors") or {}).values())
-        rows.append(
-            [
-                plot.arm_name(r),
-                (
-                    f"{r['request_rate']:g} req/s"
-                    if r.get("request_rate") is not None
-                    else f"c={r.get('concurrency')}"
-                    + (" (burst)" if r.get("arrival") == "burst" else "")
-                ),
-                r.get("status"),
-                r.get("completed"),
-                errs,
-                _n(r.get("output_tok_s")),
-                _n(r.get("request_s"), "{:.2f}"),
-                _trio(r.get("ttft_ms")),
-                _trio(r.get("tpot_ms"), fmt="{:.1f}"),
-                _trio(r.get("e2e_ms"), 1e-3, "{:.2f}"),
-                _n(r.get("accept_length"), "{:.2f}"),
-                _n(r.get("goodput_tok_s")),
-            ]
-        )
-        bad.append(r.get("status") not in ("ok", None))
-    return rows, bad
+def sweep_rows(sweeps: list[Level]) -> tuple[list[list], list[bool]]:
+    rows = [
+        [
+            plot.arm_name(r),
+            r.level_text,
+            r.status,
+            r.completed,
+            r.error_count,
+            _n(r.output_tok_s),
+            _n(r.request_s, "{:.2f}"),
+            _trio(r, "ttft_ms"),
+            _trio(r, "tpot_ms", fmt="{:.1f}"),
+            _trio(r, "e2e_ms", 1e-3, "{:.2f}"),
+            _n(r.accept_length, "{:.2f}"),
+            _n(r.goodput_tok_s),
+        ]
+        for r in sweeps
+    ]
+    return rows, [r.status not in ("ok", None) for r in sweeps]
 
 
-def _sweep_figure(run_id: str, sweeps: list[dict]) -> str:
+def _sweep_figure(run_id: str, sweeps: list[Level]) -> str:
     arms, skipped = plot.series(sweeps)
     if not arms:
         return ""
@@ -161,7 +155,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
                 for n, why in (cmp.get("failed_arms") or {}).items()
             )
         )
-    sweeps = by_kind.get("sweep", [])
+    sweeps = [records.decode(r, Level) for r in by_kind.get("sweep", [])]
     if sweeps:
         rows, bad = sweep_rows(sweeps)
         parts.append(
@@ -197,7 +191,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
         )
     prov = {}
     for r in recs:
-        key = plot.arm_name(r) if r.get("kind") == "sweep" else r.get("kind")
+        key = plot.arm_name(records.decode(r, Level)) if r.get("kind") == "sweep" else r.get("kind")
         prov.setdefault(str(key), r.get("provenance"))
     for name, p in prov.items():
         parts.append(

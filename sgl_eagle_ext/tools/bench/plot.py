@@ -14,6 +14,7 @@ from pathlib import Path
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import records
 from sgl_eagle_ext.tools.bench.progress import Console
+from sgl_eagle_ext.tools.bench.records import Level
 
 PARTIAL = {"interrupted", "server died"}
 PANELS = (
@@ -23,18 +24,18 @@ PANELS = (
 )
 
 
-def pick_run(recs: list[dict], run_id: str | None, source: str) -> tuple[str, list[dict]]:
-    sweeps = [r for r in recs if r.get("kind") == "sweep"]
+def pick_run(recs: list[dict], run_id: str | None, source: str) -> tuple[str, list[Level]]:
+    sweeps = [records.decode(r, Level) for r in recs if r.get("kind") == "sweep"]
     if not sweeps:
         raise UserError(
             f"{source}: no sweep records to plot.",
             fix="run `bench sweep` or `bench ab` with --results pointing here",
         )
     if run_id is None:
-        run_id = sweeps[-1].get("run_id")
-    chosen = [r for r in sweeps if r.get("run_id") == run_id]
+        run_id = sweeps[-1].run_id
+    chosen = [r for r in sweeps if r.run_id == run_id]
     if not chosen:
-        ids = sorted({str(r.get("run_id")) for r in sweeps})
+        ids = sorted({str(r.run_id) for r in sweeps})
         raise UserError(
             f"{source}: no sweep records with run id {run_id}.",
             fix=f"use one of: {', '.join(ids[-10:])}",
@@ -48,67 +49,59 @@ def shown(text) -> str:
     return str(text).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def arm_name(r: dict) -> str:
-    return shown(r.get("arm") or r.get("url") or "server")
+def arm_name(r: Level) -> str:
+    return shown(r.arm or r.url or "server")
 
 
-def level_of(r: dict) -> tuple[str, float]:
-    """(x key, value) of a sweep record: request rate (open loop) or concurrency."""
-    if r.get("request_rate") is not None:
-        return "request_rate", float(r["request_rate"])
-    return "concurrency", float(r["concurrency"])
-
-
-def series(chosen: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
-    arms: dict[str, dict[float, dict]] = defaultdict(dict)
+def series(chosen: list[Level]) -> tuple[dict[str, list[Level]], list[str]]:
+    arms: dict[str, dict[float, Level]] = defaultdict(dict)
     skipped = []
     for r in chosen:
-        key, x = level_of(r)
+        key, x = r.level
         tag = f"{'rate' if key == 'request_rate' else 'c'}={x:g}"
-        if r.get("status") in PARTIAL:
-            skipped.append(f"{arm_name(r)} {tag} ({r.get('status')})")
+        if r.status in PARTIAL:
+            skipped.append(f"{arm_name(r)} {tag} ({r.status})")
             continue
         arms[arm_name(r)][x] = r  # a rerun level: the last one wins
     return {a: [lv[c] for c in sorted(lv)] for a, lv in arms.items()}, skipped
 
 
-def load_text(r: dict) -> str:
+def load_text(r: Level) -> str:
     """The load a sweep record was measured under, from what its requests asked for
     (session.load_shape), for a figure's subtitle: e.g. "dataset shipped (mixed),
     input dataset, output 24 tokens/request, Poisson arrivals, at most 8 in flight,
     streamed". Older records without these fields: --max-tokens."""
-    prompts = Path(str(r.get("provenance", {}).get("prompts", {}).get("set"))).name
-    out = r.get("output_len") or r.get("max_tokens")
+    prompts = Path(str((r.provenance or {}).get("prompts", {}).get("set"))).name
+    out = r.output_len or r.max_tokens
     parts = [
-        f"dataset {r.get('dataset') or 'shipped'} ({prompts})",
-        f"input {r.get('input_len') or 'dataset'}",
+        f"dataset {r.dataset or 'shipped'} ({prompts})",
+        f"input {r.input_len or 'dataset'}",
         f"output {out} tokens/request"
         if str(out).isdigit()
         else f"output {out} tokens/request (uniform)"
         if ":" in str(out)
         else f"output: {out}",
     ]
-    arrival = r.get("arrival")
-    if arrival and arrival != "closed loop":
-        burst = r.get("burstiness")
+    if r.arrival and r.arrival != "closed loop":
+        burst = r.burstiness
         parts.append(
-            f"{arrival} arrivals"
-            + (f" (burstiness {burst:g})" if arrival == "gamma" and burst is not None else "")
+            f"{r.arrival} arrivals"
+            + (f" (burstiness {burst:g})" if r.arrival == "gamma" and burst is not None else "")
         )
-    if r.get("max_concurrency"):
-        parts.append(f"at most {r['max_concurrency']} in flight")
-    if r.get("duration_target_s"):
-        parts.append(f"{r['duration_target_s']:g} s per level")
-    if r.get("trace_speed") not in (None, 1, 1.0):
-        parts.append(f"trace at x{r['trace_speed']:g} speed")
-    if r.get("stream") is False:
+    if r.max_concurrency:
+        parts.append(f"at most {r.max_concurrency} in flight")
+    if r.duration_target_s:
+        parts.append(f"{r.duration_target_s:g} s per level")
+    if r.trace_speed not in (None, 1, 1.0):
+        parts.append(f"trace at x{r.trace_speed:g} speed")
+    if r.stream is False:
         parts.append("not streamed")
     return ", ".join(parts)
 
 
-def single_level(arms: dict[str, list[dict]]) -> bool:
+def single_level(arms: dict[str, list[Level]]) -> bool:
     """Every arm measured at one level only: a curve over load has nothing to show."""
-    return len({level_of(r)[1] for recs in arms.values() for r in recs}) < 2
+    return len({r.level[1] for recs in arms.values() for r in recs}) < 2
 
 
 def require_matplotlib(who: str = "bench plot") -> None:
@@ -122,7 +115,7 @@ def require_matplotlib(who: str = "bench plot") -> None:
         ) from None
 
 
-def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
+def render(run_id: str, arms: dict[str, list[Level]], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,27 +125,27 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     ax_tok = axes[0][0]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    open_loop = any(level_of(r)[0] == "request_rate" for recs in arms.values() for r in recs)
+    open_loop = any(r.level[0] == "request_rate" for recs in arms.values() for r in recs)
     for k, (arm, recs) in enumerate(arms.items()):
         color = colors[k % len(colors)]
-        xs = [level_of(r)[1] for r in recs]
-        ax_tok.plot(xs, [r.get("output_tok_s") for r in recs], "o-", color=color, label=arm)
+        xs = [r.level[1] for r in recs]
+        ax_tok.plot(xs, [r.output_tok_s for r in recs], "o-", color=color, label=arm)
         for ax, (key, _, scale) in zip((axes[0][1], axes[1][0], axes[1][1]), PANELS):
             for pct, style in (("p50", "o-"), ("p99", "s--")):
-                ys = [(r.get(key) or {}).get(pct) for r in recs]
+                ys = [r.at(key, pct) for r in recs]
                 ys = [None if y is None else y * scale for y in ys]
                 ax.plot(xs, ys, style, color=color, label=f"{arm} {pct}")
     names = list(arms)
     # Annotate each arm's throughput ratio to the first arm (B/A in an A/B).
-    ref = {level_of(r)[1]: r.get("output_tok_s") for r in arms[names[0]]}
+    ref = {r.level[1]: r.output_tok_s for r in arms[names[0]]}
     for name in names[1:]:
         for r in arms[name]:
-            x = level_of(r)[1]
+            x = r.level[1]
             base = ref.get(x)
-            if base and r.get("output_tok_s") is not None:
+            if base and r.output_tok_s is not None:
                 ax_tok.annotate(
-                    f"x{r['output_tok_s'] / base:.2f}",
-                    (x, r["output_tok_s"]),
+                    f"x{r.output_tok_s / base:.2f}",
+                    (x, r.output_tok_s),
                     textcoords="offset points",
                     xytext=(0, 8),
                     ha="center",
@@ -165,7 +158,7 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
     for ax, (_, title, _) in zip((axes[0][1], axes[1][0], axes[1][1]), PANELS):
         ax.set_title(f"{title}: p50 solid, p99 dashed")
         ax.set_ylabel(title)
-    levels = sorted({level_of(r)[1] for recs in arms.values() for r in recs})
+    levels = sorted({r.level[1] for recs in arms.values() for r in recs})
     ax_tok.margins(y=0.15)
     for ax in axes.flat:
         ax.set_xscale("log", base=2)
@@ -175,8 +168,7 @@ def render(run_id: str, arms: dict[str, list[dict]], out: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     first = next(iter(arms.values()))[0]
-    prov = first.get("provenance", {})
-    server = prov.get("server", {})
+    server = (first.provenance or {}).get("server", {})
     fig.suptitle(
         shown(
             f"run {run_id}: {' vs '.join(names)}  |  model {server.get('model_path')}  |  "

@@ -20,14 +20,16 @@ import secrets
 import stat
 import sys
 import tempfile
+from dataclasses import dataclass, fields
 from datetime import datetime
+from functools import cache
 from pathlib import Path
+from typing import Annotated, get_type_hints
 
 from sgl_eagle_ext.common import nesting, safe_files
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.paths import check_writable_file
 from sgl_eagle_ext.common.redaction import known, redact_values
-from sgl_eagle_ext.tools.bench import record_check
 
 SCHEMA = 1
 # latency blocks of a sweep record: itl per token (as sglang.bench_serving), chunk_gap
@@ -50,6 +52,202 @@ LOAD_COLUMNS = (
     "output_len",
     "stream",
 )
+
+
+# The typed records: one dataclass per kind, its fields' types the checks a record read
+# back must pass (one edited by hand, cut by a full disk or written by another tool is
+# skipped and counted, never crashes a reader half-way). A field absent is None; one of
+# the wrong type skips the record. decode() gives the typed view readers compute with.
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _check(what: str, ok):
+    return lambda v: None if v is None or ok(v) else what
+
+
+Number = Annotated["float | None", _check("a finite number (or null)", _finite)]
+Count = Annotated["int | None", _check("a whole number >= 0 (or null)", _whole)]
+Text = Annotated["str | None", _check("a string (or null)", lambda v: isinstance(v, str))]
+Flag = Annotated["bool | None", _check("true or false", lambda v: isinstance(v, bool))]
+Numbers = Annotated[
+    "list[float] | None",
+    _check("a list of numbers (or null)", lambda v: isinstance(v, list) and all(map(_finite, v))),
+]
+Counts = Annotated[
+    "list[int] | None",
+    _check("a list of whole numbers >= 0", lambda v: isinstance(v, list) and all(map(_whole, v))),
+]
+Percentiles = Annotated[
+    "dict[str, float | None] | None",
+    _check(
+        "an object of percentiles (numbers)",
+        lambda v: isinstance(v, dict) and all(x is None or _finite(x) for x in v.values()),
+    ),
+]
+# a length asked for: tokens, or a spelling ("dataset", "32:64" uniform)
+Length = Annotated[
+    "int | str | None",
+    _check("a whole number or a string", lambda v: _whole(v) or isinstance(v, str)),
+]
+Mapping = Annotated["dict | None", _check("an object (or null)", lambda v: isinstance(v, dict))]
+ErrorCounts = Annotated[
+    "dict[str, int] | None",
+    _check("an object of counts", lambda v: isinstance(v, dict) and all(map(_whole, v.values()))),
+]
+
+
+@dataclass(frozen=True)
+class _Record:
+    run_id: Text = None
+    arm: Text = None
+    label: Text = None
+    url: Text = None
+    status: Text = None
+
+
+@dataclass(frozen=True)
+class _Load:
+    concurrency: Count = None
+    request_rate: Number = None
+
+
+@dataclass(frozen=True)
+class Request(_Load, _Record):
+    """A --save-requests line: one request of a level."""
+
+    ok: Flag = None
+    id: Text = None
+    index: Count = None
+    level_duration_s: Number = None
+    start_s: Number = None
+    ttft_ms: Number = None
+    e2e_ms: Number = None
+    tpot_ms: Number = None
+    itl_ms: Numbers = None
+    prompt_tokens: Count = None
+    completion_tokens: Count = None
+    verify_ct: Count = None
+    accept_length: Number = None
+    correct_drafts_histogram: Counts = None
+    input_len_target: Count = None
+    output_len_target: Count = None
+
+
+@dataclass(frozen=True)
+class Result(_Record):
+    """Every results record (single, sweep, lossless, compare)."""
+
+    kind: Text = None
+    accept_length: Number = None
+    max_tokens: Count = None
+    provenance: Mapping = None
+
+
+@dataclass(frozen=True)
+class Level(_Load, Result):
+    """A load level (sweep, compare, ab): what plot, report and the tables compute with."""
+
+    requests: Count = None
+    completed: Count = None
+    short: Count = None
+    duration_s: Number = None
+    output_tokens: Count = None
+    prompt_tokens: Count = None
+    output_tok_s: Number = None
+    request_s: Number = None
+    goodput_tok_s: Number = None
+    errors: ErrorCounts = None
+    ttft_ms: Percentiles = None
+    tpot_ms: Percentiles = None
+    itl_ms: Percentiles = None
+    e2e_ms: Percentiles = None
+    # what shaped the load (LOAD_COLUMNS)
+    arrival: Text = None
+    burstiness: Number = None
+    max_concurrency: Count = None
+    duration_target_s: Number = None
+    trace_speed: Number = None
+    dataset: Text = None
+    input_len: Length = None
+    output_len: Length = None
+    stream: Flag = None
+
+    @property
+    def error_count(self) -> int:
+        return sum((self.errors or {}).values())
+
+    @property
+    def level(self) -> tuple[str, float]:
+        """(x key, value): the request rate (open loop) or the concurrency."""
+        if self.request_rate is not None:
+            return "request_rate", float(self.request_rate)
+        return "concurrency", float(self.concurrency or 0)
+
+    @property
+    def level_text(self) -> str:
+        if self.request_rate is not None:
+            return f"{self.request_rate:g} req/s"
+        return f"c={self.concurrency}" + (" (burst)" if self.arrival == "burst" else "")
+
+    def at(self, block: str, pct: str):
+        """A percentile of a latency block (ttft_ms, tpot_ms, itl_ms, e2e_ms), or None."""
+        return (getattr(self, block) or {}).get(pct)
+
+
+@dataclass(frozen=True)
+class Single(Result):
+    tok_s: Percentiles = None
+    decode_tok_s: Percentiles = None
+    ttft_ms: Percentiles = None
+
+
+@cache
+def _checks(cls) -> dict:
+    hints = get_type_hints(cls, include_extras=True)
+    return {f.name: hints[f.name].__metadata__[0] for f in fields(cls)}
+
+
+def kind_of(obj: dict) -> type:
+    if obj.get("kind") == "single":
+        return Single
+    if obj.get("kind") == "sweep" or "concurrency" in obj or "request_rate" in obj:
+        return Level
+    return Result
+
+
+def problem(obj: dict, cls: type) -> str | None:
+    """Why `obj` cannot be read as `cls` (its first field of the wrong type), or None."""
+    for name, check in _checks(cls).items():
+        if name in obj:
+            try:
+                why = check(obj[name])
+            except TypeError:  # e.g. a list holding a list
+                why = "another type"
+            if why:
+                return f"field '{name}' must be {why}, not {type(obj[name]).__name__}"
+    return None
+
+
+def decode(obj: dict, cls: type | None = None):
+    """The typed view of a record read back (checked by read_jsonl / request_log.read):
+    its kind's fields, None where absent; fields of no kind's are left out."""
+    cls = cls or kind_of(obj)
+    return cls(**{name: obj.get(name) for name in _checks(cls)})
+
+
+SHOWN = 10
+
+
+def summarized(problems: list[str], path) -> list[str]:
+    """The first SHOWN skip messages and one line with the count of all."""
+    if len(problems) <= SHOWN:
+        return problems
+    return [*problems[:SHOWN], f"{path}: {len(problems)} line(s) skipped in all"]
 
 
 # The flat CSV view: one fixed column set for every record kind (blank when n/a),
@@ -278,14 +476,14 @@ def read_lines(path: Path, fix: str, not_json: str, check) -> tuple[list[dict], 
 def _result_problem(obj) -> str | None:
     if not isinstance(obj, dict) or "kind" not in obj:
         return "not a bench record (no 'kind')"
-    return record_check.problem(obj, record_check.result_fields(obj))
+    return problem(obj, kind_of(obj))
 
 
 def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
     """Records and, separately, one warning per line that is not a record."""
     fix = "give the JSONL file `bench` wrote (default bench-results/results.jsonl)"
     recs, problems = read_lines(path, fix, "not a JSON record", _result_problem)
-    return recs, record_check.summarized(problems, path)
+    return recs, summarized(problems, path)
 
 
 def csv_row(record: dict) -> dict:

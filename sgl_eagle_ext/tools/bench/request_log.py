@@ -132,18 +132,17 @@ class RequestLog:
 def read(path: Path) -> tuple[list[dict], list[str]]:
     """The request lines of FILE and one warning per line that is not one."""
     from sgl_eagle_ext.common.errors import UserError
-    from sgl_eagle_ext.tools.bench import record_check
 
     def problem(obj) -> str | None:
         if not isinstance(obj, dict) or obj.get("kind") != KIND:
             return "not a per-request record"
-        return record_check.problem(obj, record_check.REQUEST)
+        return records.problem(obj, records.Request)
 
     rows, problems = records.read_lines(
         path, "give the file --save-requests wrote", "not JSON", problem
     )
     skipped = f" ({len(problems)} line(s) skipped; first: {problems[0]})" if problems else ""
-    problems = record_check.summarized(problems, path)
+    problems = records.summarized(problems, path)
     if not rows:
         raise UserError(
             f"{path}: no per-request records{skipped}.",

@@ -28,6 +28,7 @@ from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.table import Col, Table
 from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import plot
+from sgl_eagle_ext.tools.bench.records import Level
 
 DEFAULT_EDGES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
@@ -192,23 +193,23 @@ def render_spec(buckets: list[dict], positions: dict[str, list[dict]], out=None)
     return data
 
 
-def pareto_points(sweeps: list[dict]) -> dict[str, list[dict]]:
+def pareto_points(sweeps: list[Level]) -> dict[str, list[dict]]:
     """Per arm, per level: total output tok/s and per-user tok/s (1000 / p50 TPOT)."""
     arms: dict[str, dict] = defaultdict(dict)
     for r in sweeps:
-        if r.get("kind") != "sweep" or r.get("status") in ("interrupted", "server died"):
+        if r.kind != "sweep" or r.status in ("interrupted", "server died"):
             continue
-        tpot = (r.get("tpot_ms") or {}).get("p50")
-        if not tpot or r.get("output_tok_s") is None:
+        tpot = r.at("tpot_ms", "p50")
+        if not tpot or r.output_tok_s is None:
             continue
         arm = plot.arm_name(r)  # drawable text, whatever bytes the label holds
-        rate = r.get("request_rate")  # open loop: levels are request rates
-        level = float(rate if rate is not None else r.get("concurrency") or 0)
-        arms[arm][level] = {
-            "concurrency": r.get("concurrency"),
-            "request_rate": rate,
-            "label": f"{rate:g}/s" if rate is not None else f"c={r.get('concurrency')}",
-            "total_tok_s": r["output_tok_s"],
+        arms[arm][r.level[1]] = {
+            "concurrency": r.concurrency,
+            "request_rate": r.request_rate,
+            "label": f"{r.request_rate:g}/s"
+            if r.request_rate is not None
+            else f"c={r.concurrency}",
+            "total_tok_s": r.output_tok_s,
             "user_tok_s": figures.tok_s(1, tpot),
         }
     return {a: [lv[k] for k in sorted(lv)] for a, lv in arms.items()}

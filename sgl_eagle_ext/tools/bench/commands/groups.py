@@ -1,8 +1,6 @@
-"""The option groups several subcommands share, read from the parsed namespace
-(declared_flags.read_options: each field's check runs while its group is read, so a bad value
-stops the command before anything starts; the rest of the tool only sees the typed
-options). The flags themselves are declared once, as the fields (options.py, workload.py).
-"""
+"""The option groups several subcommands share, read from the parsed namespace: each
+field's check runs as its group is read (declared_flags.read_options), so a bad value
+stops the command before anything starts. The flags are declared once, as the fields."""
 
 from __future__ import annotations
 
