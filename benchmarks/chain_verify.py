@@ -95,7 +95,18 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chain_verify")
+    p.add_argument(
+        "--arms",
+        default=",".join(name for name, *_ in ARMS),
+        help="a subset of the arms, by name (outputs are compared with the first one run)",
+    )
     args = p.parse_args()
+    wanted = args.arms.split(",")
+    unknown = sorted(set(wanted) - {name for name, *_ in ARMS})
+    if unknown:
+        p.error(f"--arms: unknown {', '.join(unknown)} (arms: {', '.join(n for n, *_ in ARMS)})")
+    arms = [arm for arm in ARMS if arm[0] in wanted]
+    stamp = time.strftime("%Y%m%d-%H%M%S")  # each run's own server logs
     built = tiny_models.build(Path(tiny_models.DEFAULT_DIR).expanduser())
     models = Path(built["target"]).parent
     prompts = list(tiny_models.DEMO_PROMPTS)
@@ -105,8 +116,8 @@ def main() -> int:
     outputs: dict[str, dict[int, list]] = {}
     logs: dict[str, list[Path]] = {}
     for r in range(args.rounds):
-        for name, preset, draft, switch in ARMS:
-            tag = f"{name.replace(' ', '-')}-r{r + 1}"
+        for name, preset, draft, switch in arms:
+            tag = f"{name.replace(' ', '-')}-r{r + 1}-{stamp}"
             with start(preset, draft, switch, models, args.out, tag) as server:
                 for level in levels:
                     outs, tps, cpu = decode(server, prompts, level, args.max_tokens)
@@ -126,14 +137,15 @@ def main() -> int:
                 f"{sum(cpu) / len(cpu) if cpu else float('nan'):6.1f} ms CPU/token"
             )
         print(f"{name:16} " + "   ".join(cells))
-    print("\n== greedy outputs equal to the baseline's (every prompt, every level)")
+    ref = arms[0][0]
+    print(f"\n== greedy outputs equal to {ref}'s (every prompt, every level)")
     for name in rows:
-        same = all(outputs[name][lv] == outputs["baseline"][lv] for lv in levels)
+        same = all(outputs[name][lv] == outputs[ref][lv] for lv in levels)
         print(f"{name:16} {'identical' if same else 'DIFFERENT'}")
     print("\n== profile cells (ms, mean per cycle): bs, steps: cycle, verify forward, draft-extend")
     for name in rows:
         if name == "baseline":
-            continue
+            continue  # no speculation cycles
         for (bs, steps), cell in sorted(Profile.read_all(logs[name]).cells().items()):
             print(
                 f"{name:16} bs {bs} steps {steps}: cycle {cell.mean('cycle'):7.1f}  "
