@@ -267,6 +267,11 @@ def _draft(hidden: int, vocab: int, length: int, **more) -> dict:
 
 # SpecForge's GLM-4.7-Flash draft: hidden 2048 over 20 heads (transformers refuses it)
 GLM_FLASH_DRAFT = _draft(2048, 154880, 4096, num_attention_heads=20, num_key_value_heads=4)
+# SpecForge's Qwen2.5-VL-32B draft (configs/qwen2.5-vl-32b-eagle3.json): hidden 5120 over 28
+# heads of 128; transformers 5.x's LlamaConfig refuses it whatever head_dim says
+QWEN25_VL_DRAFT = _draft(
+    5120, 152064, 8192, num_attention_heads=28, num_key_value_heads=4, head_dim=128
+)
 QWEN3_SHORT = ({**QWEN3, **SMALL}, {**DRAFT, "max_position_embeddings": 4096})
 OVERRIDE = '{"max_position_embeddings": 2048}'
 
@@ -285,6 +290,7 @@ LAUNCHES = {
     "mixtral": (MIXTRAL, _draft(4096, 32000, 32768), []),
     "bailing-remote-code": (BAILING, _draft(2048, 157184, 32768), []),
     "glm-flash-draft": ({**QWEN3, **SMALL}, GLM_FLASH_DRAFT, []),
+    "qwen2.5-vl-32b-draft": ({**QWEN3, **SMALL}, QWEN25_VL_DRAFT, []),
     "longcat-num-layers": (LONGCAT, _draft(6144, 131072, 131072), []),
     "gemma3-default-vocab": (GEMMA3_27B, _draft(5376, 262208, 131072), []),
     "relative-paths": (*QWEN3_SHORT, ["--context-length", "4096"]),
@@ -475,12 +481,17 @@ def test_a_config_sglang_refuses_is_its_error_and_no_verdict_claims_sglang(asked
 
 
 @pytest.mark.harness
-def test_a_draft_transformers_rejects_is_an_error_and_fix_does_not_call_it_ok(asked, tmp_path):
-    report = _asked_run(asked, "glm-flash-draft")
-    _, d, _ = asked["glm-flash-draft"]
+@pytest.mark.parametrize("case", ["glm-flash-draft", "qwen2.5-vl-32b-draft"])
+def test_a_draft_transformers_rejects_is_an_error_and_fix_does_not_call_it_ok(
+    asked, tmp_path, case
+):
+    """The two public drafts SGLang 0.5.23 cannot load (hidden size not a multiple of the
+    head count): refused in SGLang's words, on the draft's config; --fix claims nothing."""
+    report = _asked_run(asked, case)
+    _, d, _ = asked[case]
     refusal = next(f for f in report.errors if "not a multiple" in f.message)
     assert refusal.file == str(Path(d) / "config.json"), report.render()
-    fixed = _asked_run(asked, "glm-flash-draft", fix=True, overlay_root=tmp_path / "overlays")
+    fixed = _asked_run(asked, case, fix=True, overlay_root=tmp_path / "overlays")
     assert not fixed.ok and fixed.overlay is None, fixed.render()
     assert any(f.message.startswith("--fix wrote") for f in fixed.errors), fixed.render()
 

@@ -359,6 +359,16 @@ GLM_FLASH_DRAFT = {
     "max_position_embeddings": 4096,
     "rms_norm_eps": 1e-05,
 }
+# SpecForge's Qwen2.5-VL-32B draft: hidden 5120 over 28 heads of 128
+QWEN25_VL_DRAFT = {
+    **GLM_FLASH_DRAFT,
+    "hidden_size": 5120,
+    "intermediate_size": 18944,
+    "num_attention_heads": 28,
+    "head_dim": 128,
+    "vocab_size": 152064,
+    "max_position_embeddings": 8192,
+}
 SMALL_QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"],
     "model_type": "qwen3",
@@ -374,14 +384,17 @@ SMALL_QWEN3 = {
 
 
 @pytest.mark.harness
-def test_gpu_launch_off_host_keeps_sglangs_later_refusals_and_fix_claims_nothing(tmp_path):
+@pytest.mark.parametrize(
+    "draft", [GLM_FLASH_DRAFT, QWEN25_VL_DRAFT], ids=["glm-4.7-flash", "qwen2.5-vl-32b"]
+)
+def test_gpu_launch_off_host_keeps_sglangs_later_refusals_and_fix_claims_nothing(tmp_path, draft):
     """A GPU launch checked without the GPU: SGLang resolves as on the host, so the
     draft it cannot load is refused in its own words (not a 'draft shorter' error), and
     --fix's overlay is never reported accepted."""
     from sgl_eagle_ext.launcher.preflight import run as preflight
 
     t, d = tmp_path / "target", tmp_path / "draft"
-    for path, cfg in ((t, SMALL_QWEN3), (d, GLM_FLASH_DRAFT)):
+    for path, cfg in ((t, SMALL_QWEN3), (d, draft)):
         path.mkdir()
         (path / "config.json").write_text(json.dumps(cfg))
     env = _gpu_env(tmp_path)
