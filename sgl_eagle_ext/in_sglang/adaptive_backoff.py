@@ -15,10 +15,10 @@ warm-up in which no request accepts a draft token for update_interval batches in
 ends there, as a failed probe; once one bucket's warm-up was dry (and no probe has held
 since), a bucket met later starts at 0 steps with no warm-up, its backoff starting
 where the others' reached, and a probe in which nothing is accepted for PROBE_CUT (2) batches ends
-there too. A dry warm-up weighs as WARMUP_PROBES (2) failed probes. The bound with a draft
+there too. A dry warm-up weighs as WARMUP_PROBES (3) failed probes. The bound with a draft
 that is never accepted (the shipped table: interval 5, limit 32): the first bucket 5
-batches at the starting steps, every later one none, then 2 per probe after 4, 8, 16, 32,
-32, ... decisions at 0: for one bucket 9 of the first 100 batches, 15 of 500, 33 of
+batches at the starting steps, every later one none, then 2 per probe after 8, 16, 32,
+32, ... decisions at 0: for one bucket 7 of the first 100 batches, 13 of 500, 31 of
 2000, 1.2% in the steady state (SGLang alone: 55, 255, 1005; half). A draft accepted at all warms up, and probes, as SGLang's does.
 
 Installed in each scheduler process (its FEATURE in the in-process registry,
@@ -54,9 +54,10 @@ _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # batch a draft accepted 70% of the time is cut wrongly 9% of the time (0.3^2), and found
 # again at a later probe
 PROBE_CUT = 2
-# a dry warm-up weighs as this many failed probes: its update_interval (5) batches
-# rejected the first draft token at least as often as two probes cut at PROBE_CUT (4)
-WARMUP_PROBES = 2
+# a dry warm-up weighs as this many failed probes (the backoff doubles per failed probe):
+# its update_interval (5) batches at the starting steps are the strongest evidence a
+# server has at start (a draft accepted 20% of the time passes one 2 times in 3)
+WARMUP_PROBES = 3
 
 
 @dataclass
@@ -141,7 +142,7 @@ def _warmup(wrapped, slot, args, kwargs):
     slot._batch_count = slot.warmup_batches  # regular decisions from here on
     slot.ema_accept_len = 0.0
     state.probing = True  # failed probes: the backoff doubles from what is known
-    state.backoff = max(state.backoff, WARMUP_PROBES, _evidence.backoff // 2)
+    state.backoff = max(state.backoff, 2 ** (WARMUP_PROBES - 1), _evidence.backoff // 2)
     _evidence.dry = True
     PATCHES.say(
         logging.INFO if _rank() == 0 else logging.DEBUG,
