@@ -19,7 +19,8 @@ there too. A dry warm-up weighs as WARMUP_PROBES (3) failed probes. The bound wi
 that is never accepted (the shipped table: interval 5, limit 32): the first bucket 5
 batches at the starting steps, every later one none, then 2 per probe after 8, 16, 32,
 32, ... decisions at 0: for one bucket 7 of the first 100 batches, 13 of 500, 31 of
-2000, 1.2% in the steady state (SGLang alone: 55, 255, 1005; half). A draft accepted at all warms up, and probes, as SGLang's does.
+2000, 1.2% in the steady state (SGLang alone: 55, 255, 1005; half). A draft accepted at
+all warms up, and probes, as SGLang's does.
 
 Installed in each scheduler process (its FEATURE in the in-process registry,
 in_sglang_base/registry.py) when EAGLE_EXT_ADAPTIVE_BACKOFF is set (the eagle3-adaptive preset sets it). A wrapt wrapper on the release
