@@ -199,7 +199,8 @@ class Launcher:
             text=True,
             env={**os.environ, **(env or {})},
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         threading.Thread(target=self._watch_tree, daemon=True).start()
 
     def _read(self) -> None:
@@ -261,11 +262,14 @@ class Launcher:
         return self.wait(timeout)
 
     def wait(self, timeout: float = READY_TIMEOUT) -> int:
+        """The launcher's exit code, once its output is read to the end: its last lines
+        (the watchdog's verdict, say) may still be in the pipe when it exits."""
         try:
             return self.proc.wait(timeout=timeout)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
+            self._reader.join(timeout=10)  # a descendant holding the pipe: not forever
 
     def orphans(self) -> list[int]:
         alive = []

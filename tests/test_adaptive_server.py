@@ -65,9 +65,9 @@ def test_adaptive_preset_follows_the_draft(tiny_models, start_launcher, draft):
         first = switches[0]
         assert (first.old, first.new, first.reason) == (3, 0, "accept length")
         assert first.ema_accept_len < 0.5
-        # the warm-up accepted nothing for 5 batches: decided then, as a failed probe
+        # the warm-up accepted nothing for 5 batches: decided then, as three failed probes
         assert "nothing accepted in 5 warm-up batch(es) at steps 3: deciding now" in log
-        assert "probe at steps 3 failed; next probe after 2 decisions at steps 0" in log
+        assert "probe at steps 3 failed; next probe after 8 decisions at steps 0" in log
         assert 0 < sum(r.cycles for r in by_steps.get(3, [])) <= 5
         zero = by_steps[0]
         assert all(r.phases["draft"].mean == 0.0 for r in zero)  # no-draft cycles

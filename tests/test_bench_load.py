@@ -501,6 +501,16 @@ MOONCAKE = [  # ms; two requests share the block of hash id 7
 ]
 
 
+def assert_on_schedule(times, offsets) -> None:
+    """Requests arrived at the trace's offsets from the first: none early (beyond the
+    first one's own lateness) and none later than a busy box's scheduling delay (a send
+    is never early, but on 2 loaded cores one came 0.29 s late). Wide enough for CI's
+    load, narrow enough to tell the trace's times from a burst or another speed."""
+    arrived = np.asarray(times) - times[0]
+    for got, want in zip(arrived[1:], offsets):
+        assert want - 0.2 <= got <= want + 1.0, (list(arrived), offsets)
+
+
 def test_trace_replay_mooncake(recording, tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text("\n".join(json.dumps(x) for x in MOONCAKE) + "\n")
@@ -511,8 +521,7 @@ def test_trace_replay_mooncake(recording, tmp_path, capsys):
     bodies, times = recording.fake.bodies, recording.fake.times
     # sent in time order, at the trace's gaps (0, 0.6, 1.2 s), each at its own lengths
     assert [b["max_tokens"] for b in bodies] == [3, 4, 5]
-    gaps = np.diff(times)
-    assert gaps[0] == pytest.approx(0.6, abs=0.25) and gaps[1] == pytest.approx(0.6, abs=0.25)
+    assert_on_schedule(times, [0.6, 1.2])
     first, third = bodies[0]["messages"][0]["content"], bodies[2]["messages"][0]["content"]
     block = first.split("\n\n")[0]
     assert third.startswith(block) and not bodies[1]["messages"][0]["content"].startswith(block)
@@ -532,8 +541,7 @@ def test_trace_speed_replays_faster_and_is_recorded(recording, tmp_path, capsys)
     assert run(recording.url, res, *argv) == 0
     out = capsys.readouterr().out
     assert "trace replay: 3 request(s) at the trace's times x0.5 speed over 2.4 s" in out
-    gaps = np.diff(recording.fake.times)  # half the speed: the 0.6 s gaps take 1.2 s
-    assert gaps[0] == pytest.approx(1.2, abs=0.3) and gaps[1] == pytest.approx(1.2, abs=0.3)
+    assert_on_schedule(recording.fake.times, [1.2, 2.4])  # half the speed: 0.6 s gaps take 1.2
     (r,), (row,) = read(res)
     assert r["trace_speed"] == 0.5 and row["trace_speed"] == "0.5"
     assert r["request_rate"] == pytest.approx(2 / 2.4)

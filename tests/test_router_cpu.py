@@ -61,7 +61,8 @@ class RouterRun:
             text=True,
             env=dict(os.environ),
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
@@ -87,14 +88,20 @@ class RouterRun:
         except psutil.NoSuchProcess:
             return []
 
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+    def wait(self, timeout: float) -> int:
+        """The exit code, once the output is read to the end (its last lines may still be
+        in the pipe when the process exits)."""
         try:
-            return self.proc.wait(timeout=60)
+            return self.proc.wait(timeout=timeout)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
+            self._reader.join(timeout=10)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout=60)
 
 
 @pytest.fixture
@@ -168,7 +175,7 @@ def test_a_worker_that_never_gets_ready_stops_the_start(start_router):
 
     dead = f"http://127.0.0.1:{ports.pick()}"  # nothing listens there
     run = start_router("--worker-url", dead, "--worker-timeout", "3")
-    assert run.proc.wait(timeout=120) == server_process.EXIT_WATCHDOG, run.output
+    assert run.wait(timeout=120) == server_process.EXIT_WATCHDOG, run.output
     assert f"{dead} (no answer)" in run.output
 
 
