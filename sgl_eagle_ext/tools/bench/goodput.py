@@ -16,7 +16,8 @@ import numpy as np
 from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import Col, L, Table
-from sgl_eagle_ext.tools.bench import request_log
+from sgl_eagle_ext.tools.bench import records, request_log
+from sgl_eagle_ext.tools.bench.records import Request
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 ALIASES = {"e2el": "e2e"}  # sglang.bench_serving's and vLLM's name for E2E latency
@@ -79,57 +80,57 @@ def _pname(p: float) -> str:
     return f"p{p:g}"
 
 
-def meets(row: dict, slo: dict[str, float]) -> bool:
-    if not row.get("ok"):
+def meets(row: Request, slo: dict[str, float]) -> bool:
+    if not row.ok:
         return False
     for key, limit in slo.items():
         if key == "itl":
-            gaps = row.get("itl_ms") or []
+            gaps = row.itl_ms or []
             if gaps and max(gaps) > limit:
                 return False
             continue
-        v = row.get(f"{key}_ms")
+        v = getattr(row, f"{key}_ms")
         if v is None or v > limit:
             return False
     return True
 
 
-def group_key(row: dict) -> tuple:
-    level = row.get("concurrency")
-    if level is None and row.get("request_rate") is not None:
-        level = f"rate {row['request_rate']:g}"
-    return (row.get("run_id"), row.get("arm") or "", level)
+def group_key(row: Request) -> tuple:
+    level = row.concurrency
+    if level is None and row.request_rate is not None:
+        level = f"rate {row.request_rate:g}"
+    return (row.run_id, row.arm or "", level)
 
 
-def level_figures(rows: list[dict], slo: dict, percentiles) -> dict:
-    ok = [r for r in rows if r.get("ok")]
+def _tokens(rows: list[Request]) -> int:
+    return sum(r.completion_tokens or 0 for r in rows)
+
+
+def level_figures(rows: list[Request], slo: dict, percentiles) -> dict:
+    ok = [r for r in rows if r.ok]
     ends = [
-        r["start_s"] + r["e2e_ms"] / 1e3
-        for r in rows
-        if r.get("start_s") is not None and r.get("e2e_ms") is not None
+        r.start_s + r.e2e_ms / 1e3 for r in rows if r.start_s is not None and r.e2e_ms is not None
     ]
-    starts = [r["start_s"] for r in rows if r.get("start_s") is not None]
+    starts = [r.start_s for r in rows if r.start_s is not None]
     duration = max(ends) - min(starts) if ends and starts else None
     if not duration:
-        duration = next((r.get("level_duration_s") for r in rows), None)
+        duration = next((r.level_duration_s for r in rows), None)
     out = {
         "requests": len(rows),
         "completed": len(ok),
         "duration_s": duration,
-        "output_tok_s": (
-            sum(r.get("completion_tokens") or 0 for r in ok) / duration if duration else None
-        ),
+        "output_tok_s": _tokens(ok) / duration if duration else None,
     }
     for m in METRICS:
         if m == "itl":
-            vals = [g for r in ok for g in (r.get("itl_ms") or [])]
+            vals = [g for r in ok for g in (r.itl_ms or [])]
         else:
-            vals = [r[f"{m}_ms"] for r in ok if r.get(f"{m}_ms") is not None]
+            vals = [v for r in ok if (v := getattr(r, f"{m}_ms")) is not None]
         out[f"{m}_ms"] = {
             _pname(p): (float(np.percentile(vals, p)) if vals else None) for p in percentiles
         }
-    acc = [r for r in ok if r.get("verify_ct") and r.get("completion_tokens") is not None]
-    tokens, cycles = sum(r["completion_tokens"] for r in acc), sum(r["verify_ct"] for r in acc)
+    acc = [r for r in ok if r.verify_ct and r.completion_tokens is not None]
+    tokens, cycles = _tokens(acc), sum(r.verify_ct for r in acc)
     # decode-only, as the sweep's accept_length (SGLang's /server_info figure)
     out["accept_length"] = accept.decode_only(tokens, cycles, len(acc))
     out["accept_length_with_prefill"] = accept.from_counts(tokens, cycles)
@@ -138,16 +139,16 @@ def level_figures(rows: list[dict], slo: dict, percentiles) -> dict:
         out["slo_met"] = len(good)
         out["slo_met_share"] = len(good) / len(rows) if rows else None
         out["goodput_req_s"] = len(good) / duration if duration else None
-        out["goodput_tok_s"] = (
-            sum(r.get("completion_tokens") or 0 for r in good) / duration if duration else None
-        )
+        out["goodput_tok_s"] = _tokens(good) / duration if duration else None
     return out
 
 
 def compute(rows: list[dict], slo: dict, percentiles) -> list[tuple[tuple, dict]]:
-    groups: dict[tuple, list] = defaultdict(list)
+    """Figures per (run, arm, level) of per-request records (request_log.read's)."""
+    groups: dict[tuple, list[Request]] = defaultdict(list)
     for r in rows:
-        groups[group_key(r)].append(r)
+        typed = records.decode(r, Request)
+        groups[group_key(typed)].append(typed)
 
     def order(k):
         run, arm, level = k
