@@ -18,7 +18,12 @@ import pytest
 
 from sgl_eagle_ext.common import http
 from sgl_eagle_ext.cpu.tiny_models import DEMO_PROMPTS
-from sgl_eagle_ext.profiling.report import AGREE_PCT, DECODE_BATCH, record_from_line
+from sgl_eagle_ext.profiling.report import (
+    AGREE_PCT,
+    DECODE_BATCH,
+    SAMPLING_FACTOR,
+    record_from_line,
+)
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.server
@@ -189,7 +194,13 @@ def test_profile_matches_sglang_counts(tiny_models, start_launcher, tmp_path, dr
             f"{row['profile_vs_sglang_pct']:+.1f}% ({row['cycles']} cycles)"
         )
         assert host["mean_ms"] > 0
-        assert abs(row["profile_vs_sglang_pct"]) <= AGREE_PCT, row
+        pct = abs(row["profile_vs_sglang_pct"])
+        # within AGREE_PCT, or the contended-host case the report names with its size: the
+        # windows' own cycle spread is so wide that SGLang's lines and the profile's
+        # windows sample different cycles (CI once: -7.6% over 29 cycles, windows
+        # 376-1487 ms). Time left uncounted would disagree without such a spread.
+        sampling = row.get("cycle_spread_pct", 0) >= SAMPLING_FACTOR * pct
+        assert pct <= AGREE_PCT or sampling, row
 
 
 def test_sync_check_and_a_server_stopped_under_load(tiny_models, start_launcher, tmp_path):
