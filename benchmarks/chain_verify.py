@@ -1,6 +1,7 @@
 """Chain verifies on SGLang's split-KV / decode kernels against its extend kernel, in one run.
 
     .venv/bin/python benchmarks/chain_verify.py [--rounds 2] [--max-tokens 32] [--levels 1,4]
+        [--context K]
 
 On the CPU harness (real SGLang 0.5.23, tiny pair), each arm is a server started in this
 process as the launcher starts one (`--cpu`, EAGLE3_PROFILE=1), interleaved over rounds:
@@ -14,7 +15,9 @@ process as the launcher starts one (`--cpu`, EAGLE3_PROFILE=1), interleaved over
   eagle3-adaptive/zero extend  the same on the extend kernel
 
 What differs between the arms: speculation, and EAGLE_EXT_CHAIN_VERIFY (named in each
-arm). Every arm decodes the demo prompts greedily at each level (one stream: one after
+arm). Every arm decodes the demo prompts greedily (with `--context K`, each after the
+same K paragraphs of the tiny corpus: a longer prefix for every verify to attend over; the
+mean prompt length SGLang counted is printed) at each level (one stream: one after
 another; more: that many at a time); the outputs must equal the baseline's (printed).
 Per arm and level: output tok/s (client wall clock), the scheduler's CPU ms per generated
 token (its CPU seconds over SGLang's generation-token counter), and from the profile the
@@ -76,8 +79,9 @@ def start(preset, draft, switch, models: Path, out: Path, tag: str) -> running.R
     return running.start_or_exit(launch_plan.build(request), log, tag)
 
 
-def decode(server, prompts, level: int, max_tokens: int) -> tuple[list, float, float | None]:
-    """(outputs, tok/s, scheduler CPU ms per generated token) at `level` streams."""
+def decode(server, prompts, level: int, max_tokens: int) -> tuple[list, float, float | None, float]:
+    """(outputs, tok/s, scheduler CPU ms per generated token, mean prompt tokens) at `level`
+    streams."""
     cpu0, gen0 = scheduler_cpu_s(server.pid), generated_tokens(server.url)
     t0, outs = time.monotonic(), []
     for i in range(0, len(prompts), level):
@@ -86,7 +90,13 @@ def decode(server, prompts, level: int, max_tokens: int) -> tuple[list, float, f
     cpu1, gen1 = scheduler_cpu_s(server.pid), generated_tokens(server.url)
     tokens = sum(len(o["output_ids"]) for o in outs)
     cpu = cpu_ms_per_token(cpu1 - cpu0, gen1 - gen0) if gen0 is not None and gen1 else None
-    return [o["output_ids"] for o in outs], figures.tok_s(tokens, 1000 * wall), cpu
+    prompt = [o.get("meta_info", {}).get("prompt_tokens", 0) for o in outs]
+    return (
+        [o["output_ids"] for o in outs],
+        figures.tok_s(tokens, 1000 * wall),
+        cpu,
+        sum(prompt) / len(prompt),
+    )
 
 
 def main() -> int:
@@ -94,6 +104,13 @@ def main() -> int:
     p.add_argument("--levels", default="1,4")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument(
+        "--context",
+        type=int,
+        default=0,
+        metavar="K",
+        help="put K paragraphs of the tiny corpus before every prompt (a longer prefix)",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chain_verify")
     p.add_argument(
         "--arms",
@@ -109,7 +126,8 @@ def main() -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")  # each run's own server logs
     built = tiny_models.build(Path(tiny_models.DEFAULT_DIR).expanduser())
     models = Path(built["target"]).parent
-    prompts = list(tiny_models.DEMO_PROMPTS)
+    context = "".join(p + "\n\n" for p in tiny_models.CORPUS[: args.context])
+    prompts = [context + p for p in tiny_models.DEMO_PROMPTS]
     levels = [int(x) for x in args.levels.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[int, list]] = {}
@@ -120,11 +138,12 @@ def main() -> int:
             tag = f"{name.replace(' ', '-')}-r{r + 1}-{stamp}"
             with start(preset, draft, switch, models, args.out, tag) as server:
                 for level in levels:
-                    outs, tps, cpu = decode(server, prompts, level, args.max_tokens)
+                    outs, tps, cpu, prompt = decode(server, prompts, level, args.max_tokens)
                     rows.setdefault(name, {}).setdefault(level, []).append((tps, cpu))
                     outputs.setdefault(name, {})[level] = outs
                     print(f"round {r + 1} {name:16} c={level}: {tps:6.2f} tok/s, "
-                          f"{cpu or 0:6.1f} CPU ms/token", flush=True)  # fmt: skip
+                          f"{cpu or 0:6.1f} CPU ms/token, prompts {prompt:.0f} tokens",
+                          flush=True)  # fmt: skip
             logs.setdefault(name, []).append(server.log_path)
     print("\n== tok/s (client wall) and scheduler CPU ms per generated token, mean of rounds")
     for name, by_level in rows.items():
@@ -153,7 +172,11 @@ def main() -> int:
                 f"draft_extend {cell.mean('draft_extend'):6.1f}  ({cell.cycles} cycles)"
             )
     record = args.out / f"chain-verify-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    record.write_text(json.dumps({"rows": rows, "levels": levels, "arms": ARMS}, indent=1))
+    record.write_text(
+        json.dumps(
+            {"rows": rows, "levels": levels, "arms": ARMS, "context": args.context}, indent=1
+        )
+    )
     print(f"\nrecord: {record}; server logs: {args.out}")
     return 0
 

@@ -22,16 +22,19 @@ os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
 DEFAULTS: dict[str, dict] = {}
 
 
-def poison(verify_splitkv, garbage: bool, fixed: bool) -> None:
-    """With `garbage`, scratch as torch.empty may leave it (NaN: on a GPU, and now and
-    then on a CPU too); with `fixed`, the project's wrapper over that allocation
-    (in_sglang/chain_verify.py, through the patching base) on top."""
+def project_wrap(module, fixed: bool, garbage: bool = False) -> None:
+    """The project's wrapper over the kernel's scratch allocation (in_sglang/chain_verify.py,
+    through the patching base) when `fixed`, else SGLang's own: the per-head kernel's
+    scratch zeroed, the grouped-head kernel's partials in fp32. With `garbage` the per-head
+    kernel's scratch starts as torch.empty may leave it (NaN: on a GPU, and now and then on
+    a CPU too)."""
     import math
 
     from sgl_eagle_ext.in_sglang import chain_verify
     from sgl_eagle_ext.in_sglang_base import patching
 
-    cls = verify_splitkv.VerifySplitKV
+    per_head = hasattr(module, "VerifySplitKV")
+    cls = module.VerifySplitKV if per_head else module.VerifyMLA
     chain_verify.PATCHES.uninstall()
     if "_stock_alloc" not in vars(cls):
         cls._stock_alloc = cls._alloc
@@ -43,20 +46,9 @@ def poison(verify_splitkv, garbage: bool, fixed: bool) -> None:
 
     cls._alloc = nan_filled if garbage else stock
     if fixed:
-        anchor = f"{verify_splitkv.__name__}:VerifySplitKV._alloc"
-        chain_verify.PATCHES.install([patching.Wrap(anchor, chain_verify.zero_partials)])
-
-
-def fp32_partials(verify_mla, fixed: bool) -> None:
-    """With `fixed`, the project's wrapper over VerifyMLA._alloc (fp32 split partials);
-    without, SGLang's bf16 ones."""
-    from sgl_eagle_ext.in_sglang import chain_verify
-    from sgl_eagle_ext.in_sglang_base import patching
-
-    chain_verify.PATCHES.uninstall()
-    if fixed:
-        anchor = f"{verify_mla.__name__}:VerifyMLA._alloc"
-        chain_verify.PATCHES.install([patching.Wrap(anchor, chain_verify.fp32_partials)])
+        wrapper = chain_verify.zero_partials if per_head else chain_verify.fp32_partials
+        anchor = f"{module.__name__}:{cls.__name__}._alloc"
+        chain_verify.PATCHES.install([patching.Wrap(anchor, wrapper)])
 
 
 def run(case: dict) -> dict:
@@ -76,10 +68,7 @@ def run(case: dict) -> dict:
             setattr(module, name, case.get("params", {}).get(name, defaults[name]))
     getattr(module, "_VMLA_CACHE" if mla else "_VK_CACHE").clear()
     fixed = case.get("fixed", True)
-    if not mla:  # the project's path: its scratch zeroed (in_sglang/chain_verify.py)
-        poison(verify_splitkv, case.get("poison", False), fixed)
-    else:  # the project's path: fp32 partials; else SGLang's bf16 ones
-        fp32_partials(verify_mla, fixed)
+    project_wrap(module, fixed, garbage=case.get("poison", False))
 
     slots = sum(prefixes) + bs * L
     k_buffer = torch.randn(slots, h_kv, dk, generator=gen)

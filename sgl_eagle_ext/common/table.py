@@ -29,6 +29,11 @@ class Col:
             raise ValueError(f"column {self.title!r}: align is '<', '>' or '^'")
 
 
+def text(value, fmt: str = "{:.1f}", missing: str = "-") -> str:
+    """One value outside a table (prose, HTML cells): None as `missing`, else `fmt`."""
+    return missing if value is None else fmt.format(value)
+
+
 def L(title: str, width: int = 0, **kw) -> Col:
     """A left-aligned column (names, labels, notes)."""
     return Col(title, width, align="<", **kw)

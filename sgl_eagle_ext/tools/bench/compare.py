@@ -10,6 +10,7 @@ import math
 
 from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.table import Col, L, Table
+from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.tools.bench.sweep import CONCURRENCY, Axis
 
 
@@ -30,10 +31,6 @@ def _x(r: float | None) -> str:
     if r is None:
         return "-"
     return "inf" if math.isinf(r) else f"x{r:.2f}"
-
-
-def _n(v, fmt="{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
 
 
 def side_by_side(

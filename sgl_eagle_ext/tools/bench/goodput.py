@@ -16,6 +16,7 @@ import numpy as np
 from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import Col, L, Table
+from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.tools.bench import records, request_log
 from sgl_eagle_ext.tools.bench.records import Request
 
@@ -155,10 +156,6 @@ def compute(rows: list[dict], slo: dict, percentiles) -> list[tuple[tuple, dict]
         return (str(run), arm, (0, level) if isinstance(level, (int, float)) else (1, str(level)))
 
     return [(k, level_figures(groups[k], slo, percentiles)) for k in sorted(groups, key=order)]
-
-
-def _n(v, fmt="{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
 
 
 def table(results, slo: dict, percentiles) -> list[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import paths
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import goodput, plot, records, request_log, spec_view
 from sgl_eagle_ext.tools.bench.records import Level
@@ -34,10 +35,6 @@ th{background:#f2f2f2}td.l,th.l{text-align:left}tr.bad td{background:#fde2e2}
 img{max-width:100%;border:1px solid #eee}pre{background:#f7f7f7;padding:.6em;overflow:auto;
 font-size:.8em}.note{color:#8a5a00}
 """
-
-
-def _n(v, fmt="{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
 
 
 def _img(png: bytes, alt: str) -> str:

@@ -10,6 +10,7 @@ does not vary) unless --vary-prompts.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.tools.bench import client as cl
@@ -19,93 +20,133 @@ from sgl_eagle_ext.tools.bench.prompts import PromptSet
 from sgl_eagle_ext.tools.bench.sweep import Interrupted, Load
 
 
-def run_fields(i: int, r: cl.RequestResult, load: Load, respect_eos: bool) -> dict:
-    short = r.ok and (r.completion_tokens or 0) < load.max_tokens
-    tokens, verify = (r.completion_tokens, r.spec_verify_ct) if r.ok else (None, None)
+@dataclass(frozen=True)
+class RunFields:
+    """One run as its record holds it (`runs_detail` / `warmup`: asdict of each)."""
+
+    run: int
+    prompt_id: str | None
+    ok: bool
+    error: str | None
+    detail: str | None
+    tokens: int | None
+    seconds: float | None
+    tok_s: float | None
+    decode_tok_s: float | None  # after the first token
+    prompt_tokens: int | None
+    ttft_ms: float | None
+    accept_length: float | None  # decode-only (SGLang's /server_info convention)
+    accept_length_with_prefill: float | None
+    verify_calls: int | None
+    decoded_tokens: int | None
+    finish_reason: str | None
+    short: bool  # fewer tokens than asked
+    counted: bool  # in the averages
+    malformed_chunks: int
+
+
+def run_fields(i: int, r: cl.RequestResult, load: Load, respect_eos: bool) -> RunFields:
+    ok = r.ok
+    short = ok and (r.completion_tokens or 0) < load.max_tokens
+    tokens, verify = (r.completion_tokens, r.spec_verify_ct) if ok else (None, None)
     decode = None
-    if (
-        r.ok
-        and r.completion_tokens
-        and r.completion_tokens > 1
-        and r.e2e
-        and r.ttft is not None
-        and r.e2e > r.ttft
-    ):
-        decode = (r.completion_tokens - 1) / (r.e2e - r.ttft)
-    return {
-        "run": i,
-        "prompt_id": r.prompt_id,
-        "ok": r.ok,
-        "error": r.error or None,
-        "detail": r.detail or None,
-        "tokens": r.completion_tokens if r.ok else None,
-        "seconds": r.e2e,
-        "tok_s": r.tok_s,
-        "decode_tok_s": decode,
-        "prompt_tokens": r.prompt_tokens,
-        "ttft_ms": r.ttft * 1e3 if r.ttft is not None else None,
-        # decode-only (SGLang's /server_info convention), and with the prefill's token
-        "accept_length": accept.from_counts(r.decoded_tokens if r.ok else None, verify),
-        "accept_length_with_prefill": accept.from_counts(tokens, verify),
-        "verify_calls": r.spec_verify_ct if r.ok else None,
-        "decoded_tokens": r.decoded_tokens if r.ok and verify else None,
-        "finish_reason": r.finish_reason,
-        "short": bool(short),
-        "counted": bool(r.ok and (not short or respect_eos)),
-        "malformed_chunks": r.malformed,
-    }
-
-
-def run_line(f: dict, total: int, max_tokens: int, warmup: bool = False) -> str:
-    tag = f"warm-up {f['run']}/{total}" if warmup else f"run {f['run']}/{total}"
-    if not f["ok"]:
-        return f"{tag}: FAILED ({f['error']}: {f['detail']})"
-    acc = f" accept {f['accept_length']:.2f}," if f["accept_length"] else ""
-    line = (
-        f"{tag}: {f['tokens']} tokens in {f['seconds']:.2f} s = {f['tok_s']:.1f} tok/s "
-        f"(prompt {f['prompt_tokens']} tokens, TTFT {f['ttft_ms']:.0f} ms,{acc} "
-        f"decode {f['decode_tok_s'] or 0:.1f} tok/s)"
+    if ok and (tokens or 0) > 1 and r.e2e and r.ttft is not None and r.e2e > r.ttft:
+        decode = (tokens - 1) / (r.e2e - r.ttft)
+    return RunFields(
+        run=i,
+        prompt_id=r.prompt_id,
+        ok=ok,
+        error=r.error or None,
+        detail=r.detail or None,
+        tokens=tokens,
+        seconds=r.e2e,
+        tok_s=r.tok_s,
+        decode_tok_s=decode,
+        prompt_tokens=r.prompt_tokens,
+        ttft_ms=r.ttft * 1e3 if r.ttft is not None else None,
+        accept_length=accept.from_counts(r.decoded_tokens if ok else None, verify),
+        accept_length_with_prefill=accept.from_counts(tokens, verify),
+        verify_calls=verify,
+        decoded_tokens=r.decoded_tokens if ok and verify else None,
+        finish_reason=r.finish_reason,
+        short=bool(short),
+        counted=bool(ok and (not short or respect_eos)),
+        malformed_chunks=r.malformed,
     )
-    if f["short"]:
-        line += f"  SHORT: {f['tokens']}/{max_tokens} tokens (finish {f['finish_reason']})" + (
-            "" if f["counted"] else ": not averaged"
+
+
+def run_line(f: RunFields, total: int, max_tokens: int, warmup: bool = False) -> str:
+    tag = f"warm-up {f.run}/{total}" if warmup else f"run {f.run}/{total}"
+    if not f.ok:
+        return f"{tag}: FAILED ({f.error}: {f.detail})"
+    acc = f" accept {f.accept_length:.2f}," if f.accept_length else ""
+    line = (
+        f"{tag}: {f.tokens} tokens in {f.seconds:.2f} s = {f.tok_s:.1f} tok/s "
+        f"(prompt {f.prompt_tokens} tokens, TTFT {f.ttft_ms:.0f} ms,{acc} "
+        f"decode {f.decode_tok_s or 0:.1f} tok/s)"
+    )
+    if f.short:
+        line += f"  SHORT: {f.tokens}/{max_tokens} tokens (finish {f.finish_reason})" + (
+            "" if f.counted else ": not averaged"
         )
     return line
 
 
-def summarize(runs: list[dict], max_cv: float) -> dict:
-    counted = [f for f in runs if f["counted"]]
-    tok = stats.summary(f["tok_s"] for f in counted)
-    secs = sum(f["seconds"] for f in counted)
-    toks = sum(f["tokens"] for f in counted)
-    warnings = stats.steady_state_warnings([f["tok_s"] for f in counted], max_cv)
-    verify = sum(f["verify_calls"] or 0 for f in counted)
-    spec_tokens = sum(f["tokens"] for f in counted if f["verify_calls"])
-    return {
-        "tok_s": tok,
-        "overall_tok_s": toks / secs if secs else None,
-        "output_tokens": toks,
-        "seconds": secs,
-        "decode_tok_s": stats.summary(f["decode_tok_s"] for f in counted if f["decode_tok_s"]),
-        "ttft_ms": stats.summary(f["ttft_ms"] for f in counted if f["ttft_ms"] is not None),
-        "short": sum(1 for f in runs if f["short"]),
-        "failed": sum(1 for f in runs if not f["ok"]),
-        "steady": not warnings if tok["n"] >= 2 else None,
-        "warnings": warnings,
-        "accept_length_requests": accept.from_counts(
-            sum(f["decoded_tokens"] or 0 for f in counted if f["verify_calls"]), verify
+@dataclass
+class Summary:
+    """The runs summarized, as the record holds it (its top-level fields)."""
+
+    tok_s: dict  # stats.summary
+    overall_tok_s: float | None
+    output_tokens: int
+    seconds: float
+    decode_tok_s: dict
+    ttft_ms: dict
+    short: int
+    failed: int
+    steady: bool | None
+    warnings: list[str]
+    accept_length_requests: float | None
+    accept_length_requests_with_prefill: float | None
+    accept_length: float | None = None  # the figure shown, from...
+    accept_length_source: str | None = None  # ..."metrics delta" or "per-request sum"
+
+
+def summarize(runs: list[RunFields], max_cv: float) -> Summary:
+    counted = [f for f in runs if f.counted]
+    tok = stats.summary(f.tok_s for f in counted)
+    secs = sum(f.seconds for f in counted)
+    toks = sum(f.tokens for f in counted)
+    warnings = stats.steady_state_warnings([f.tok_s for f in counted], max_cv)
+    drafted = [f for f in counted if f.verify_calls]
+    verify = sum(f.verify_calls for f in drafted)
+    return Summary(
+        tok_s=tok,
+        overall_tok_s=toks / secs if secs else None,
+        output_tokens=toks,
+        seconds=secs,
+        decode_tok_s=stats.summary(f.decode_tok_s for f in counted if f.decode_tok_s),
+        ttft_ms=stats.summary(f.ttft_ms for f in counted if f.ttft_ms is not None),
+        short=sum(1 for f in runs if f.short),
+        failed=sum(1 for f in runs if not f.ok),
+        steady=not warnings if tok["n"] >= 2 else None,
+        warnings=warnings,
+        accept_length_requests=accept.from_counts(
+            sum(f.decoded_tokens or 0 for f in drafted), verify
         ),
-        "accept_length_requests_with_prefill": accept.from_counts(spec_tokens, verify),
-    }
+        accept_length_requests_with_prefill=accept.from_counts(
+            sum(f.tokens for f in drafted), verify
+        ),
+    )
 
 
-def summary_lines(s: dict, runs: int) -> list[str]:
-    t = s["tok_s"]
+def summary_lines(s: Summary, runs: int) -> list[str]:
+    t = s.tok_s
     if not t["n"]:
         return [f"no run counted out of {runs}: nothing to average"]
     lines = [
-        f"tok/s over {t['n']} counted run(s) of {runs}: overall {s['overall_tok_s']:.1f} "
-        f"({s['output_tokens']} tokens in {s['seconds']:.2f} s)"
+        f"tok/s over {t['n']} counted run(s) of {runs}: overall {s.overall_tok_s:.1f} "
+        f"({s.output_tokens} tokens in {s.seconds:.2f} s)"
     ]
     if t["n"] >= 2:
         half = (t["ci95_high"] - t["ci95_low"]) / 2
@@ -118,16 +159,16 @@ def summary_lines(s: dict, runs: int) -> list[str]:
         lines.append(
             f"  one run: {t['mean']:.1f} tok/s (no spread or confidence interval; use --runs 5)"
         )
-    if s.get("accept_length") is not None:
+    if s.accept_length is not None:
         lines.append(
-            f"  accept length {s['accept_length']:.2f} tokens per verify cycle "
-            f"({s['accept_length_source']})"
+            f"  accept length {s.accept_length:.2f} tokens per verify cycle "
+            f"({s.accept_length_source})"
         )
-    if s["short"]:
-        lines.append(f"  {s['short']} run(s) came back short (see SHORT above)")
-    if s["failed"]:
-        lines.append(f"  {s['failed']} run(s) failed")
-    if s["steady"]:
+    if s.short:
+        lines.append(f"  {s.short} run(s) came back short (see SHORT above)")
+    if s.failed:
+        lines.append(f"  {s.failed} run(s) failed")
+    if s.steady:
         lines.append(f"  steady state: OK (spread {t['cv'] * 100:.1f}% of the mean)")
     return lines
 
@@ -143,7 +184,7 @@ async def run(
     respect_eos: bool,
     vary_prompts: bool,
     console: Console,
-) -> tuple[list[dict], list[dict], bool, dict]:
+) -> tuple[list[RunFields], list[RunFields], bool, dict]:
     """Returns (warm-up fields, run fields, interrupted, counter-based accept)."""
     prompts = (
         prompt_set.take(runs + warmup, load.seed)
@@ -188,13 +229,13 @@ async def run(
         interrupted = True
     acc = {"accept_length": None}
     if not interrupted and before is not None and done:
-        tokens = sum(f["tokens"] or 0 for f in done)
+        tokens = sum(f.tokens or 0 for f in done)
         after = await asyncio.to_thread(server.counters_after, before, tokens)
         acc = probe.accept_from_counters(before, after)
         # decode-only under the shared name: each run's prefill token left out
         finished = acc["requests"] if acc["requests"] is not None else len(done)
         # drafts SGLang accepted past a run's end count in its figure (sweep.py)
-        past = sum(f["decoded_tokens"] - (f["tokens"] - 1) for f in done if f.get("decoded_tokens"))
+        past = sum(f.decoded_tokens - (f.tokens - 1) for f in done if f.decoded_tokens)
         acc["accept_length_with_prefill"] = acc["accept_length"]
         gen = acc["generation_tokens"]
         acc["accept_length"] = accept.decode_only(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import integer, number
@@ -64,14 +64,11 @@ def run(opts: Options, extra: list[str], console: Console) -> int:
     return interrupts.run(_run(opts, console))
 
 
-def _accept(s: dict, acc: dict) -> None:
+def _accept(s: single.Summary, acc: dict) -> None:
     if acc.get("accept_length") is not None:
-        s["accept_length"], s["accept_length_source"] = acc["accept_length"], "metrics delta"
-    elif s["accept_length_requests"] is not None:
-        s["accept_length"] = s["accept_length_requests"]
-        s["accept_length_source"] = "per-request sum"
-    else:
-        s["accept_length"], s["accept_length_source"] = None, None
+        s.accept_length, s.accept_length_source = acc["accept_length"], "metrics delta"
+    elif s.accept_length_requests is not None:
+        s.accept_length, s.accept_length_source = s.accept_length_requests, "per-request sum"
 
 
 async def _run(opts: Options, console: Console) -> int:
@@ -99,20 +96,20 @@ async def _run(opts: Options, console: Console) -> int:
             vary_prompts=opts.vary_prompts,
             console=console,
         )
-    if any(f["short"] for f in warm) and not req.respect_eos:
+    if any(f.short for f in warm) and not req.respect_eos:
         console.warn("a warm-up run came back short: the server may not honour ignore_eos")
     s = single.summarize(done, opts.max_cv)
     _accept(s, acc)
     for line in single.summary_lines(s, len(done)):
         console.out(line)
-    for w in s["warnings"]:
+    for w in s.warnings:
         console.warn(w)
     if interrupted:
         status = "interrupted"
-    elif not s["tok_s"]["n"]:
+    elif not s.tok_s["n"]:
         status = "failed"
     else:
-        status = "errors" if s["failed"] else "ok"
+        status = "errors" if s.failed else "ok"
     rec.write(
         "single",
         {
@@ -120,10 +117,10 @@ async def _run(opts: Options, console: Console) -> int:
             "status": status,
             "url": server.base_url,
             **session.load_fields(load, conn),
-            "warmup": warm,
-            "runs_detail": done,
+            "warmup": [asdict(f) for f in warm],
+            "runs_detail": [asdict(f) for f in done],
             "runs_requested": opts.runs,
-            **s,
+            **asdict(s),
         },
         prov,
     )
