@@ -11,7 +11,7 @@ import math
 from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.common.table import text as _n
-from sgl_eagle_ext.tools.bench.sweep import CONCURRENCY, Axis
+from sgl_eagle_ext.tools.bench.sweep import CONCURRENCY, Axis, view
 
 
 def ratio(b: float | None, a: float | None) -> float | None:
@@ -64,19 +64,19 @@ def side_by_side(
         fa, fb = a.get(c), b.get(c)
         if fa is None or fb is None:
             continue
-        thr = ratio(fb.get("output_tok_s"), fa.get("output_tok_s"))
-        ta, tb = fa["tpot_ms"].get("p50"), fb["tpot_ms"].get("p50")
+        fa, fb = view(fa), view(fb)
+        thr = ratio(fb.output_tok_s, fa.output_tok_s)
+        ta, tb = fa.at("tpot_ms", "p50"), fb.at("tpot_ms", "p50")
         tpot = ratio(tb, ta)
-        ga, gb = fa.get("goodput_tok_s"), fb.get("goodput_tok_s")
+        ga, gb = fa.goodput_tok_s, fb.goodput_tok_s
         good = ratio(gb, ga)
-        ea, eb = fa["e2e_ms"].get("p99"), fb["e2e_ms"].get("p99")
-        erra = sum(fa["errors"].values()) if fa.get("errors") else 0
-        errb = sum(fb["errors"].values()) if fb.get("errors") else 0
+        ea, eb = fa.at("e2e_ms", "p99"), fb.at("e2e_ms", "p99")
+        erra, errb = fa.error_count, fb.error_count
         per_level.append(
             {
                 axis.key: c,
-                "a_output_tok_s": fa.get("output_tok_s"),
-                "b_output_tok_s": fb.get("output_tok_s"),
+                "a_output_tok_s": fa.output_tok_s,
+                "b_output_tok_s": fb.output_tok_s,
                 "throughput_ratio": thr,
                 "a_tpot_p50_ms": ta,
                 "b_tpot_p50_ms": tb,
@@ -86,7 +86,7 @@ def side_by_side(
                 "goodput_ratio": good,
                 "a_e2e_p99_ms": ea,
                 "b_e2e_p99_ms": eb,
-                "b_accept_length": fb.get("accept_length"),
+                "b_accept_length": fb.accept_length,
                 "a_errors": erra,
                 "b_errors": errb,
             }
@@ -94,8 +94,8 @@ def side_by_side(
         cells.append(
             (
                 c,
-                _n(fa.get("output_tok_s")),
-                _n(fb.get("output_tok_s")),
+                _n(fa.output_tok_s),
+                _n(fb.output_tok_s),
                 _x(thr),
                 _n(ta),
                 _n(tb),
@@ -105,7 +105,7 @@ def side_by_side(
                 _n(ga),
                 _n(gb),
                 _x(good),
-                _n(fb.get("accept_length"), "{:.2f}"),
+                _n(fb.accept_length, "{:.2f}"),
                 f"{erra}/{errb}",
             )
         )

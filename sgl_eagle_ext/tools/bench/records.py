@@ -94,6 +94,12 @@ Length = Annotated[
     "int | str | None",
     _check("a whole number or a string", lambda v: _whole(v) or isinstance(v, str)),
 ]
+Texts = Annotated[
+    "list[str] | None",
+    _check(
+        "a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
+    ),
+]
 Mapping = Annotated["dict | None", _check("an object (or null)", lambda v: isinstance(v, dict))]
 ErrorCounts = Annotated[
     "dict[str, int] | None",
@@ -166,6 +172,22 @@ class Level(_Load, Result):
     tpot_ms: Percentiles = None
     itl_ms: Percentiles = None
     e2e_ms: Percentiles = None
+    error_examples: Texts = None
+    short_examples: Texts = None
+    malformed_chunks: Count = None
+    tokens_estimated: Count = None  # requests without a usage chunk
+    tokens_per_chunk: Number = None
+    client_busy: Number = None  # the load generator's share of a core
+    send_lag_ms: Percentiles = None
+    arrivals: Count = None
+    not_sent: Count = None  # a level cut short by a dead server
+    steady_state_note: Text = None
+    other_traffic: Text = None
+    peak_output_tok_s: Number = None
+    peak_concurrency: Count = None
+    slo_attainment: Number = None
+    slo_attainment_by_metric: Mapping = None
+    metric_percentiles: Mapping = None
     # what shaped the load (LOAD_COLUMNS)
     arrival: Text = None
     burstiness: Number = None

@@ -30,7 +30,7 @@ from sgl_eagle_ext.common import http
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.tools.bench import arrivals as arr
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import probe, stats, tokens
+from sgl_eagle_ext.tools.bench import probe, records, stats, tokens
 from sgl_eagle_ext.tools.bench.progress import Console
 from sgl_eagle_ext.tools.bench.prompts import Prompt, PromptSet
 
@@ -682,37 +682,42 @@ def table_head(axis: Axis = CONCURRENCY, goodput: bool = False) -> str:
 TABLE_HEAD = table_head()
 
 
-def status_text(f: dict) -> str:
+def view(f: dict | records.Level) -> records.Level:
+    """A level's fields as the typed record view the tables and notes read."""
+    return f if isinstance(f, records.Level) else records.decode(f, records.Level)
+
+
+def status_text(f: dict | records.Level) -> str:
     """The status column: a level cut short by a dead server must not look like a row."""
-    st = f.get("status", "ok")
-    if st == "server died":
+    v = view(f)
+    if v.status == "server died":
         return (
-            f"SERVER DIED: cut short ({f['requests']} sent, "
-            f"{f.get('not_sent', 0)} never sent, {f['completed']} done)"
+            f"SERVER DIED: cut short ({v.requests} sent, "
+            f"{v.not_sent or 0} never sent, {v.completed} done)"
         )
-    if st == "interrupted":
-        return f"INTERRUPTED ({f['completed']} done)"
-    return st
+    if v.status == "interrupted":
+        return f"INTERRUPTED ({v.completed} done)"
+    return v.status or "ok"
 
 
-def table_row(f: dict, concurrency: float) -> str:
-    err = sum(f["errors"].values()) if f.get("errors") else 0
-    goodput = "goodput_tok_s" in f
+def table_row(f: dict | records.Level, concurrency: float) -> str:
+    v = view(f)
+    goodput = v.goodput_tok_s is not None or v.slo_attainment is not None
     return level_table(CONCURRENCY, goodput).row(
         concurrency,
-        f["completed"],
-        err,
-        f["short"],
-        f["output_tok_s"],
-        f["request_s"],
-        _trio(f["ttft_ms"]),
-        _trio(f["tpot_ms"], fmt="{:.1f}"),
-        _trio(f["itl_ms"], fmt="{:.1f}"),
-        _trio(f["e2e_ms"], 1e-3, "{:.2f}"),
-        f.get("tokens_per_chunk"),
-        f.get("accept_length"),
-        *([f["goodput_tok_s"]] if goodput else []),
-        status_text(f),
+        v.completed,
+        v.error_count,
+        v.short,
+        v.output_tok_s,
+        v.request_s,
+        _trio(v.ttft_ms),
+        _trio(v.tpot_ms, fmt="{:.1f}"),
+        _trio(v.itl_ms, fmt="{:.1f}"),
+        _trio(v.e2e_ms, 1e-3, "{:.2f}"),
+        v.tokens_per_chunk,
+        v.accept_length,
+        *([v.goodput_tok_s] if goodput else []),
+        status_text(v),
     )
 
 
@@ -735,73 +740,73 @@ def metric_percentiles(results: list[cl.RequestResult], wanted) -> dict:
     return out
 
 
-def field_line(f: dict, at: str) -> str:
+def field_line(f: dict | records.Level, at: str) -> str:
     """What sglang.bench_serving prints that the table does not: ITL std/p95/max, the
     peaks, SLO attainment per goal, and vLLM's chosen percentiles."""
 
-    def ms(v):
-        return "-" if v is None else f"{v:.1f}"
+    def ms(x):
+        return "-" if x is None else f"{x:.1f}"
 
-    itl = f.get("itl_ms") or {}
+    v = view(f)
     parts = [
-        f"ITL ms std {ms(itl.get('std'))} p95 {ms(itl.get('p95'))} max {ms(itl.get('max'))}",
-        f"peak {ms(f.get('peak_output_tok_s'))} output tok/s, "
-        f"peak {f.get('peak_concurrency') or 0} requests in flight within one second",
+        f"ITL ms std {ms(v.at('itl_ms', 'std'))} p95 {ms(v.at('itl_ms', 'p95'))} "
+        f"max {ms(v.at('itl_ms', 'max'))}",
+        f"peak {ms(v.peak_output_tok_s)} output tok/s, "
+        f"peak {v.peak_concurrency or 0} requests in flight within one second",
     ]
-    if "slo_attainment" in f:
+    if v.slo_attainment is not None:
         each = ", ".join(
-            f"{k.removesuffix('_ms')} {v * 100:.1f}%"
-            for k, v in f["slo_attainment_by_metric"].items()
+            f"{k.removesuffix('_ms')} {x * 100:.1f}%"
+            for k, x in (v.slo_attainment_by_metric or {}).items()
         )
-        parts.append(f"SLO attainment {f['slo_attainment'] * 100:.1f}% ({each})")
-    for m, block in (f.get("metric_percentiles") or {}).items():
-        parts.append(f"{m.upper()} ms " + " ".join(f"{p} {ms(v)}" for p, v in block.items()))
+        parts.append(f"SLO attainment {v.slo_attainment * 100:.1f}% ({each})")
+    for m, block in (v.metric_percentiles or {}).items():
+        parts.append(f"{m.upper()} ms " + " ".join(f"{p} {ms(x)}" for p, x in block.items()))
     return f"  {at}: " + "; ".join(parts)
 
 
 def level_notes(f: dict, concurrency: float, axis: Axis = CONCURRENCY) -> list[str]:
     notes = []
     at = axis.tag(concurrency)
-    if f["errors"]:
-        shown = ", ".join(f"{n} x {k}" for k, n in sorted(f["errors"].items()))
+    v = view(f)
+    if v.errors:
+        shown = ", ".join(f"{n} x {k}" for k, n in sorted(v.errors.items()))
+        example = f"; e.g. {v.error_examples[0]}" if v.error_examples else ""
+        notes.append(f"{at}: {v.error_count} failed request(s): {shown}{example}")
+    if v.short:
+        example = f", e.g. {v.short_examples[0]}" if v.short_examples else ""
+        notes.append(f"{at}: {v.short} request(s) came back short{example}")
+    if v.malformed_chunks:
+        notes.append(f"{at}: {v.malformed_chunks} malformed stream chunk(s) skipped")
+    if v.tokens_estimated:
         notes.append(
-            f"{at}: {sum(f['errors'].values())} failed request(s): {shown}; "
-            f"e.g. {f['error_examples'][0]}"
+            f"{at}: {v.tokens_estimated} request(s) had no usage chunk: tokens counted as chunks"
         )
-    if f["short"]:
+    if (v.client_busy or 0) > CLIENT_BUSY and (v.duration_s or 0) > 1:
         notes.append(
-            f"{at}: {f['short']} request(s) came back short, e.g. {f['short_examples'][0]}"
-        )
-    if f["malformed_chunks"]:
-        notes.append(f"{at}: {f['malformed_chunks']} malformed stream chunk(s) skipped")
-    if f.get("tokens_estimated"):
-        notes.append(
-            f"{at}: {f['tokens_estimated']} request(s) had no usage chunk: tokens counted as chunks"
-        )
-    if (f.get("client_busy") or 0) > CLIENT_BUSY and f.get("duration_s", 0) > 1:
-        notes.append(
-            f"{at}: this client used {f['client_busy'] * 100:.0f}% of a CPU "
+            f"{at}: this client used {v.client_busy * 100:.0f}% of a CPU "
             f"core: it may be what limits the figures (a busier host, or more streams "
             f"than one core can drive)"
         )
-    notes += late_send_notes(f, at)
-    if f.get("duration_target_s") and f.get("steady_state_note") and "request_rate" not in f:
-        notes.append(f"{at}: {f['steady_state_note']}")
-    if f.get("other_traffic"):
-        notes.append(f"{at}: {f['other_traffic']}")
+    notes += late_send_notes(v, at)
+    closed = "request_rate" not in f  # a burst's request_rate is null, yet it is open loop
+    if v.duration_target_s and v.steady_state_note and closed:
+        notes.append(f"{at}: {v.steady_state_note}")
+    if v.other_traffic:
+        notes.append(f"{at}: {v.other_traffic}")
     return notes
 
 
-def late_send_notes(f: dict, at: str) -> list[str]:
+def late_send_notes(f: dict | records.Level, at: str) -> list[str]:
     """Open loop: sends that went out late, blamed on the client only when it was the
     cause (busy CLIENT_LATE_BUSY of a core or more). A lag with the client idle is the
     host's (other processes) and stays in the record (send_lag_ms) without a warning.
     Over few sends the p99 is their maximum: the note says how many."""
-    lag = (f.get("send_lag_ms") or {}).get("p99")
-    busy = f.get("client_busy")
+    v = view(f)
+    lag, busy = v.at("send_lag_ms", "p99"), v.client_busy
     if lag is None or lag <= LATE_SEND_MS or busy is None or busy < CLIENT_LATE_BUSY:
         return []
-    sends = f.get("arrivals") or f.get("requests") or 0
+    sends = v.arrivals or v.requests or 0
     of = f"p99 of {sends} sends" if sends >= 100 else f"the latest of {sends} sends"
     return [
         f"{at}: sends went out up to {lag:.0f} ms ({of}) after their scheduled arrival, "
