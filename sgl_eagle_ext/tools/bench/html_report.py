@@ -124,35 +124,34 @@ def _crossover(c: dict) -> str:
 
 def run_section(run_id: str, recs: list[dict]) -> str:
     parts = [f"<h2>Run {escape(str(run_id))}</h2>"]
+    typed = [records.decode(r) for r in recs]
     by_kind = defaultdict(list)
-    for r in recs:
-        by_kind[r.get("kind")].append(r)
-    for ab in by_kind.get("ab", []):
-        thr = ab.get("crossover_throughput") or {}
+    for t in typed:
+        by_kind[t.kind].append(t)
+    for ab in by_kind["ab"]:
         parts.append(
-            f"<h3>A/B: {escape(str(ab.get('preset_a')))} (A) vs "
-            f"{escape(str(ab.get('preset_b')))} (B)</h3>"
-            f"<p>verdict: <b>{escape(str(ab.get('verdict')))}</b>; throughput crossover: "
-            f"{escape(_crossover(thr))}; lossless: "
-            f"{escape(str(ab.get('lossless')))}</p><p>recommendation: "
-            f"{escape(str(ab.get('recommendation')))}</p>"
+            f"<h3>A/B: {escape(str(ab.preset_a))} (A) vs {escape(str(ab.preset_b))} (B)</h3>"
+            f"<p>verdict: <b>{escape(str(ab.verdict))}</b>; throughput crossover: "
+            f"{escape(_crossover(ab.crossover_throughput or {}))}; lossless: "
+            f"{escape(str(ab.lossless))}</p><p>recommendation: "
+            f"{escape(str(ab.recommendation))}</p>"
         )
-    for cmp in by_kind.get("compare", []):
+    for cmp in by_kind["compare"]:
         rows = []
-        for name, x in (cmp.get("crossover_throughput") or {}).items():
-            good = (cmp.get("crossover_goodput") or {}).get(name) or {}
-            ll = (cmp.get("lossless") or {}).get(name)
+        for name, x in (cmp.crossover_throughput or {}).items():
+            good = (cmp.crossover_goodput or {}).get(name) or {}
+            ll = (cmp.lossless or {}).get(name)
             rows.append([name, _crossover(x), _crossover(good) if good else "-", ll or "-"])
         parts.append(
-            f"<h3>Compare: {escape(' vs '.join(map(str, cmp.get('arms') or [])))} "
-            f"(reference {escape(str(cmp.get('reference')))})</h3>"
+            f"<h3>Compare: {escape(' vs '.join(map(str, cmp.arms or [])))} "
+            f"(reference {escape(str(cmp.reference))})</h3>"
             + _table(["arm", "throughput crossover", "goodput crossover", "lossless"], rows)
             + "".join(
                 f'<p class="note">not compared: {escape(str(n))} failed ({escape(str(why))})</p>'
-                for n, why in (cmp.get("failed_arms") or {}).items()
+                for n, why in (cmp.failed_arms or {}).items()
             )
         )
-    sweeps = [records.decode(r, Level) for r in by_kind.get("sweep", [])]
+    sweeps = by_kind["sweep"]
     if sweeps:
         rows, bad = sweep_rows(sweeps)
         parts.append(
@@ -163,33 +162,32 @@ def run_section(run_id: str, recs: list[dict]) -> str:
         pts = spec_view.pareto_points(sweeps)
         if pts and max(len(v) for v in pts.values()) > 1:  # a curve, not single points
             parts.append("<h3>Pareto</h3>" + _img(spec_view.render_pareto(pts), "Pareto chart"))
-    for s in by_kind.get("single", []):
-        t = s.get("tok_s") or {}
+    for s in by_kind["single"]:
         parts.append(
-            f"<h3>Single stream ({escape(str(s.get('arm') or s.get('url')))})</h3>"
+            f"<h3>Single stream ({escape(str(s.arm or s.url))})</h3>"
             + _table(
                 ["runs", "mean tok/s", "median", "95% CI", "accept", "status"],
                 [
                     [
-                        t.get("n"),
-                        _n(t.get("mean"), "{:.2f}"),
-                        _n(t.get("median"), "{:.2f}"),
-                        f"{_n(t.get('ci95_low'), '{:.2f}')}..{_n(t.get('ci95_high'), '{:.2f}')}",
-                        _n(s.get("accept_length"), "{:.2f}"),
-                        s.get("status"),
+                        s.at("tok_s", "n"),
+                        _n(s.at("tok_s", "mean"), "{:.2f}"),
+                        _n(s.at("tok_s", "median"), "{:.2f}"),
+                        f"{_n(s.at('tok_s', 'ci95_low'), '{:.2f}')}.."
+                        f"{_n(s.at('tok_s', 'ci95_high'), '{:.2f}')}",
+                        _n(s.accept_length, "{:.2f}"),
+                        s.status,
                     ]
                 ],
             )
         )
-    for ll in by_kind.get("lossless", []):
+    for ll in by_kind["lossless"]:
         parts.append(
-            f"<h3>Lossless</h3><p>verdict: <b>{escape(str(ll.get('verdict')))}</b> "
-            f"({escape(str(ll.get('identical')))}/{escape(str(ll.get('compared')))} identical)</p>"
+            f"<h3>Lossless</h3><p>verdict: <b>{escape(str(ll.verdict))}</b> "
+            f"({escape(str(ll.identical))}/{escape(str(ll.compared))} identical)</p>"
         )
     prov = {}
-    for r in recs:
-        key = plot.arm_name(records.decode(r, Level)) if r.get("kind") == "sweep" else r.get("kind")
-        prov.setdefault(str(key), r.get("provenance"))
+    for t in typed:
+        prov.setdefault(str(plot.arm_name(t) if t.kind == "sweep" else t.kind), t.provenance)
     for name, p in prov.items():
         parts.append(
             f"<details><summary>provenance: {escape(name)}</summary><pre>"

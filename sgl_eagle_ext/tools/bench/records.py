@@ -153,6 +153,11 @@ class Result(_Record):
     max_tokens: Count = None
     provenance: Mapping = None
 
+    def at(self, block: str, key: str):
+        """One figure of a block of figures (a latency's percentiles, a single run's
+        tok/s summary), or None."""
+        return (getattr(self, block) or {}).get(key)
+
 
 @dataclass(frozen=True)
 class Level(_Load, Result):
@@ -216,16 +221,42 @@ class Level(_Load, Result):
             return f"{self.request_rate:g} req/s"
         return f"c={self.concurrency}" + (" (burst)" if self.arrival == "burst" else "")
 
-    def at(self, block: str, pct: str):
-        """A percentile of a latency block (ttft_ms, tpot_ms, itl_ms, e2e_ms), or None."""
-        return (getattr(self, block) or {}).get(pct)
-
 
 @dataclass(frozen=True)
 class Single(Result):
     tok_s: Percentiles = None
     decode_tok_s: Percentiles = None
     ttft_ms: Percentiles = None
+
+
+@dataclass(frozen=True)
+class Lossless(Result):
+    verdict: Text = None
+    identical: Count = None
+    compared: Count = None
+
+
+@dataclass(frozen=True)
+class AB(Result):
+    preset_a: Text = None
+    preset_b: Text = None
+    verdict: Text = None
+    lossless: Text = None
+    recommendation: Text = None
+    crossover_throughput: Mapping = None
+
+
+@dataclass(frozen=True)
+class Compare(Result):
+    arms: Texts = None
+    reference: Text = None
+    crossover_throughput: Mapping = None  # arm -> its crossover against the reference
+    crossover_goodput: Mapping = None
+    lossless: Mapping = None  # arm -> verdict
+    failed_arms: Mapping = None  # arm -> why
+
+
+KINDS = {"single": Single, "lossless": Lossless, "ab": AB, "compare": Compare}
 
 
 @cache
@@ -235,8 +266,9 @@ def _checks(cls) -> dict:
 
 
 def kind_of(obj: dict) -> type:
-    if obj.get("kind") == "single":
-        return Single
+    kind = obj.get("kind")
+    if isinstance(kind, str) and kind in KINDS:
+        return KINDS[kind]
     if obj.get("kind") == "sweep" or "concurrency" in obj or "request_rate" in obj:
         return Level
     return Result

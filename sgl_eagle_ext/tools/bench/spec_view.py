@@ -27,8 +27,8 @@ from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.table import Col, Table
 from sgl_eagle_ext.profiling import names as profile_names
-from sgl_eagle_ext.tools.bench import plot
-from sgl_eagle_ext.tools.bench.records import Level
+from sgl_eagle_ext.tools.bench import plot, records
+from sgl_eagle_ext.tools.bench.records import Level, Request
 
 DEFAULT_EDGES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
@@ -40,18 +40,21 @@ def _bucket_name(lo: int, hi: int | None) -> str:
     return f">={k(lo)}" if hi is None else f"{k(lo)}-{k(hi)}"
 
 
+def _request(r: dict | Request) -> Request:
+    return r if isinstance(r, Request) else records.decode(r, Request)
+
+
 def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[dict]:
     """Accept length of the requests whose prompt_tokens fall in each bucket."""
     bounds = [0, *edges]
     acc = defaultdict(lambda: [0, 0, 0])  # tokens, verify cycles, requests
-    for r in rows:
-        if not r.get("ok") or not r.get("verify_ct") or r.get("prompt_tokens") is None:
+    for r in map(_request, rows):
+        if not r.ok or not r.verify_ct or r.prompt_tokens is None:
             continue
-        n = r["prompt_tokens"]
-        i = max(k for k, b in enumerate(bounds) if n >= b)
+        i = max(k for k, b in enumerate(bounds) if r.prompt_tokens >= b)
         a = acc[i]
-        a[0] += r.get("completion_tokens") or 0
-        a[1] += r["verify_ct"]
+        a[0] += r.completion_tokens or 0
+        a[1] += r.verify_ct
         a[2] += 1
     out = []
     for i in sorted(acc):
@@ -73,8 +76,8 @@ def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[dict]:
 def hist_from_requests(rows: list[dict]) -> Counter:
     """Verify cycles by correct drafts, summed over the requests' histograms."""
     h = Counter()
-    for r in rows:
-        for k, v in enumerate(r.get("correct_drafts_histogram") or []):
+    for r in map(_request, rows):
+        for k, v in enumerate(r.correct_drafts_histogram or []):
             if v:
                 h[k] += int(v)
     return h
