@@ -20,7 +20,7 @@ import pytest
 from conftest import SPEC_SERVER_ARGS, TARGET_DRAFT, wait_until
 from fakes.fake_sglang import Background, FakeSGLang, Faults
 
-from sgl_eagle_ext.common import http, ports
+from sgl_eagle_ext.common import figures, http, ports
 from sgl_eagle_ext.tools.bench import (
     cli,
     compare,
@@ -376,22 +376,22 @@ def test_level_metrics():
 
 def test_crossover():
     cx = compare.crossover
-    assert cx([1, 2, 4], [1.3, 1.1, 1.01])["verdict"] == "always"
+    assert cx([1, 2, 4], [1.3, 1.1, 1.01]).verdict == "always"
     never = cx([1, 2, 4], [0.9, 0.8, 0.7])
-    assert never["verdict"] == "never" and never["level"] == 1
+    assert never.verdict == "never" and never.level == 1
     until = cx([1, 2, 4, 8], [1.5, 1.2, 0.8, 0.6])
-    assert (until["verdict"], until["level"], until["last_paying"]) == ("until", 4, 2)
-    assert until["estimate"] == pytest.approx(2**1.5)  # crosses 1 halfway, log scale
+    assert (until.verdict, until.level, until.last_paying) == ("until", 4, 2)
+    assert until.estimate == pytest.approx(2**1.5)  # crosses 1 halfway, log scale
     mixed = cx([1, 2, 4, 8], [1.5, 0.95, 1.1, 0.7])
-    assert (mixed["verdict"], mixed["level"], mixed["losing_levels"]) == ("mixed", 8, [2])
-    assert cx([1, 2], [None, None])["verdict"] == "no data"
+    assert (mixed.verdict, mixed.level, mixed.losing_levels) == ("mixed", 8, (2,))
+    assert cx([1, 2], [None, None]).verdict == "no data"
     assert compare.ratio(2.0, 0.0) == math.inf and compare.ratio(0.0, 0.0) is None
     per = [
         {"concurrency": c, "throughput_ratio": r}
         for c, r in zip([1, 2, 4, 8], [1.5, 1.2, 0.8, 0.6])
     ]
     text = compare.recommend(
-        "baseline", "eagle3-2step", until, {"verdict": "no data"}, per, "IDENTICAL", ""
+        "baseline", "eagle3-2step", until, figures.Crossover("no data"), per, "IDENTICAL", ""
     )
     assert "Serve eagle3-2step while the server runs at most ~2 concurrent" in text
     assert "from ~4 concurrent requests serve baseline" in text

@@ -7,6 +7,7 @@ hand; the unit tests pin what each function returns."""
 from __future__ import annotations
 
 import ast
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -188,15 +189,26 @@ def test_position_acceptance_both_conventions():
 def test_crossover():
     cx = figures.crossover
     until = cx([1, 2, 4, 8], [1.5, 1.2, 0.8, 0.6])
-    assert (until["verdict"], until["level"], until["last_paying"]) == ("until", 4, 2)
-    assert until["estimate"] == pytest.approx(2**1.5)
-    assert cx([1, 2], [math.inf, 0.5])["estimate"] is None
+    assert (until.verdict, until.level, until.last_paying) == ("until", 4, 2)
+    assert until.estimate == pytest.approx(2**1.5)
+    assert cx([1, 2], [math.inf, 0.5]).estimate is None
     # verdicts decided elsewhere (tune live's noise margin): the same classification
     by_verdict = cx([1, 2, 4], pays=[True, None, False])
-    assert (by_verdict["verdict"], by_verdict["level"], by_verdict["last_paying"]) == (
+    assert (by_verdict.verdict, by_verdict.level, by_verdict.last_paying) == (
         "until",
         4,
         1,
     )
-    assert cx([1, 2, 4], pays=[False, True, False])["verdict"] == "mixed"
-    assert cx([1], pays=[None])["verdict"] == "no data"
+    assert cx([1, 2, 4], pays=[False, True, False]).verdict == "mixed"
+    assert cx([1], pays=[None]).verdict == "no data"
+
+
+def test_crossover_reads_back_from_a_record():
+    import dataclasses
+
+    x = figures.crossover([1, 2, 4, 8], [1.5, 0.95, 1.1, 0.7])
+    assert figures.Crossover.read(
+        json.loads(json.dumps(dataclasses.asdict(x)))
+    ) == dataclasses.replace(x, losing_levels=list(x.losing_levels))
+    assert figures.Crossover.read({"verdict": "never", "level": 4, "junk": 1}).level == 4
+    assert figures.Crossover.read(None).verdict == "no data"

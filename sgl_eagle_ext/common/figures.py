@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 BONUS = 1  # the verify step's own token, in every cycle
 
@@ -206,13 +207,35 @@ def pct_apart(a, b) -> float | None:
 
 
 # ---------------------------------------------------------------- crossover
-def crossover(levels: list, ratios: list | None = None, pays: list | None = None) -> dict:
-    """Where speculation stops paying over rising load levels: the lowest level from
-    which it loses at every higher one. A level pays where its ratio (speculative /
+@dataclass(frozen=True)
+class Crossover:
+    """Where speculation stops paying over rising load levels. `verdict`: always | never
+    | until | mixed | no data; `level`: the crossover (lowest level from which it loses
+    at every higher one); `estimate`: the crossing of 1 interpolated in log(level);
+    `last_paying`: the highest level below it that pays; `losing_levels`: losses below
+    the crossover (a mixed verdict). Records hold `asdict` of it; `read` takes one back."""
+
+    verdict: str
+    level: float | None = None
+    estimate: float | None = None
+    last_paying: float | None = None
+    losing_levels: tuple = ()
+
+    @classmethod
+    def read(cls, record: Mapping | None) -> Crossover:
+        """From a record's dict (anything malformed: no data)."""
+        known = {f.name for f in fields(cls)}
+        got = {k: v for k, v in (record or {}).items() if k in known}
+        try:
+            return cls(**{"verdict": "no data", **got})
+        except TypeError:
+            return cls("no data")
+
+
+def crossover(levels: list, ratios: list | None = None, pays: list | None = None) -> Crossover:
+    """The Crossover of rising load levels. A level pays where its ratio (speculative /
     baseline) is >= 1, or where `pays` says so (a verdict decided elsewhere, e.g. against
-    a noise margin; None: no verdict). `verdict`: always | never | until | mixed | no
-    data. `estimate` interpolates the crossing of 1 in log(level) between the last
-    paying level and the crossover level (from ratios only)."""
+    a noise margin; None: no verdict); `estimate` from ratios only."""
     if pays is None:
         pays = [None if r is None else r >= 1.0 for r in ratios or []]
     if ratios is None:
@@ -220,34 +243,22 @@ def crossover(levels: list, ratios: list | None = None, pays: list | None = None
     rows = [(c, r, p) for c, r, p in zip(levels, ratios, pays) if p is not None]
     pts, wins = [(c, r) for c, r, _ in rows], [bool(p) for _, _, p in rows]
     if not pts:
-        return {"verdict": "no data", "level": None, "estimate": None, "last_paying": None}
+        return Crossover("no data")
     if all(wins):
-        return {"verdict": "always", "level": None, "estimate": None, "last_paying": pts[-1][0]}
+        return Crossover("always", last_paying=pts[-1][0])
     if not any(wins):
-        return {"verdict": "never", "level": pts[0][0], "estimate": None, "last_paying": None}
+        return Crossover("never", level=pts[0][0])
     k = len(pts)
     while k > 0 and not wins[k - 1]:
         k -= 1
     # pts[k:] all lose; pts[k-1] wins
     if k == len(pts):  # pays at the highest level but lost somewhere below
         losing = [c for (c, _), w in zip(pts, wins) if not w]
-        return {
-            "verdict": "mixed",
-            "level": None,
-            "estimate": None,
-            "last_paying": pts[-1][0],
-            "losing_levels": losing,
-        }
+        return Crossover("mixed", last_paying=pts[-1][0], losing_levels=tuple(losing))
     (c0, r0), (c1, r1) = pts[k - 1], pts[k]
     est = None
     if r0 is not None and r1 is not None and r0 != r1 and c0 > 0 and c1 > 0 and math.isfinite(r0):
         t = (r0 - 1.0) / (r0 - r1)
         est = math.exp(math.log(c0) + t * (math.log(c1) - math.log(c0)))
     earlier_losses = [c for (c, _), w in zip(pts[:k], wins[:k]) if not w]
-    return {
-        "verdict": "mixed" if earlier_losses else "until",
-        "level": c1,
-        "estimate": est,
-        "last_paying": c0,
-        **({"losing_levels": earlier_losses} if earlier_losses else {}),
-    }
+    return Crossover("mixed" if earlier_losses else "until", c1, est, c0, tuple(earlier_losses))

@@ -117,33 +117,34 @@ def side_by_side(
     return rows, {"levels": per_level}
 
 
-def crossover_line(kind: str, x: dict, max_level: float | None, axis: Axis = CONCURRENCY) -> str:
+def crossover_line(
+    kind: str, x: figures.Crossover, max_level: float | None, axis: Axis = CONCURRENCY
+) -> str:
     t = axis.tag
-    v = x["verdict"]
-    if v == "no data":
+    if x.verdict == "no data":
         return f"crossover by {kind}: no data"
-    if v == "always":
+    if x.verdict == "always":
         return (
             f"crossover by {kind}: none up to {t(max_level)}: speculation pays at every "
             f"tested level"
         )
-    if v == "never":
-        return f"crossover by {kind}: speculation never pays (already loses at {t(x['level'])})"
-    est = f" (interpolated ~{x['estimate']:.1f})" if x.get("estimate") else ""
-    if v == "until":
+    if x.verdict == "never":
+        return f"crossover by {kind}: speculation never pays (already loses at {t(x.level)})"
+    est = f" (interpolated ~{x.estimate:.1f})" if x.estimate else ""
+    if x.verdict == "until":
         return (
-            f"crossover by {kind}: {t(x['level'])}{est}: pays up to {t(x['last_paying'])}, "
-            f"loses from {t(x['level'])} up"
+            f"crossover by {kind}: {t(x.level)}{est}: pays up to {t(x.last_paying)}, "
+            f"loses from {t(x.level)} up"
         )
-    losing = ", ".join(f"{c:g}" for c in x.get("losing_levels", []))
-    if x.get("level") is None:
+    losing = ", ".join(f"{c:g}" for c in x.losing_levels)
+    if x.level is None:
         return (
-            f"crossover by {kind}: unclear: pays at the highest level {t(x['last_paying'])} "
+            f"crossover by {kind}: unclear: pays at the highest level {t(x.last_paying)} "
             f"but loses at {axis.short}={losing} "
             f"(noisy: more prompts per level or --runs)"
         )
     return (
-        f"crossover by {kind}: {t(x['level'])}{est}, but the ratio crosses 1 more than once "
+        f"crossover by {kind}: {t(x.level)}{est}, but the ratio crosses 1 more than once "
         f"(also loses at {axis.short}={losing}): noisy"
     )
 
@@ -151,8 +152,8 @@ def crossover_line(kind: str, x: dict, max_level: float | None, axis: Axis = CON
 def recommend(
     name_a: str,
     name_b: str,
-    thr: dict,
-    good: dict,
+    thr: figures.Crossover,
+    good: figures.Crossover,
     per_level: list[dict],
     lossless_verdict: str | None,
     slo_text: str,
@@ -175,7 +176,7 @@ def recommend(
         return "No level finished on both arms: no recommendation."
     best = max(ratios, key=lambda t: t[1])
     worst = min(ratios, key=lambda t: t[1])
-    v = thr["verdict"]
+    v = thr.verdict
     if v == "never":
         lines.append(
             f"Serve {name_a}: speculation ({name_b}) does not pay at any tested "
@@ -187,13 +188,13 @@ def recommend(
             f"(x{worst[1]:.2f} at worst, {t(worst[0])}; x{best[1]:.2f} at best, "
             f"{t(best[0])}). Sweep a higher {load} to find where it stops paying."
         )
-    elif v in ("until", "mixed") and thr.get("level") is not None:
-        top = by_c[thr["last_paying"]]["throughput_ratio"]
+    elif v in ("until", "mixed") and thr.level is not None:
+        top = by_c[thr.last_paying]["throughput_ratio"]
         unit = "concurrent requests" if axis is CONCURRENCY else "req/s"
         lines.append(
-            f"Serve {name_b} while the server runs at most ~{thr['last_paying']:g} "
+            f"Serve {name_b} while the server runs at most ~{thr.last_paying:g} "
             f"{unit} (x{best[1]:.2f} at {t(best[0])}, x{top:.2f} at "
-            f"{t(thr['last_paying'])}); from ~{thr['level']:g} {unit} serve "
+            f"{t(thr.last_paying)}); from ~{thr.level:g} {unit} serve "
             f"{name_a} ({name_b} gives x{worst[1]:.2f} at {t(worst[0])}). If the load "
             f"crosses that point, switch presets by load, cap --max-running-requests, "
             f"or serve eagle3-adaptive."
@@ -204,7 +205,7 @@ def recommend(
             f"({t(worst[0])}) to x{best[1]:.2f} ({t(best[0])}) without a single "
             f"crossover. Repeat with more prompts per level."
         )
-    gv = good["verdict"]
+    gv = good.verdict
     if slo_text and gv not in ("no data",):
         if gv == "always":
             lines.append(
@@ -214,10 +215,10 @@ def recommend(
             lines.append(
                 f"For latency-bound serving ({slo_text}) {name_b} never gives more goodput."
             )
-        elif good.get("level") is not None:
+        elif good.level is not None:
             lines.append(
                 f"For latency-bound serving ({slo_text}) {name_b} stops paying from "
-                f"{t(good['level'])}."
+                f"{t(good.level)}."
             )
     return " ".join(lines)
 

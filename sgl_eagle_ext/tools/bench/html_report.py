@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
-from sgl_eagle_ext.common import paths
+from sgl_eagle_ext.common import figures, paths
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.profiling import names as profile_names
@@ -116,10 +116,11 @@ def _sweep_figure(run_id: str, sweeps: list[Level]) -> str:
     return _img(png, f"throughput and latency against concurrency, run {run_id}") + note
 
 
-def _crossover(c: dict) -> str:
-    if c.get("estimate") is not None:
-        return f"{c['verdict']}, about {c['estimate']:.3g} (level {c.get('level'):g})"
-    return f"{c.get('verdict', '-')}" + (f" (level {c['level']:g})" if c.get("level") else "")
+def _crossover(record: dict) -> str:
+    c = figures.Crossover.read(record)
+    if c.estimate is not None:
+        return f"{c.verdict}, about {c.estimate:.3g} (level {c.level:g})"
+    return c.verdict + (f" (level {c.level:g})" if c.level else "")
 
 
 def run_section(run_id: str, recs: list[dict]) -> str:

@@ -153,16 +153,15 @@ def crossover_line(v: dict[int, tuple[bool | None, str]]) -> str:
     """The crossover (common/figures.py) of the verdicts, in words."""
     levels = sorted(v)
     x = figures.crossover(levels, pays=[v[lv][0] for lv in levels])
-    if x["verdict"] == "no data":
+    if x.verdict == "no data":
         return "crossover: not measured"
-    if x["verdict"] == "always":
-        return f"crossover: drafting pays at every measured concurrency (up to {x['last_paying']})"
-    if x["verdict"] == "never":
-        return f"crossover: drafting pays at no measured concurrency (from {x['level']})"
-    if x["verdict"] == "until":
+    if x.verdict == "always":
+        return f"crossover: drafting pays at every measured concurrency (up to {x.last_paying})"
+    if x.verdict == "never":
+        return f"crossover: drafting pays at no measured concurrency (from {x.level})"
+    if x.verdict == "until":
         return (
-            f"crossover: drafting pays up to {x['last_paying']} stream(s); "
-            f"from {x['level']} do not draft"
+            f"crossover: drafting pays up to {x.last_paying} stream(s); from {x.level} do not draft"
         )
     yes = [lv for lv in levels if v[lv][0]]
     no = [lv for lv in levels if v[lv][0] is False]

@@ -19,7 +19,7 @@ import argparse
 import re
 import shlex
 import string
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from http.client import HTTPException
 from pathlib import Path
 
@@ -620,11 +620,11 @@ def report_ab(opts: Options, console: Console, run: Run) -> int:
             "level_key": axis.key,
             **_open_loop_fields(run),
             "levels": per,
-            "crossover_throughput": thr,
-            "crossover_goodput": good,
+            "crossover_throughput": asdict(thr),
+            "crossover_goodput": asdict(good),
             "slo": _slo_fields(slo),
             "lossless": ll["verdict"] if ll else None,
-            "verdict": thr["verdict"],
+            "verdict": thr.verdict,
             "recommendation": advice,
             "sample_size_warning": thin,
             "max_tokens": opts.requests.max_tokens,
@@ -701,8 +701,8 @@ def report_compare(opts: Options, console: Console, run: Run) -> int:
             **_open_loop_fields(run),
             "levels": rows,
             "goodput_levels": good_rows,
-            "crossover_throughput": crossovers,
-            "crossover_goodput": good_crossovers,
+            "crossover_throughput": {n: asdict(x) for n, x in crossovers.items()},
+            "crossover_goodput": {n: asdict(x) for n, x in good_crossovers.items()},
             "slo": _slo_fields(slo),
             "lossless": {n: ll["verdict"] for n, ll in verdicts.items()},
             "lossless_detail": {
