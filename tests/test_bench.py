@@ -408,12 +408,12 @@ def test_lossless_compare():
         cl.RequestResult(index=2, prompt_id="p2", error="timeout"),
     ]
     f = lossless.compare(P, a, b)
-    assert (f["verdict"], f["identical"], f["compared"]) == ("DIFFERS", 1, 2)
-    assert f["differences"][0]["common_prefix_chars"] == 3
-    assert f["failed"] == [{"index": 2, "id": "p2", "why": "B: timeout"}]
+    assert (f.verdict, f.identical, f.compared) == ("DIFFERS", 1, 2)
+    assert f.differences[0].common_prefix_chars == 3
+    assert f.failed == [lossless.NotCompared(2, "p2", "B: timeout")]
     lines = lossless.verdict_lines(f, "base", "spec")
     assert lines[0].startswith("lossless: DIFFERS: 1/2") and "same for 3 chars" in lines[1]
-    assert lossless.compare(P[:1], a[:1], b[:1])["verdict"] == "IDENTICAL"
+    assert lossless.compare(P[:1], a[:1], b[:1]).verdict == "IDENTICAL"
 
 
 # ------------------------------------------------------------------ CLI: bad input

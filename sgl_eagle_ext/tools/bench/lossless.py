@@ -10,6 +10,8 @@ several tokens per forward), an early one a real bug.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench.progress import Console
 from sgl_eagle_ext.tools.bench.prompts import Prompt
@@ -36,8 +38,40 @@ def common_prefix(a: str, b: str) -> int:
     return i
 
 
-def compare(prompts: list[Prompt], a: list[cl.RequestResult], b: list[cl.RequestResult]) -> dict:
-    """Fields of a lossless record (pure; unit-tested)."""
+@dataclass(frozen=True)
+class Difference:
+    index: int
+    id: str
+    common_prefix_chars: int
+    a_chars: int
+    b_chars: int
+    a: str  # each side's text around where they part
+    b: str
+    a_tokens: int | None
+    b_tokens: int | None
+
+
+@dataclass(frozen=True)
+class NotCompared:
+    index: int
+    id: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A lossless record's fields (`asdict`)."""
+
+    verdict: str  # IDENTICAL | DIFFERS | INCOMPLETE
+    prompts: int
+    compared: int
+    identical: int
+    differences: list[Difference]
+    failed: list[NotCompared]
+
+
+def compare(prompts: list[Prompt], a: list[cl.RequestResult], b: list[cl.RequestResult]) -> Verdict:
+    """The two arms' greedy outputs, prompt by prompt (pure; unit-tested)."""
     diffs, failed, identical = [], [], 0
     by_a = {r.index: r for r in a}
     by_b = {r.index: r for r in b}
@@ -49,7 +83,7 @@ def compare(prompts: list[Prompt], a: list[cl.RequestResult], b: list[cl.Request
                 for arm, r in (("A", ra), ("B", rb))
                 if r is None or not r.ok
             ]
-            failed.append({"index": i, "id": p.id, "why": "; ".join(why)})
+            failed.append(NotCompared(i, p.id, "; ".join(why)))
             continue
         if ra.text == rb.text:
             identical += 1
@@ -57,17 +91,17 @@ def compare(prompts: list[Prompt], a: list[cl.RequestResult], b: list[cl.Request
         k = common_prefix(ra.text, rb.text)
         lo = max(0, k - SNIPPET // 3)
         diffs.append(
-            {
-                "index": i,
-                "id": p.id,
-                "common_prefix_chars": k,
-                "a_chars": len(ra.text),
-                "b_chars": len(rb.text),
-                "a": ra.text[lo : k + SNIPPET],
-                "b": rb.text[lo : k + SNIPPET],
-                "a_tokens": ra.completion_tokens,
-                "b_tokens": rb.completion_tokens,
-            }
+            Difference(
+                index=i,
+                id=p.id,
+                common_prefix_chars=k,
+                a_chars=len(ra.text),
+                b_chars=len(rb.text),
+                a=ra.text[lo : k + SNIPPET],
+                b=rb.text[lo : k + SNIPPET],
+                a_tokens=ra.completion_tokens,
+                b_tokens=rb.completion_tokens,
+            )
         )
     compared = identical + len(diffs)
     if failed and not compared:
@@ -78,31 +112,24 @@ def compare(prompts: list[Prompt], a: list[cl.RequestResult], b: list[cl.Request
         verdict = "INCOMPLETE"
     else:
         verdict = "IDENTICAL"
-    return {
-        "verdict": verdict,
-        "prompts": len(prompts),
-        "compared": compared,
-        "identical": identical,
-        "differences": diffs,
-        "failed": failed,
-    }
+    return Verdict(verdict, len(prompts), compared, identical, diffs, failed)
 
 
-def verdict_lines(f: dict, label_a: str = "A", label_b: str = "B") -> list[str]:
+def verdict_lines(f: Verdict, label_a: str = "A", label_b: str = "B") -> list[str]:
     head = {
-        "IDENTICAL": f"lossless: IDENTICAL: {f['identical']}/{f['prompts']} outputs of "
+        "IDENTICAL": f"lossless: IDENTICAL: {f.identical}/{f.prompts} outputs of "
         f"{label_b} match {label_a} exactly at temperature 0",
-        "DIFFERS": f"lossless: DIFFERS: {len(f['differences'])}/{f['compared']} compared "
+        "DIFFERS": f"lossless: DIFFERS: {len(f.differences)}/{f.compared} compared "
         f"outputs of {label_b} differ from {label_a} at temperature 0",
-        "INCOMPLETE": f"lossless: INCOMPLETE: {len(f['failed'])}/{f['prompts']} prompt(s) "
-        f"could not be compared ({f['identical']} identical, "
-        f"{len(f['differences'])} different)",
-    }[f["verdict"]]
+        "INCOMPLETE": f"lossless: INCOMPLETE: {len(f.failed)}/{f.prompts} prompt(s) "
+        f"could not be compared ({f.identical} identical, "
+        f"{len(f.differences)} different)",
+    }[f.verdict]
     lines = [head]
-    for d in f["differences"]:
-        lines.append(f"  {d['id']}: same for {d['common_prefix_chars']} chars, then")
-        lines.append(f"    {label_a}: {d['a']!r}")
-        lines.append(f"    {label_b}: {d['b']!r}")
-    for x in f["failed"]:
-        lines.append(f"  {x['id']}: not compared ({x['why']})")
+    for d in f.differences:
+        lines.append(f"  {d.id}: same for {d.common_prefix_chars} chars, then")
+        lines.append(f"    {label_a}: {d.a!r}")
+        lines.append(f"    {label_b}: {d.b!r}")
+    for x in f.failed:
+        lines.append(f"  {x.id}: not compared ({x.why})")
     return lines

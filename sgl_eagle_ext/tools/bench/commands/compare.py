@@ -579,7 +579,7 @@ def report_ab(opts: Options, console: Console, run: Run) -> int:
     ll = lossless.compare(run.check_prompts, a.outputs, b.outputs) if run.check_prompts else None
     slo_text = slo.describe() if slo.set else ""
     advice = compare.recommend(
-        pa.preset, pb.preset, thr, good, per, ll["verdict"] if ll else None, slo_text, axis
+        pa.preset, pb.preset, thr, good, per, ll.verdict if ll else None, slo_text, axis
     )
     out = console.out
     out("")
@@ -606,7 +606,7 @@ def report_ab(opts: Options, console: Console, run: Run) -> int:
                 "arm": f"{pa.preset} vs {pb.preset}",
                 "max_tokens": opts.launch.lossless_max_tokens,
                 "temperature": 0.0,
-                **ll,
+                **asdict(ll),
             },
             prov,
         )
@@ -623,7 +623,7 @@ def report_ab(opts: Options, console: Console, run: Run) -> int:
             "crossover_throughput": asdict(thr),
             "crossover_goodput": asdict(good),
             "slo": _slo_fields(slo),
-            "lossless": ll["verdict"] if ll else None,
+            "lossless": ll.verdict if ll else None,
             "verdict": thr.verdict,
             "recommendation": advice,
             "sample_size_warning": thin,
@@ -633,7 +633,7 @@ def report_ab(opts: Options, console: Console, run: Run) -> int:
         prov,
     )
     _plot_hint(console, rec)
-    return session.EXIT_FAILED if ll and ll["verdict"] == "DIFFERS" else 0
+    return session.EXIT_FAILED if ll and ll.verdict == "DIFFERS" else 0
 
 
 # ---------------------------------------------------------------- compare
@@ -704,9 +704,12 @@ def report_compare(opts: Options, console: Console, run: Run) -> int:
             "crossover_throughput": {n: asdict(x) for n, x in crossovers.items()},
             "crossover_goodput": {n: asdict(x) for n, x in good_crossovers.items()},
             "slo": _slo_fields(slo),
-            "lossless": {n: ll["verdict"] for n, ll in verdicts.items()},
+            "lossless": {n: ll.verdict for n, ll in verdicts.items()},
             "lossless_detail": {
-                n: {"differences": ll["differences"], "failed": ll["failed"]}
+                n: {
+                    "differences": list(map(asdict, ll.differences)),
+                    "failed": list(map(asdict, ll.failed)),
+                }
                 for n, ll in verdicts.items()
             },
             "failed_arms": run.failed,
@@ -718,7 +721,7 @@ def report_compare(opts: Options, console: Console, run: Run) -> int:
         prov,
     )
     _plot_hint(console, rec)
-    differs = any(v["verdict"] == "DIFFERS" for v in verdicts.values())
+    differs = any(v.verdict == "DIFFERS" for v in verdicts.values())
     if run.refused:
         return EXIT_USAGE
     return session.EXIT_FAILED if differs or run.failed else 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import integer
@@ -93,8 +93,8 @@ async def _run(opts: Options, console: Console) -> int:
             "url_b": sb.base_url,
             "max_tokens": req.max_tokens,
             "temperature": 0.0,
-            **f,
+            **asdict(f),
         },
         prov,
     )
-    return 0 if f["verdict"] == "IDENTICAL" else session.EXIT_FAILED
+    return 0 if f.verdict == "IDENTICAL" else session.EXIT_FAILED
