@@ -7,6 +7,7 @@ the CPU baseline and EAGLE-3 presets (with the lossless check and a plot).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import signal
@@ -386,8 +387,9 @@ def test_crossover():
     assert (mixed.verdict, mixed.level, mixed.losing_levels) == ("mixed", 8, (2,))
     assert cx([1, 2], [None, None]).verdict == "no data"
     assert compare.ratio(2.0, 0.0) == math.inf and compare.ratio(0.0, 0.0) is None
+    none = dict.fromkeys(f.name for f in dataclasses.fields(compare.Pair))
     per = [
-        {"concurrency": c, "throughput_ratio": r}
+        compare.Pair(**{**none, "level": c, "throughput_ratio": r, "a_errors": 0, "b_errors": 0})
         for c, r in zip([1, 2, 4, 8], [1.5, 1.2, 0.8, 0.6])
     ]
     text = compare.recommend(

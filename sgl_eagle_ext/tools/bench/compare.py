@@ -7,6 +7,7 @@ them through the axis (c=4, rate=2/s).
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.table import Col, L, Table
@@ -33,6 +34,31 @@ def _x(r: float | None) -> str:
     return "inf" if math.isinf(r) else f"x{r:.2f}"
 
 
+@dataclass(frozen=True)
+class Pair:
+    """One level finished by both arms of an A/B (an ab record's `levels`: record())."""
+
+    level: float
+    a_output_tok_s: float | None
+    b_output_tok_s: float | None
+    throughput_ratio: float | None
+    a_tpot_p50_ms: float | None
+    b_tpot_p50_ms: float | None
+    tpot_ratio: float | None
+    a_goodput_tok_s: float | None
+    b_goodput_tok_s: float | None
+    goodput_ratio: float | None
+    a_e2e_p99_ms: float | None
+    b_e2e_p99_ms: float | None
+    b_accept_length: float | None
+    a_errors: int
+    b_errors: int
+
+    def record(self, axis: Axis) -> dict:
+        fields = asdict(self)
+        return {axis.key: fields.pop("level"), **fields}
+
+
 def side_by_side(
     levels: list[float],
     a: dict[float, dict],
@@ -40,8 +66,8 @@ def side_by_side(
     name_a: str,
     name_b: str,
     axis: Axis = CONCURRENCY,
-) -> tuple[list[str], dict]:
-    """Table lines and the per-level comparison fields."""
+) -> tuple[list[str], list[Pair]]:
+    """Table lines and the levels both arms finished."""
     cells, per_level = [], []
     bar = " | "
     table = Table(
@@ -73,23 +99,23 @@ def side_by_side(
         ea, eb = fa.at("e2e_ms", "p99"), fb.at("e2e_ms", "p99")
         erra, errb = fa.error_count, fb.error_count
         per_level.append(
-            {
-                axis.key: c,
-                "a_output_tok_s": fa.output_tok_s,
-                "b_output_tok_s": fb.output_tok_s,
-                "throughput_ratio": thr,
-                "a_tpot_p50_ms": ta,
-                "b_tpot_p50_ms": tb,
-                "tpot_ratio": tpot,
-                "a_goodput_tok_s": ga,
-                "b_goodput_tok_s": gb,
-                "goodput_ratio": good,
-                "a_e2e_p99_ms": ea,
-                "b_e2e_p99_ms": eb,
-                "b_accept_length": fb.accept_length,
-                "a_errors": erra,
-                "b_errors": errb,
-            }
+            Pair(
+                level=c,
+                a_output_tok_s=fa.output_tok_s,
+                b_output_tok_s=fb.output_tok_s,
+                throughput_ratio=thr,
+                a_tpot_p50_ms=ta,
+                b_tpot_p50_ms=tb,
+                tpot_ratio=tpot,
+                a_goodput_tok_s=ga,
+                b_goodput_tok_s=gb,
+                goodput_ratio=good,
+                a_e2e_p99_ms=ea,
+                b_e2e_p99_ms=eb,
+                b_accept_length=fb.accept_length,
+                a_errors=erra,
+                b_errors=errb,
+            )
         )
         cells.append(
             (
@@ -114,7 +140,7 @@ def side_by_side(
         f"E2E p99 s; good: goodput tok/s within the SLO; acc: accept length)",
         *table.render(cells, rule="-"),
     ]
-    return rows, {"levels": per_level}
+    return rows, per_level
 
 
 def crossover_line(
@@ -154,24 +180,21 @@ def recommend(
     name_b: str,
     thr: figures.Crossover,
     good: figures.Crossover,
-    per_level: list[dict],
+    per_level: list[Pair],
     lossless_verdict: str | None,
     slo_text: str,
     axis: Axis = CONCURRENCY,
 ) -> str:
     t = axis.tag
-    key = axis.key
     load = "concurrency" if axis is CONCURRENCY else "request rate"
-    by_c = {p[key]: p for p in per_level}
+    by_c = {p.level: p for p in per_level}
     lines = []
     if lossless_verdict == "DIFFERS":
         lines.append(
             f"Do not serve {name_b} before finding out why its greedy output differs "
             f"from {name_a} (lossless check above)."
         )
-    ratios = [
-        (p[key], p["throughput_ratio"]) for p in per_level if p["throughput_ratio"] is not None
-    ]
+    ratios = [(p.level, p.throughput_ratio) for p in per_level if p.throughput_ratio is not None]
     if not ratios:
         return "No level finished on both arms: no recommendation."
     best = max(ratios, key=lambda t: t[1])
@@ -189,7 +212,7 @@ def recommend(
             f"{t(best[0])}). Sweep a higher {load} to find where it stops paying."
         )
     elif v in ("until", "mixed") and thr.level is not None:
-        top = by_c[thr.last_paying]["throughput_ratio"]
+        top = by_c[thr.last_paying].throughput_ratio
         unit = "concurrent requests" if axis is CONCURRENCY else "req/s"
         lines.append(
             f"Serve {name_b} while the server runs at most ~{thr.last_paying:g} "
@@ -224,30 +247,36 @@ def recommend(
 
 
 # ---------------------------------------------------------------- N arms
+@dataclass(frozen=True)
+class Best:
+    """One level finished by every arm (a compare record's `levels`: asdict of each)."""
+
+    level: float
+    best: str  # the arm with the highest value
+    values: dict[str, float]  # arm -> its value
+    ratio_to_best: dict[str, float | None]  # arm -> value / the best's (1.0 for the best)
+
+    def ratio(self, arm: str, ref: str) -> float | None:
+        return ratio(self.values[arm], self.values[ref])
+
+
 def by_level(
     levels: list[float], arms: dict[str, dict[float, dict]], key: str = "output_tok_s"
-) -> list[dict]:
-    """Per level finished by every arm: each arm's value, the best arm, every arm's
-    ratio to the best (1.0 for the best itself)."""
+) -> list[Best]:
+    """Per level finished by every arm: each arm's value of `key` (a Level field), the
+    best arm, every arm's ratio to the best."""
     out = []
     for c in levels:
-        values = {name: (lv.get(c) or {}).get(key) for name, lv in arms.items()}
+        values = {name: getattr(view(lv.get(c) or {}), key) for name, lv in arms.items()}
         if any(v is None for v in values.values()):
             continue
         best = max(values, key=lambda n: values[n])
         top = values[best]
-        out.append(
-            {
-                "level": c,
-                "best": best,
-                "values": values,
-                "ratio_to_best": {n: ratio(v, top) for n, v in values.items()},
-            }
-        )
+        out.append(Best(c, best, values, {n: ratio(v, top) for n, v in values.items()}))
     return out
 
 
-def arms_table(rows: list[dict], names: list[str], axis: Axis = CONCURRENCY) -> list[str]:
+def arms_table(rows: list[Best], names: list[str], axis: Axis = CONCURRENCY) -> list[str]:
     """One line per level: every arm's tok/s and its ratio to the level's best."""
     width = max(14, *(len(n) + 2 for n in names))
     table = Table(
@@ -256,11 +285,7 @@ def arms_table(rows: list[dict], names: list[str], axis: Axis = CONCURRENCY) -> 
         L("best", sep=" | "),
     )
     cells = [
-        (
-            r["level"],
-            *(f"{_n(r['values'][n])} ({_x(r['ratio_to_best'][n])})" for n in names),
-            r["best"],
-        )
+        (r.level, *(f"{_n(r.values[n])} ({_x(r.ratio_to_best[n])})" for n in names), r.best)
         for r in rows
     ]
     return [
@@ -269,16 +294,16 @@ def arms_table(rows: list[dict], names: list[str], axis: Axis = CONCURRENCY) -> 
     ]
 
 
-def best_arm_line(rows: list[dict], axis: Axis = CONCURRENCY) -> str:
+def best_arm_line(rows: list[Best], axis: Axis = CONCURRENCY) -> str:
     """Where the best arm changes, e.g. `eagle3-2step at c=1..2, baseline at c=5..10`."""
     if not rows:
         return "best arm: no level finished on every arm"
     spans: list[list] = []
     for r in rows:
-        if spans and spans[-1][0] == r["best"]:
-            spans[-1][2] = r["level"]
+        if spans and spans[-1][0] == r.best:
+            spans[-1][2] = r.level
         else:
-            spans.append([r["best"], r["level"], r["level"]])
+            spans.append([r.best, r.level, r.level])
     parts = [
         f"{name} at {axis.short}={lo:g}" + (f"..{hi:g}" if hi != lo else "") + axis.unit
         for name, lo, hi in spans
@@ -299,7 +324,7 @@ def thin_levels(
     """(level, fewest completed requests of any arm there) where that is below `minimum`."""
     out = []
     for lv in levels:
-        n = min((f.get(lv) or {}).get("completed") or 0 for f in per_arm.values())
+        n = min(view(f.get(lv) or {}).completed or 0 for f in per_arm.values())
         if n < minimum:
             out.append((lv, n))
     return out

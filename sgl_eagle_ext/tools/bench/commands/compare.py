@@ -571,11 +571,10 @@ def report_ab(opts: Options, console: Console, run: Run) -> int:
     a, b = run.arms
     pa, pb = a.plan, b.plan
     axis, levels, slo, rec = run.axis, run.levels, run.slo, run.rec
-    rows, cmp = compare.side_by_side(levels, a.fields, b.fields, pa.preset, pb.preset, axis)
-    per = cmp["levels"]
-    xs = [p[axis.key] for p in per]
-    thr = compare.crossover(xs, [p["throughput_ratio"] for p in per])
-    good = compare.crossover(xs, [p["goodput_ratio"] for p in per])
+    rows, per = compare.side_by_side(levels, a.fields, b.fields, pa.preset, pb.preset, axis)
+    xs = [p.level for p in per]
+    thr = compare.crossover(xs, [p.throughput_ratio for p in per])
+    good = compare.crossover(xs, [p.goodput_ratio for p in per])
     ll = lossless.compare(run.check_prompts, a.outputs, b.outputs) if run.check_prompts else None
     slo_text = slo.describe() if slo.set else ""
     advice = compare.recommend(
@@ -619,7 +618,7 @@ def report_ab(opts: Options, console: Console, run: Run) -> int:
             "preset_b": pb.preset,
             "level_key": axis.key,
             **_open_loop_fields(run),
-            "levels": per,
+            "levels": [p.record(axis) for p in per],
             "crossover_throughput": asdict(thr),
             "crossover_goodput": asdict(good),
             "slo": _slo_fields(slo),
@@ -652,14 +651,12 @@ def report_compare(opts: Options, console: Console, run: Run) -> int:
     crossovers, good_crossovers, verdicts = {}, {}, {}
     for a in run.arms[1:]:
         name = a.plan.preset
-        xs = [r["level"] for r in rows]
         crossovers[name] = compare.crossover(
-            xs, [compare.ratio(r["values"][name], r["values"][ref]) for r in rows]
+            [r.level for r in rows], [r.ratio(name, ref) for r in rows]
         )
         if good_rows:
             good_crossovers[name] = compare.crossover(
-                [r["level"] for r in good_rows],
-                [compare.ratio(r["values"][name], r["values"][ref]) for r in good_rows],
+                [r.level for r in good_rows], [r.ratio(name, ref) for r in good_rows]
             )
         if run.check_prompts:
             verdicts[name] = lossless.compare(run.check_prompts, run.arms[0].outputs, a.outputs)
@@ -699,8 +696,8 @@ def report_compare(opts: Options, console: Console, run: Run) -> int:
             "reference": ref,
             "level_key": axis.key,
             **_open_loop_fields(run),
-            "levels": rows,
-            "goodput_levels": good_rows,
+            "levels": list(map(asdict, rows)),
+            "goodput_levels": list(map(asdict, good_rows)),
             "crossover_throughput": {n: asdict(x) for n, x in crossovers.items()},
             "crossover_goodput": {n: asdict(x) for n, x in good_crossovers.items()},
             "slo": _slo_fields(slo),
