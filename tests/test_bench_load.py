@@ -442,8 +442,8 @@ def test_draft_position_axis_has_integer_ticks(monkeypatch):
     ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
     assert ticks and all(float(t).is_integer() for t in ticks)
     # the conventions: cumulative = share of all cycles; conditional = given j-1 accepted
-    assert [round(r["rate"], 2) for r in rates] == [0.6, 0.3, 0.1]
-    assert [round(r["conditional"], 3) for r in rates] == [0.6, 0.5, 0.333]
+    assert [round(r.rate, 2) for r in rates] == [0.6, 0.3, 0.1]
+    assert [round(r.conditional, 3) for r in rates] == [0.6, 0.5, 0.333]
     lines = spec_view.tables([], {"src": rates})
     assert lines[1].strip().startswith("cumulative: share of all verify cycles")
     assert lines[2].strip().startswith("conditional: share of the cycles that reached")

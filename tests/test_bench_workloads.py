@@ -411,13 +411,13 @@ def test_acceptance_by_input_length_and_draft_position(tmp_path):
         {"ok": False, "prompt_tokens": 10, "verify_ct": 99},
     ]
     b = spec_view.by_input_bucket(rows)
-    assert [(x["bucket"], x["requests"]) for x in b] == [("256-512", 1), ("4k-8k", 2)]
-    assert b[0]["accept_length"] == 3.0 and b[1]["accept_length"] == 1.5
+    assert [(x.bucket, x.requests) for x in b] == [("256-512", 1), ("4k-8k", 2)]
+    assert b[0].accept_length == 3.0 and b[1].accept_length == 1.5
     h = spec_view.hist_from_requests(rows)
     assert h == Counter({0: 7, 1: 8, 2: 5})
     rates = spec_view.position_rates(h)
-    assert [r["position"] for r in rates] == [1, 2]
-    assert rates[0]["rate"] == pytest.approx(13 / 20) and rates[1]["rate"] == pytest.approx(5 / 20)
+    assert [r.position for r in rates] == [1, 2]
+    assert rates[0].rate == pytest.approx(13 / 20) and rates[1].rate == pytest.approx(5 / 20)
     assert spec_view.mean_accept_length(h) == pytest.approx((7 + 16 + 15) / 20)
     # the profiler's windows: accept_hist keys count the bonus token
     # a v=1 line as an earlier release of the profiler wrote it (still read)
@@ -434,7 +434,7 @@ def test_acceptance_by_input_length_and_draft_position(tmp_path):
     ph = spec_view.hist_from_profile([log])
     assert ph == Counter({0: 4, 1: 2, 3: 2})
     prates = spec_view.position_rates(ph)
-    assert [round(r["rate"], 3) for r in prates] == [0.5, 0.25, 0.25]
+    assert [round(r.rate, 3) for r in prates] == [0.5, 0.25, 0.25]
     lines = spec_view.tables(b, {"SGLang": rates, "EAGLE3_PROFILE": prates})
     assert any("4k-8k" in line and "1.50" in line for line in lines)
     assert "pos 1: 65.0%" in "\n".join(lines)
@@ -473,9 +473,9 @@ def test_pareto_points_one_curve_per_arm(tmp_path):
     recs.append(sweep_record("eagle3", 64, 1.0, 99, status="server died"))
     pts = spec_view.pareto_points([records.decode(r) for r in recs])
     assert set(pts) == {"baseline", "eagle3"}
-    assert [p["concurrency"] for p in pts["eagle3"]] == [1, 4, 16]
-    assert pts["eagle3"][0]["user_tok_s"] == pytest.approx(1000 / 13)
-    assert pts["baseline"][2]["total_tok_s"] == 800
+    assert [p.concurrency for p in pts["eagle3"]] == [1, 4, 16]
+    assert pts["eagle3"][0].user_tok_s == pytest.approx(1000 / 13)
+    assert pts["baseline"][2].total_tok_s == 800
     assert spec_view.render_pareto(pts, tmp_path / "p.png").startswith(PNG_MAGIC)
     rates = []
     for rate in (2.0, 0.5):
@@ -483,7 +483,7 @@ def test_pareto_points_one_curve_per_arm(tmp_path):
         r["request_rate"] = rate
         rates.append(r)
     (curve,) = spec_view.pareto_points([records.decode(r) for r in rates]).values()
-    assert [p["label"] for p in curve] == ["0.5/s", "2/s"]
+    assert [p.label for p in curve] == ["0.5/s", "2/s"]
 
 
 # ------------------------------------------------------------------ HTML report
@@ -704,9 +704,9 @@ def test_lengths_and_speculation_per_request_on_cpu_server(spec_server, tiny_mod
         assert len(hist) <= 4  # 3 steps: 0..3 correct drafts per cycle
     h = spec_view.hist_from_requests(rows)
     rates = spec_view.position_rates(h)
-    assert len(rates) <= 3 and rates[0]["rate"] >= rates[-1]["rate"] > 0
+    assert len(rates) <= 3 and rates[0].rate >= rates[-1].rate > 0
     buckets = spec_view.by_input_bucket(rows)
-    assert sum(b["requests"] for b in buckets) == 3
+    assert sum(b.requests for b in buckets) == 3
 
 
 @pytest.mark.server

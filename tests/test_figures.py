@@ -175,9 +175,9 @@ def test_figures():
 def test_position_acceptance_both_conventions():
     hist = {0: 2, 1: 1, 3: 1}  # correct drafts -> cycles
     rates = figures.position_rates(hist)
-    assert [r["accepted_cycles"] for r in rates] == [2, 1, 1]
-    assert [r["rate"] for r in rates] == [0.5, 0.25, 0.25]
-    assert [r["conditional"] for r in rates] == [0.5, 0.5, 1.0]
+    assert [r.accepted_cycles for r in rates] == [2, 1, 1]
+    assert [r.rate for r in rates] == [0.5, 0.25, 0.25]
+    assert [r.conditional for r in rates] == [0.5, 0.5, 1.0]
     # a 2-step chain never checks a third draft: its cycles do not count there
     assert figures.position_counts(hist, 2) == [(4, 2), (2, 1)]
     alphas = figures.conditional_acceptance(figures.position_counts(hist, 2))

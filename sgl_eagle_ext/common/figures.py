@@ -113,20 +113,24 @@ def position_counts(hist: Mapping[int, int], steps: int | None = None) -> list[t
     return out
 
 
-def position_rates(hist: Mapping[int, int]) -> list[dict]:
-    """Per draft position j (1-based): `rate`, the cumulative acceptance (share of all
-    cycles that accepted draft j, vLLM's per-position figure), and `conditional`
+@dataclass(frozen=True)
+class PositionRate:
+    """Draft position `position` (1-based): `rate`, the cumulative acceptance (share of
+    all cycles that accepted draft j, vLLM's per-position figure), and `conditional`
     (EAGLE's alpha_j: share of the cycles that reached draft j which accepted it)."""
+
+    position: int
+    accepted_cycles: int
+    rate: float
+    conditional: float | None
+
+
+def position_rates(hist: Mapping[int, int]) -> list[PositionRate]:
     total = sum(hist.values())
     if not total:
         return []
     return [
-        {
-            "position": j,
-            "accepted_cycles": accepted,
-            "rate": accepted / total,
-            "conditional": accepted / reached if reached else None,
-        }
+        PositionRate(j, accepted, accepted / total, accepted / reached if reached else None)
         for j, (reached, accepted) in enumerate(position_counts(hist), start=1)
     ]
 

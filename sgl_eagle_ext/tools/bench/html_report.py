@@ -234,12 +234,7 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
                 _table(
                     ["input tokens", "requests", "verify cycles", "accept length"],
                     [
-                        [
-                            b["bucket"],
-                            b["requests"],
-                            b["verify_cycles"],
-                            _n(b["accept_length"], "{:.2f}"),
-                        ]
+                        [b.bucket, b.requests, b.verify_cycles, _n(b.accept_length, "{:.2f}")]
                         for b in buckets
                     ],
                 )
@@ -254,10 +249,10 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
                         ["position", "cycles accepting it", "cumulative", "conditional"],
                         [
                             [
-                                r["position"],
-                                r["accepted_cycles"],
-                                f"{r['rate'] * 100:.1f}%",
-                                spec_view._pct(r.get("conditional")),
+                                r.position,
+                                r.accepted_cycles,
+                                f"{r.rate * 100:.1f}%",
+                                spec_view._pct(r.conditional),
                             ]
                             for r in rates
                         ],

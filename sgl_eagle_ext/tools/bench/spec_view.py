@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_eagle_ext.common import accept_length as accept
@@ -44,7 +45,30 @@ def _request(r: dict | Request) -> Request:
     return r if isinstance(r, Request) else records.decode(r, Request)
 
 
-def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[dict]:
+@dataclass(frozen=True)
+class Bucket:
+    """The requests whose prompt_tokens fall in [low, high)."""
+
+    bucket: str  # its name, e.g. "4k-8k"
+    low: int
+    high: int | None
+    requests: int
+    verify_cycles: int
+    accept_length: float | None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One level of an arm on the Pareto chart."""
+
+    concurrency: float | None
+    request_rate: float | None
+    label: str
+    total_tok_s: float
+    user_tok_s: float  # 1000 / p50 TPOT
+
+
+def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[Bucket]:
     """Accept length of the requests whose prompt_tokens fall in each bucket."""
     bounds = [0, *edges]
     acc = defaultdict(lambda: [0, 0, 0])  # tokens, verify cycles, requests
@@ -61,14 +85,7 @@ def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[dict]:
         tok, ver, n = acc[i]
         hi = bounds[i + 1] if i + 1 < len(bounds) else None
         out.append(
-            {
-                "bucket": _bucket_name(bounds[i], hi),
-                "low": bounds[i],
-                "high": hi,
-                "requests": n,
-                "verify_cycles": ver,
-                "accept_length": accept.from_counts(tok, ver),
-            }
+            Bucket(_bucket_name(bounds[i], hi), bounds[i], hi, n, ver, accept.from_counts(tok, ver))
         )
     return out
 
@@ -108,26 +125,25 @@ def mean_accept_length(hist: Counter) -> float | None:
     return accept.from_histogram(hist)
 
 
-def tables(buckets: list[dict], positions: dict[str, list[dict]]) -> list[str]:
+def tables(buckets: list[Bucket], positions: dict[str, list[figures.PositionRate]]) -> list[str]:
     lines = []
     if buckets:
         table = Table(
             Col("input tokens", 14), Col("requests", 8), Col("verify", 8), Col("accept", 7, ".2f")
         )
         lines += table.render(
-            (str(b["bucket"]), b["requests"], b["verify_cycles"], b["accept_length"])
-            for b in buckets
+            (b.bucket, b.requests, b.verify_cycles, b.accept_length) for b in buckets
         )
     for source, rates in positions.items():
         if rates:
             lines.append(f"acceptance per draft position ({source}):")
             lines.append(
                 f"  {CONVENTION[CUMULATIVE]}:  "
-                + "  ".join(f"pos {r['position']}: {r['rate'] * 100:.1f}%" for r in rates)
+                + "  ".join(f"pos {r.position}: {r.rate * 100:.1f}%" for r in rates)
             )
             lines.append(
                 f"  {CONVENTION[CONDITIONAL]}:  "
-                + "  ".join(f"pos {r['position']}: {_pct(r.get('conditional'))}" for r in rates)
+                + "  ".join(f"pos {r.position}: {_pct(r.conditional)}" for r in rates)
             )
     return lines
 
@@ -156,18 +172,19 @@ def _save(fig, out: Path | None) -> bytes:
     return data
 
 
-def render_spec(buckets: list[dict], positions: dict[str, list[dict]], out=None) -> bytes:
+def render_spec(
+    buckets: list[Bucket], positions: dict[str, list[figures.PositionRate]], out=None
+) -> bytes:
     plt = _plt()
     from matplotlib.ticker import MaxNLocator
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     if buckets:
-        xs = [x["bucket"] for x in buckets]
-        a.bar(xs, [x["accept_length"] or 0 for x in buckets], color="#4c72b0")
+        a.bar([x.bucket for x in buckets], [x.accept_length or 0 for x in buckets], color="#4c72b0")
         for i, x in enumerate(buckets):
             a.annotate(
-                f"n={x['requests']}",
-                (i, x["accept_length"] or 0),
+                f"n={x.requests}",
+                (i, x.accept_length or 0),
                 ha="center",
                 textcoords="offset points",
                 xytext=(0, 4),
@@ -178,9 +195,7 @@ def render_spec(buckets: list[dict], positions: dict[str, list[dict]], out=None)
     a.set_ylabel("tokens per verify cycle")
     for source, rates in positions.items():
         if rates:
-            b.plot(
-                [r["position"] for r in rates], [r["rate"] * 100 for r in rates], "o-", label=source
-            )
+            b.plot([r.position for r in rates], [r.rate * 100 for r in rates], "o-", label=source)
     b.set_title("acceptance per draft position (cumulative)")
     b.set_xlabel("draft position")
     b.set_ylabel("% of all verify cycles accepting it")
@@ -196,7 +211,7 @@ def render_spec(buckets: list[dict], positions: dict[str, list[dict]], out=None)
     return data
 
 
-def pareto_points(sweeps: list[Level]) -> dict[str, list[dict]]:
+def pareto_points(sweeps: list[Level]) -> dict[str, list[Point]]:
     """Per arm, per level: total output tok/s and per-user tok/s (1000 / p50 TPOT)."""
     arms: dict[str, dict] = defaultdict(dict)
     for r in sweeps:
@@ -206,27 +221,25 @@ def pareto_points(sweeps: list[Level]) -> dict[str, list[dict]]:
         if not tpot or r.output_tok_s is None:
             continue
         arm = plot.arm_name(r)  # drawable text, whatever bytes the label holds
-        arms[arm][r.level[1]] = {
-            "concurrency": r.concurrency,
-            "request_rate": r.request_rate,
-            "label": f"{r.request_rate:g}/s"
-            if r.request_rate is not None
-            else f"c={r.concurrency}",
-            "total_tok_s": r.output_tok_s,
-            "user_tok_s": figures.tok_s(1, tpot),
-        }
+        arms[arm][r.level[1]] = Point(
+            r.concurrency,
+            r.request_rate,
+            f"{r.request_rate:g}/s" if r.request_rate is not None else f"c={r.concurrency}",
+            r.output_tok_s,
+            figures.tok_s(1, tpot),
+        )
     return {a: [lv[k] for k in sorted(lv)] for a, lv in arms.items()}
 
 
-def render_pareto(points: dict[str, list[dict]], out=None) -> bytes:
+def render_pareto(points: dict[str, list[Point]], out=None) -> bytes:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
     for arm, pts in points.items():
-        ax.plot([p["total_tok_s"] for p in pts], [p["user_tok_s"] for p in pts], "o-", label=arm)
+        ax.plot([p.total_tok_s for p in pts], [p.user_tok_s for p in pts], "o-", label=arm)
         for p in pts:
             ax.annotate(
-                p["label"],
-                (p["total_tok_s"], p["user_tok_s"]),
+                p.label,
+                (p.total_tok_s, p.user_tok_s),
                 textcoords="offset points",
                 xytext=(4, 4),
                 fontsize=7,
