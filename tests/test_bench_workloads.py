@@ -339,18 +339,16 @@ def test_request_records_and_goodput_recomputed(tmp_path, capsys):
 
     res = dict(goodput.compute(rows, {"ttft": 500, "tpot": 150}, (50, 99)))
     f1 = res[("r1", "B", 1)]
-    assert f1["duration_s"] == pytest.approx(2.9) and f1["slo_met"] == 1
-    assert f1["goodput_tok_s"] == pytest.approx(11 / 2.9)
-    assert f1["ttft_ms"]["p50"] == pytest.approx(450.0) and set(f1["ttft_ms"]) == {"p50", "p99"}
+    assert f1.duration_s == pytest.approx(2.9) and f1.slo_met == 1
+    assert f1.goodput_tok_s == pytest.approx(11 / 2.9)
+    assert f1.ttft_ms["p50"] == pytest.approx(450.0) and set(f1.ttft_ms) == {"p50", "p99"}
     # decode-only (each request's prefill token left out), and with it
-    assert f1["accept_length"] == pytest.approx(20 / 8)
-    assert f1["accept_length_with_prefill"] == pytest.approx(22 / 8)
+    assert f1.accept_length == pytest.approx(20 / 8)
+    assert f1.accept_length_with_prefill == pytest.approx(22 / 8)
     f2 = res[("r1", "B", 2)]
-    assert (
-        f2["slo_met"] == 1 and f2["requests"] == 2 and f2["goodput_tok_s"] == pytest.approx(6 / 0.7)
-    )
+    assert f2.slo_met == 1 and f2.requests == 2 and f2.goodput_tok_s == pytest.approx(6 / 0.7)
     strict = dict(goodput.compute(rows, {"tpot": 50}, (50,)))
-    assert strict[("r1", "B", 1)]["slo_met"] == 0
+    assert strict[("r1", "B", 1)].slo_met == 0
 
     from sgl_eagle_ext.tools.bench.cli import main
 
@@ -788,7 +786,7 @@ def test_sweep_long_prompts_ranges_and_request_records(recording_fake, tmp_path,
     figures = dict(goodput.compute(rows, {"ttft": 60000}, (50,)))
     for rec in recs:
         f = figures[(rec["run_id"], "", rec["concurrency"])]
-        assert f["completed"] == rec["completed"] and f["slo_met"] == rec["completed"]
+        assert f.completed == rec["completed"] and f.slo_met == rec["completed"]
 
 
 def test_sweep_multi_turn_sharegpt(recording_fake, tmp_path, capsys):

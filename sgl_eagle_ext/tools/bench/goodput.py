@@ -9,6 +9,7 @@ answer, as in the sweep.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -107,7 +108,30 @@ def _tokens(rows: list[Request]) -> int:
     return sum(r.completion_tokens or 0 for r in rows)
 
 
-def level_figures(rows: list[Request], slo: dict, percentiles) -> dict:
+@dataclass(frozen=True)
+class Figures:
+    """One (run, arm, level) group's figures recomputed from its requests."""
+
+    requests: int
+    completed: int
+    duration_s: float | None
+    output_tok_s: float | None
+    ttft_ms: dict  # percentile name -> ms (the --percentiles asked for)
+    tpot_ms: dict
+    itl_ms: dict
+    e2e_ms: dict
+    accept_length: float | None  # decode-only, as the sweep's (SGLang's /server_info)
+    accept_length_with_prefill: float | None
+    slo_met: int | None = None  # with an SLO only
+    slo_met_share: float | None = None
+    goodput_req_s: float | None = None
+    goodput_tok_s: float | None = None
+
+    def latency(self, metric: str) -> dict:
+        return getattr(self, f"{metric}_ms")
+
+
+def level_figures(rows: list[Request], slo: dict, percentiles) -> Figures:
     ok = [r for r in rows if r.ok]
     ends = [
         r.start_s + r.e2e_ms / 1e3 for r in rows if r.start_s is not None and r.e2e_ms is not None
@@ -116,35 +140,39 @@ def level_figures(rows: list[Request], slo: dict, percentiles) -> dict:
     duration = max(ends) - min(starts) if ends and starts else None
     if not duration:
         duration = next((r.level_duration_s for r in rows), None)
-    out = {
-        "requests": len(rows),
-        "completed": len(ok),
-        "duration_s": duration,
-        "output_tok_s": _tokens(ok) / duration if duration else None,
-    }
+    latency = {}
     for m in METRICS:
         if m == "itl":
             vals = [g for r in ok for g in (r.itl_ms or [])]
         else:
             vals = [v for r in ok if (v := getattr(r, f"{m}_ms")) is not None]
-        out[f"{m}_ms"] = {
+        latency[f"{m}_ms"] = {
             _pname(p): (float(np.percentile(vals, p)) if vals else None) for p in percentiles
         }
     acc = [r for r in ok if r.verify_ct and r.completion_tokens is not None]
     tokens, cycles = _tokens(acc), sum(r.verify_ct for r in acc)
-    # decode-only, as the sweep's accept_length (SGLang's /server_info figure)
-    out["accept_length"] = accept.decode_only(tokens, cycles, len(acc))
-    out["accept_length_with_prefill"] = accept.from_counts(tokens, cycles)
+    good = {}
     if slo:
-        good = [r for r in rows if meets(r, slo)]
-        out["slo_met"] = len(good)
-        out["slo_met_share"] = len(good) / len(rows) if rows else None
-        out["goodput_req_s"] = len(good) / duration if duration else None
-        out["goodput_tok_s"] = _tokens(good) / duration if duration else None
-    return out
+        met = [r for r in rows if meets(r, slo)]
+        good = {
+            "slo_met": len(met),
+            "slo_met_share": len(met) / len(rows) if rows else None,
+            "goodput_req_s": len(met) / duration if duration else None,
+            "goodput_tok_s": _tokens(met) / duration if duration else None,
+        }
+    return Figures(
+        requests=len(rows),
+        completed=len(ok),
+        duration_s=duration,
+        output_tok_s=_tokens(ok) / duration if duration else None,
+        **latency,
+        accept_length=accept.decode_only(tokens, cycles, len(acc)),
+        accept_length_with_prefill=accept.from_counts(tokens, cycles),
+        **good,
+    )
 
 
-def compute(rows: list[dict], slo: dict, percentiles) -> list[tuple[tuple, dict]]:
+def compute(rows: list[dict], slo: dict, percentiles) -> list[tuple[tuple, Figures]]:
     """Figures per (run, arm, level) of per-request records (request_log.read's)."""
     groups: dict[tuple, list[Request]] = defaultdict(list)
     for r in rows:
@@ -174,25 +202,34 @@ def table(results, slo: dict, percentiles) -> list[str]:
     if slo:
         cols += [Col("SLO met", 9), Col("good tok/s", 10, ".1f"), Col("good req/s", 10, ".2f")]
 
-    def trio(f, m):
-        return "/".join(_n(f[f"{m}_ms"][p], "{:.0f}") for p in ps)
+    def trio(f: Figures, m):
+        return "/".join(_n(f.latency(m)[p], "{:.0f}") for p in ps)
 
     rows = []
     for (_run, arm, level), f in results:
         row = [
             (arm or "-")[:14],
             str(level),
-            f["completed"],
-            f["output_tok_s"],
+            f.completed,
+            f.output_tok_s,
             trio(f, "ttft"),
             trio(f, "tpot"),
             trio(f, "e2e"),
-            f["accept_length"],
+            f.accept_length,
         ]
         if slo:
-            row += [f"{f['slo_met']}/{f['requests']}", f["goodput_tok_s"], f["goodput_req_s"]]
+            row += [f"{f.slo_met}/{f.requests}", f.goodput_tok_s, f.goodput_req_s]
         rows.append(row)
     return Table(*cols).render(rows)
+
+
+def _shown(f: Figures) -> dict:
+    """The JSON output's fields: the SLO's only with an SLO (as before they were typed)."""
+    out = asdict(f)
+    if f.slo_met is None:
+        for name in ("slo_met", "slo_met_share", "goodput_req_s", "goodput_tok_s"):
+            del out[name]
+    return out
 
 
 def describe_slo(slo: dict) -> str:
@@ -229,7 +266,7 @@ def report(
 
         console.out(
             json.dumps(
-                [{"run_id": k[0], "arm": k[1], "level": k[2], **f} for k, f in results],
+                [{"run_id": k[0], "arm": k[1], "level": k[2], **_shown(f)} for k, f in results],
                 indent=1,
             )
         )

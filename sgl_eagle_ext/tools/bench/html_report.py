@@ -208,17 +208,13 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
         head += ["SLO met", "goodput tok/s", "goodput req/s"]
     body = []
     for (_run, arm, level), f in res:
-        row = [arm or "-", level, f["completed"], _n(f["output_tok_s"])]
+        row = [arm or "-", level, f.completed, _n(f.output_tok_s)]
         row += [
-            "/".join(_n(f[f"{m}_ms"][p], "{:.0f}") for p in ps) for m in ("ttft", "tpot", "e2e")
+            "/".join(_n(f.latency(m)[p], "{:.0f}") for p in ps) for m in ("ttft", "tpot", "e2e")
         ]
-        row += [_n(f["accept_length"], "{:.2f}")]
+        row += [_n(f.accept_length, "{:.2f}")]
         if slo:
-            row += [
-                f"{f['slo_met']}/{f['requests']}",
-                _n(f["goodput_tok_s"]),
-                _n(f["goodput_req_s"], "{:.2f}"),
-            ]
+            row += [f"{f.slo_met}/{f.requests}", _n(f.goodput_tok_s), _n(f.goodput_req_s, "{:.2f}")]
         body.append(row)
     parts.append(f"<p>SLO: {escape(goodput.describe_slo(slo))}</p>" + _table(head, body))
     buckets = spec_view.by_input_bucket(rows)
