@@ -223,28 +223,36 @@ class Server:
             time.sleep(0.1)
 
 
-def accept_from_counters(before: Counters | None, after: Counters | None) -> dict:
-    """Accept length over the window between two counter snapshots."""
-    """Accept length over the window between two counter snapshots: `accept_length`
-    prefill-inclusive (tokens / verify calls), `requests` the finished requests (their
-    prefill tokens, for the decode-only figure; None without that counter)."""
+@dataclass(frozen=True)
+class Delta:
+    """SGLang's counters over a window between two snapshots (None: not counted)."""
+
+    generation_tokens: float | None = None
+    verify_calls: float | None = None
+    requests: float | None = None  # finished requests: one prefill token each
+
+    @property
+    def accept_length(self) -> float | None:
+        """Prefill-inclusive: generated tokens / verify calls."""
+        return figures.from_counts(self.generation_tokens, self.verify_calls)
+
+    def decode_only(self, past_end: int, finished: int) -> float | None:
+        """SGLang's /server_info figure: each finished request's prefill token left out
+        (`finished` when the server has no request counter), and the drafts it accepted
+        past a request's end (`past_end`, counted by the server, not in the client's
+        tokens) kept in."""
+        gen = self.generation_tokens
+        done = self.requests if self.requests is not None else finished
+        return figures.decode_only(None if gen is None else gen + past_end, self.verify_calls, done)
+
+
+def accept_from_counters(before: Counters | None, after: Counters | None) -> Delta:
+    """The counters' window between two snapshots."""
     if before is None or after is None:
-        return {
-            "generation_tokens": None,
-            "verify_calls": None,
-            "accept_length": None,
-            "requests": None,
-        }
-    tokens = after.generation_tokens - before.generation_tokens
-    verify = None
-    if before.spec_verify_calls is not None and after.spec_verify_calls is not None:
-        verify = after.spec_verify_calls - before.spec_verify_calls
-    requests = None
-    if before.requests is not None and after.requests is not None:
-        requests = after.requests - before.requests
-    return {
-        "generation_tokens": tokens,
-        "verify_calls": verify,
-        "accept_length": figures.from_counts(tokens, verify),
-        "requests": requests,
-    }
+        return Delta()
+
+    def diff(name):
+        a, b = getattr(before, name), getattr(after, name)
+        return None if a is None or b is None else b - a
+
+    return Delta(diff("generation_tokens"), diff("spec_verify_calls"), diff("requests"))

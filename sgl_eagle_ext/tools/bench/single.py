@@ -184,8 +184,8 @@ async def run(
     respect_eos: bool,
     vary_prompts: bool,
     console: Console,
-) -> tuple[list[RunFields], list[RunFields], bool, dict]:
-    """Returns (warm-up fields, run fields, interrupted, counter-based accept)."""
+) -> tuple[list[RunFields], list[RunFields], bool, float | None]:
+    """Returns (warm-up fields, run fields, interrupted, the counters' accept length)."""
     prompts = (
         prompt_set.take(runs + warmup, load.seed)
         if vary_prompts
@@ -227,21 +227,14 @@ async def run(
                 break
     except asyncio.CancelledError:
         interrupted = True
-    acc = {"accept_length": None}
+    accept_length = None  # decode-only, from SGLang's counters
     if not interrupted and before is not None and done:
         tokens = sum(f.tokens or 0 for f in done)
         after = await asyncio.to_thread(server.counters_after, before, tokens)
-        acc = probe.accept_from_counters(before, after)
-        # decode-only under the shared name: each run's prefill token left out
-        finished = acc["requests"] if acc["requests"] is not None else len(done)
         # drafts SGLang accepted past a run's end count in its figure (sweep.py)
         past = sum(f.decoded_tokens - (f.tokens - 1) for f in done if f.decoded_tokens)
-        acc["accept_length_with_prefill"] = acc["accept_length"]
-        gen = acc["generation_tokens"]
-        acc["accept_length"] = accept.decode_only(
-            None if gen is None else gen + past, acc["verify_calls"], finished
-        )
-    return warm, done, interrupted, acc
+        accept_length = probe.accept_from_counters(before, after).decode_only(past, len(done))
+    return warm, done, interrupted, accept_length
 
 
 def raise_if_interrupted(interrupted: bool) -> None:

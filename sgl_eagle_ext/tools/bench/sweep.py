@@ -595,16 +595,12 @@ async def run_level(
     # the counters count each finished request's prefill token too: one per request
     # (the server's request counter, else the requests this level completed); SGLang's
     # own figure also counts drafts accepted past a request's end (accepted_past_end)
-    finished = acc["requests"]
-    if finished is None:
-        finished = sum(1 for r in results if r.ok and r.completion_tokens)
-    gen = acc["generation_tokens"]
-    fields["accept_length_metrics"] = accept.decode_only(
-        None if gen is None else gen + fields["accepted_past_end"], acc["verify_calls"], finished
+    fields["accept_length_metrics"] = acc.decode_only(
+        fields["accepted_past_end"], sum(1 for r in results if r.ok and r.completion_tokens)
     )
-    fields["verify_calls_metrics"] = acc["verify_calls"]
-    fields["generation_tokens_metrics"] = acc["generation_tokens"]
-    fields.update(choose_accept_length(fields, acc["accept_length"]))
+    fields["verify_calls_metrics"] = acc.verify_calls
+    fields["generation_tokens_metrics"] = gen = acc.generation_tokens
+    fields.update(choose_accept_length(fields, acc.accept_length))
     if (
         gen is not None
         and not level.server_gone

@@ -64,9 +64,9 @@ def run(opts: Options, extra: list[str], console: Console) -> int:
     return interrupts.run(_run(opts, console))
 
 
-def _accept(s: single.Summary, acc: dict) -> None:
-    if acc.get("accept_length") is not None:
-        s.accept_length, s.accept_length_source = acc["accept_length"], "metrics delta"
+def _accept(s: single.Summary, from_counters: float | None) -> None:
+    if from_counters is not None:
+        s.accept_length, s.accept_length_source = from_counters, "metrics delta"
     elif s.accept_length_requests is not None:
         s.accept_length, s.accept_length_source = s.accept_length_requests, "per-request sum"
 
