@@ -75,16 +75,14 @@ def result(**kw) -> cl.RequestResult:
 # ------------------------------------------------------------------ stats
 def test_summary_matches_hand_computed_values():
     s = stats.summary([10.0, 12.0, 11.0, 13.0, 9.0])
-    assert s["n"] == 5 and s["mean"] == 11.0 and s["median"] == 11.0
-    assert s["min"] == 9.0 and s["max"] == 13.0
-    assert s["stdev"] == pytest.approx(math.sqrt(2.5))
+    assert s.n == 5 and s.mean == 11.0 and s.median == 11.0
+    assert s.min == 9.0 and s.max == 13.0
+    assert s.stdev == pytest.approx(math.sqrt(2.5))
     half = 2.776 * math.sqrt(2.5) / math.sqrt(5)  # t(0.975, df 4)
-    assert s["ci95_low"] == pytest.approx(11.0 - half) and s["ci95_high"] == pytest.approx(
-        11 + half
-    )
+    assert s.ci95_low == pytest.approx(11.0 - half) and s.ci95_high == pytest.approx(11 + half)
     one = stats.summary([5.0])
-    assert one["mean"] == 5.0 and one["stdev"] is None and one["ci95_low"] is None
-    assert stats.summary([])["n"] == 0
+    assert one.mean == 5.0 and one.stdev is None and one.ci95_low is None
+    assert stats.summary([]).n == 0
     assert stats.t975(1) == 12.706 and stats.t975(100) == 1.96
 
 

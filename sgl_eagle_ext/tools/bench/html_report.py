@@ -126,10 +126,10 @@ def _crossover(record: dict) -> str:
 def run_section(run_id: str, recs: list[dict]) -> str:
     parts = [f"<h2>Run {escape(str(run_id))}</h2>"]
     typed = [records.decode(r) for r in recs]
-    by_kind = defaultdict(list)
+    by_kind = defaultdict(list)  # each record kind's typed class -> its records
     for t in typed:
-        by_kind[t.kind].append(t)
-    for ab in by_kind["ab"]:
+        by_kind[type(t)].append(t)
+    for ab in by_kind[records.AB]:
         parts.append(
             f"<h3>A/B: {escape(str(ab.preset_a))} (A) vs {escape(str(ab.preset_b))} (B)</h3>"
             f"<p>verdict: <b>{escape(str(ab.verdict))}</b>; throughput crossover: "
@@ -137,7 +137,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
             f"{escape(str(ab.lossless))}</p><p>recommendation: "
             f"{escape(str(ab.recommendation))}</p>"
         )
-    for cmp in by_kind["compare"]:
+    for cmp in by_kind[records.Compare]:
         rows = []
         for name, x in (cmp.crossover_throughput or {}).items():
             good = (cmp.crossover_goodput or {}).get(name) or {}
@@ -152,7 +152,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
                 for n, why in (cmp.failed_arms or {}).items()
             )
         )
-    sweeps = by_kind["sweep"]
+    sweeps = [t for t in by_kind[Level] if t.kind == "sweep"]
     if sweeps:
         rows, bad = sweep_rows(sweeps)
         parts.append(
@@ -163,7 +163,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
         pts = spec_view.pareto_points(sweeps)
         if pts and max(len(v) for v in pts.values()) > 1:  # a curve, not single points
             parts.append("<h3>Pareto</h3>" + _img(spec_view.render_pareto(pts), "Pareto chart"))
-    for s in by_kind["single"]:
+    for s in by_kind[records.Single]:
         parts.append(
             f"<h3>Single stream ({escape(str(s.arm or s.url))})</h3>"
             + _table(
@@ -181,7 +181,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
                 ],
             )
         )
-    for ll in by_kind["lossless"]:
+    for ll in by_kind[records.Lossless]:
         parts.append(
             f"<h3>Lossless</h3><p>verdict: <b>{escape(str(ll.verdict))}</b> "
             f"({escape(str(ll.identical))}/{escape(str(ll.compared))} identical)</p>"

@@ -96,12 +96,12 @@ def run_line(f: RunFields, total: int, max_tokens: int, warmup: bool = False) ->
 class Summary:
     """The runs summarized, as the record holds it (its top-level fields)."""
 
-    tok_s: dict  # stats.summary
+    tok_s: stats.Summary
     overall_tok_s: float | None
     output_tokens: int
     seconds: float
-    decode_tok_s: dict
-    ttft_ms: dict
+    decode_tok_s: stats.Summary
+    ttft_ms: stats.Summary
     short: int
     failed: int
     steady: bool | None
@@ -129,7 +129,7 @@ def summarize(runs: list[RunFields], max_cv: float) -> Summary:
         ttft_ms=stats.summary(f.ttft_ms for f in counted if f.ttft_ms is not None),
         short=sum(1 for f in runs if f.short),
         failed=sum(1 for f in runs if not f.ok),
-        steady=not warnings if tok["n"] >= 2 else None,
+        steady=not warnings if tok.n >= 2 else None,
         warnings=warnings,
         accept_length_requests=accept.from_counts(
             sum(f.decoded_tokens or 0 for f in drafted), verify
@@ -142,22 +142,22 @@ def summarize(runs: list[RunFields], max_cv: float) -> Summary:
 
 def summary_lines(s: Summary, runs: int) -> list[str]:
     t = s.tok_s
-    if not t["n"]:
+    if not t.n:
         return [f"no run counted out of {runs}: nothing to average"]
     lines = [
-        f"tok/s over {t['n']} counted run(s) of {runs}: overall {s.overall_tok_s:.1f} "
+        f"tok/s over {t.n} counted run(s) of {runs}: overall {s.overall_tok_s:.1f} "
         f"({s.output_tokens} tokens in {s.seconds:.2f} s)"
     ]
-    if t["n"] >= 2:
-        half = (t["ci95_high"] - t["ci95_low"]) / 2
+    if t.n >= 2:
+        half = (t.ci95_high - t.ci95_low) / 2
         lines.append(
-            f"  mean {t['mean']:.1f}  median {t['median']:.1f}  min {t['min']:.1f}  "
-            f"max {t['max']:.1f}  stdev {t['stdev']:.2f}  95% CI {t['ci95_low']:.1f} .. "
-            f"{t['ci95_high']:.1f} (+/-{half / t['mean'] * 100:.1f}%)"
+            f"  mean {t.mean:.1f}  median {t.median:.1f}  min {t.min:.1f}  "
+            f"max {t.max:.1f}  stdev {t.stdev:.2f}  95% CI {t.ci95_low:.1f} .. "
+            f"{t.ci95_high:.1f} (+/-{half / t.mean * 100:.1f}%)"
         )
     else:
         lines.append(
-            f"  one run: {t['mean']:.1f} tok/s (no spread or confidence interval; use --runs 5)"
+            f"  one run: {t.mean:.1f} tok/s (no spread or confidence interval; use --runs 5)"
         )
     if s.accept_length is not None:
         lines.append(
@@ -169,7 +169,7 @@ def summary_lines(s: Summary, runs: int) -> list[str]:
     if s.failed:
         lines.append(f"  {s.failed} run(s) failed")
     if s.steady:
-        lines.append(f"  steady state: OK (spread {t['cv'] * 100:.1f}% of the mean)")
+        lines.append(f"  steady state: OK (spread {t.cv * 100:.1f}% of the mean)")
     return lines
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,36 +53,41 @@ def t975(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else _Z975
 
 
-def summary(values) -> dict:
-    """n, mean, median, min, max, stdev (sample), cv, and the mean's 95% CI."""
+@dataclass(frozen=True)
+class Summary:
+    """n, mean, median, min, max, stdev (sample), cv, and the mean's 95% CI (None
+    where n is too small for it)."""
+
+    n: int
+    mean: float | None = None
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    stdev: float | None = None
+    cv: float | None = None
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+
+
+def summary(values) -> Summary:
     x = np.asarray(list(values), dtype=float)
     n = int(x.size)
     if n == 0:
-        return {
-            "n": 0,
-            "mean": None,
-            "median": None,
-            "min": None,
-            "max": None,
-            "stdev": None,
-            "cv": None,
-            "ci95_low": None,
-            "ci95_high": None,
-        }
+        return Summary(0)
     mean = float(x.mean())
     stdev = float(x.std(ddof=1)) if n > 1 else None
     half = t975(n - 1) * stdev / math.sqrt(n) if stdev is not None else None
-    return {
-        "n": n,
-        "mean": mean,
-        "median": float(np.median(x)),
-        "min": float(x.min()),
-        "max": float(x.max()),
-        "stdev": stdev,
-        "cv": (stdev / mean) if stdev is not None and mean else None,
-        "ci95_low": mean - half if half is not None else None,
-        "ci95_high": mean + half if half is not None else None,
-    }
+    return Summary(
+        n=n,
+        mean=mean,
+        median=float(np.median(x)),
+        min=float(x.min()),
+        max=float(x.max()),
+        stdev=stdev,
+        cv=(stdev / mean) if stdev is not None and mean else None,
+        ci95_low=mean - half if half is not None else None,
+        ci95_high=mean + half if half is not None else None,
+    )
 
 
 def percentiles(values, ps=PERCENTILES) -> dict:
@@ -115,9 +121,9 @@ def steady_state_warnings(values, max_cv: float = STEADY_MAX_CV) -> list[str]:
     """Why a series of repeated runs does not look like a steady server."""
     s = summary(values)
     warnings = []
-    if s["cv"] is not None and s["cv"] > max_cv:
+    if s.cv is not None and s.cv > max_cv:
         warnings.append(
-            f"runs spread {s['cv'] * 100:.1f}% of the mean (stdev/mean; limit "
+            f"runs spread {s.cv * 100:.1f}% of the mean (stdev/mean; limit "
             f"{max_cv * 100:.0f}%): the server is not in a steady state (other "
             f"load, clocks or thermal throttling, too short a warm-up) or the "
             f"prompts differ a lot"

@@ -106,7 +106,7 @@ async def _run(opts: Options, console: Console) -> int:
         console.warn(w)
     if interrupted:
         status = "interrupted"
-    elif not s.tok_s["n"]:
+    elif not s.tok_s.n:
         status = "failed"
     else:
         status = "errors" if s.failed else "ok"
