@@ -1073,12 +1073,14 @@ def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, cap
     out = capsys.readouterr().out
     assert rc == 1  # the lossless check found differences
     assert "A/B run " in out and "request rates 50,100 req/s (open loop, Poisson" in out
-    assert "crossover by throughput: " in out and "lossless: DIFFERS" in out
+    assert "crossover by throughput, spec vs baseline: " in out and "lossless: DIFFERS" in out
+    assert "B/A" in out and "recommendation (spec vs baseline): " in out  # the A/B table
     recs = read_records(res)
-    assert [r["kind"] for r in recs] == ["sweep"] * 4 + ["lossless", "ab"]
+    assert [r["kind"] for r in recs] == ["sweep"] * 4 + ["lossless", "compare"]
     ab = recs[-1]
     assert ab["level_key"] == "request_rate" and ab["burstiness"] == 1.0
-    assert [lv["request_rate"] for lv in ab["levels"]] == [50.0, 100.0]
+    assert ab["arms"] == ["baseline", "spec"] and ab["lossless"] == {"spec": "DIFFERS"}
+    assert [lv["request_rate"] for lv in ab["pairs"]["spec"]] == [50.0, 100.0]
     assert [r["request_rate"] for r in recs[:4]] == [50.0, 100.0, 50.0, 100.0]
     assert [r["arrivals"] for r in recs[:4]] == [8, 8, 8, 8]
     # the same arrivals on both arms: a level's offered rate is its schedule's
@@ -1439,12 +1441,12 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
         "crossover by throughput:",
         "crossover by latency goodput",
         "lossless: IDENTICAL: 2/2 outputs of eagle3-3step match baseline",
-        "recommendation: ",
+        "recommendation (eagle3-3step vs baseline): ",
     ):
         assert words in text, text
     recs = read_records(res)
     kinds = [r["kind"] for r in recs]
-    assert kinds == ["sweep", "sweep", "sweep", "sweep", "lossless", "ab"]
+    assert kinds == ["sweep", "sweep", "sweep", "sweep", "lossless", "compare"]
     run_id = recs[0]["run_id"]
     assert all(r["run_id"] == run_id for r in recs)
     sweeps = recs[:4]
@@ -1478,13 +1480,15 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
         2,
         [],
     )
-    assert ab["preset_a"] == "baseline" and ab["preset_b"] == "eagle3-3step"
-    assert ab["lossless"] == "IDENTICAL" and ab["recommendation"]
-    assert [lv["concurrency"] for lv in ab["levels"]] == [1, 2]
-    for lv, fa, fb in zip(ab["levels"], (a1, a2), (b1, b2)):
+    assert ab["arms"] == ["baseline", "eagle3-3step"] and ab["reference"] == "baseline"
+    assert ab["lossless"] == {"eagle3-3step": "IDENTICAL"} and ab["recommendation"]["eagle3-3step"]
+    pairs = ab["pairs"]["eagle3-3step"]
+    assert [lv["concurrency"] for lv in pairs] == [1, 2]
+    for lv, fa, fb in zip(pairs, (a1, a2), (b1, b2)):
         assert lv["throughput_ratio"] == pytest.approx(fb["output_tok_s"] / fa["output_tok_s"])
         assert lv["b_accept_length"] == pytest.approx(fb["accept_length"])
-    assert ab["crossover_throughput"]["verdict"] in ("always", "never", "until", "mixed")
+    verdict = ab["crossover_throughput"]["eagle3-3step"]["verdict"]
+    assert verdict in ("always", "never", "until", "mixed")
     assert set(ab["provenance"]["arms"]) == {"A", "B"}
     # both servers are gone
     port = int(a1["url"].rsplit(":", 1)[1])

@@ -551,6 +551,7 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
                 "eagle3-adaptive": {"verdict": "until", "level": 2.0, "estimate": 1.4},
             },
             "lossless": {"eagle3": "IDENTICAL", "eagle3-adaptive": "IDENTICAL"},
+            "recommendation": {"eagle3-adaptive": "serve <eagle3-adaptive> below 1.4 req/s"},
             "provenance": {},
         }
     )
@@ -588,7 +589,8 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
     assert "<script" not in html.lower()
     # per run: sweep figure and Pareto (r1, r2), and the speculation plot
     assert html.count("data:image/png;base64,") == 5
-    assert "use &lt;eagle3&gt; up to concurrency 11" in html  # escaped
+    assert "use &lt;eagle3&gt; up to concurrency 11" in html  # escaped (an older ab record)
+    assert "serve &lt;eagle3-adaptive&gt; below 1.4 req/s" in html  # compare's, per arm
     assert '"api_key": "***"' in html
 
     # the browser's own rendering: a copy with a probe that reports decoded images

@@ -142,11 +142,15 @@ def run_section(run_id: str, recs: list[dict]) -> str:
         for name, x in (cmp.crossover_throughput or {}).items():
             good = (cmp.crossover_goodput or {}).get(name) or {}
             ll = (cmp.lossless or {}).get(name)
-            rows.append([name, _crossover(x), _crossover(good) if good else "-", ll or "-"])
+            advice = (cmp.recommendation or {}).get(name) or "-"
+            rows.append([name, _crossover(x), _crossover(good) if good else "-", ll or "-", advice])
         parts.append(
             f"<h3>Compare: {escape(' vs '.join(map(str, cmp.arms or [])))} "
             f"(reference {escape(str(cmp.reference))})</h3>"
-            + _table(["arm", "throughput crossover", "goodput crossover", "lossless"], rows)
+            + _table(
+                ["arm", "throughput crossover", "goodput crossover", "lossless", "recommendation"],
+                rows,
+            )
             + "".join(
                 f'<p class="note">not compared: {escape(str(n))} failed ({escape(str(why))})</p>'
                 for n, why in (cmp.failed_arms or {}).items()

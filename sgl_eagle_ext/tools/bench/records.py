@@ -237,7 +237,7 @@ class Lossless(Result):
 
 
 @dataclass(frozen=True)
-class AB(Result):
+class AB(Result):  # written before `bench ab` was compare of two arms: still read
     preset_a: Text = None
     preset_b: Text = None
     verdict: Text = None
@@ -253,6 +253,7 @@ class Compare(Result):
     crossover_throughput: Mapping = None  # arm -> its crossover against the reference
     crossover_goodput: Mapping = None
     lossless: Mapping = None  # arm -> verdict
+    recommendation: Mapping = None  # arm -> what to serve
     failed_arms: Mapping = None  # arm -> why
 
 

@@ -1,11 +1,12 @@
 """bench compare and bench ab: presets started in turn through the launcher, the
-same sweep on each, compared. One flow for both:
+same sweep on each, compared. One flow and one report for both:
 
-  compare --arm P1 --arm P2 [--arm P3 ...]   N arms: per level the best arm and every
-                                             arm's ratio to it; each arm's crossover
-                                             against the first arm (the reference)
-  ab --preset-a A --preset-b B               two arms, with the A/B table (B/A ratios)
-                                             and a recommendation
+  compare --arm P1 --arm P2 [--arm P3 ...]   per level the best arm and every arm's
+                                             ratio to it; each arm against the first
+                                             (the reference): crossovers, the lossless
+                                             check, a recommendation
+  ab --preset-a A --preset-b B               compare --arm A --arm B (its table: the
+                                             side-by-side one, B/A ratios)
 
 Per arm: start the launcher (bad input fails while planning, before any server
 starts), warm up, sweep every level (concurrencies, or request rates with the
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from http.client import HTTPException
 from pathlib import Path
 
-from sgl_eagle_ext.common import http, interrupts, ports, secret_flags
+from sgl_eagle_ext.common import figures, http, interrupts, ports, secret_flags
 from sgl_eagle_ext.common.cli_args import integer, port_number, seconds
 from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
@@ -61,7 +62,7 @@ def register(sub) -> None:
     a.add_argument("--preset-a", default="baseline", help="reference preset (default baseline)")
     a.add_argument("--preset-b", required=True, help="preset to evaluate, e.g. eagle3-2step")
     add_flags(a, LaunchOptions)
-    a.set_defaults(read=read_ab, run=run_ab, takes_extra=True)
+    a.set_defaults(read=read_ab, run=run, takes_extra=True)
 
     c = sub.add_parser(
         "compare",
@@ -82,7 +83,7 @@ def register(sub) -> None:
         "eagle3-2step --arm eagle3-adaptive)",
     )
     add_flags(c, LaunchOptions)
-    c.set_defaults(read=read_compare, run=run_compare, takes_extra=True)
+    c.set_defaults(read=read_compare, run=run, takes_extra=True)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class LaunchOptions:
 class Options:
     """bench ab's or bench compare's flags, read."""
 
-    kind: str  # "ab" or "compare": the records' and the logs' name, the report
+    kind: str  # "ab" or "compare": how it was asked for (the logs' name, the title)
     presets: list[str]  # ab: --preset-a, --preset-b; compare: each --arm, in order
     connection: options.ConnectionOptions
     requests: options.RequestOptions
@@ -561,132 +562,84 @@ def _plot_hint(console: Console, rec: records.Recorder) -> None:
         )
 
 
-# ---------------------------------------------------------------- ab
-def run_ab(opts: Options, extra: list[str], console: Console) -> int:
+def run(opts: Options, extra: list[str], console: Console) -> int:
     run = run_arms(opts, extra, console)
-    return run if isinstance(run, int) else report_ab(opts, console, run)
+    return run if isinstance(run, int) else report(opts, console, run)
 
 
-def report_ab(opts: Options, console: Console, run: Run) -> int:
-    a, b = run.arms
-    pa, pb = a.plan, b.plan
-    axis, levels, slo, rec = run.axis, run.levels, run.slo, run.rec
-    rows, per = compare.side_by_side(levels, a.fields, b.fields, pa.preset, pb.preset, axis)
-    xs = [p.level for p in per]
-    thr = compare.crossover(xs, [p.throughput_ratio for p in per])
-    good = compare.crossover(xs, [p.goodput_ratio for p in per])
-    ll = lossless.compare(run.check_prompts, a.outputs, b.outputs) if run.check_prompts else None
-    slo_text = slo.describe() if slo.set else ""
-    advice = compare.recommend(
-        pa.preset, pb.preset, thr, good, per, ll.verdict if ll else None, slo_text, axis
+@dataclass
+class Against:
+    """One arm against the reference: the A/B view of the pair."""
+
+    name: str
+    table: list[str]  # the side-by-side lines
+    pairs: list[compare.Pair]
+    throughput: figures.Crossover
+    goodput: figures.Crossover
+    lossless: lossless.Verdict | None
+    advice: str
+
+
+def against(run: Run, arm: ArmRun, slo_text: str) -> Against:
+    ref = run.arms[0]
+    a, b = ref.plan.preset, arm.plan.preset
+    table, pairs = compare.side_by_side(run.levels, ref.fields, arm.fields, a, b, run.axis)
+    xs = [p.level for p in pairs]
+    thr = compare.crossover(xs, [p.throughput_ratio for p in pairs])
+    good = compare.crossover(xs, [p.goodput_ratio for p in pairs])
+    ll = (
+        lossless.compare(run.check_prompts, ref.outputs, arm.outputs) if run.check_prompts else None
     )
-    out = console.out
-    out("")
-    out(f"=== A/B {rec.run_id}: {pa.preset} (A) vs {pb.preset} (B) ===")
-    for line in rows:
-        out(line)
-    out(compare.crossover_line("throughput", thr, levels[-1], axis))
-    if slo_text:
-        out(compare.crossover_line(f"latency goodput ({slo_text})", good, levels[-1], axis))
-    if ll:
-        for line in lossless.verdict_lines(ll, pa.preset, pb.preset):
-            out(line)
-    else:
-        out("lossless: skipped (--lossless-prompts 0)")
-    out(f"recommendation: {advice}")
-    settings_lines(out, run)
-    thin = sample_size(console, run)
-    prov = _summary_provenance(run, f"{pa.preset} vs {pb.preset}")
-    if ll:
-        rec.write(
-            "lossless",
-            {
-                "status": "ok",
-                "arm": f"{pa.preset} vs {pb.preset}",
-                "max_tokens": opts.launch.lossless_max_tokens,
-                "temperature": 0.0,
-                **asdict(ll),
-            },
-            prov,
-        )
-    rec.write(
-        "ab",
-        {
-            "status": "ok",
-            "arm": f"{pa.preset} vs {pb.preset}",
-            "preset_a": pa.preset,
-            "preset_b": pb.preset,
-            "level_key": axis.key,
-            **_open_loop_fields(run),
-            "levels": [p.record(axis) for p in per],
-            "crossover_throughput": asdict(thr),
-            "crossover_goodput": asdict(good),
-            "slo": _slo_fields(slo),
-            "lossless": ll.verdict if ll else None,
-            "verdict": thr.verdict,
-            "recommendation": advice,
-            "sample_size_warning": thin,
-            "max_tokens": opts.requests.max_tokens,
-            **settings_fields(run.settings),
-        },
-        prov,
-    )
-    _plot_hint(console, rec)
-    return session.EXIT_FAILED if ll and ll.verdict == "DIFFERS" else 0
+    verdict = ll.verdict if ll else None
+    advice = compare.recommend(a, b, thr, good, pairs, verdict, slo_text, run.axis)
+    return Against(b, table, pairs, thr, good, ll, advice)
 
 
-# ---------------------------------------------------------------- compare
-def run_compare(opts: Options, extra: list[str], console: Console) -> int:
-    run = run_arms(opts, extra, console)
-    return run if isinstance(run, int) else report_compare(opts, console, run)
-
-
-def report_compare(opts: Options, console: Console, run: Run) -> int:
+def report(opts: Options, console: Console, run: Run) -> int:
+    """bench compare's report (bench ab: the same, of two arms): per level the best arm
+    and every arm's ratio to it; each other arm against the first (the reference): the
+    side-by-side table (two arms), crossovers, the lossless check and a recommendation."""
     axis, levels, slo, rec = run.axis, run.levels, run.slo, run.rec
     names = [a.plan.preset for a in run.arms]
+    ref = names[0]
     per_arm = {a.plan.preset: a.fields for a in run.arms}
     rows = compare.by_level(levels, per_arm)
     good_rows = compare.by_level(levels, per_arm, "goodput_tok_s") if slo.set else []
-    ref = names[0]
-    crossovers, good_crossovers, verdicts = {}, {}, {}
-    for a in run.arms[1:]:
-        name = a.plan.preset
-        crossovers[name] = compare.crossover(
-            [r.level for r in rows], [r.ratio(name, ref) for r in rows]
-        )
-        if good_rows:
-            good_crossovers[name] = compare.crossover(
-                [r.level for r in good_rows], [r.ratio(name, ref) for r in good_rows]
-            )
-        if run.check_prompts:
-            verdicts[name] = lossless.compare(run.check_prompts, run.arms[0].outputs, a.outputs)
+    slo_text = slo.describe() if slo.set else ""
+    others = [against(run, a, slo_text) for a in run.arms[1:]]
     out = console.out
     out("")
-    out(f"=== compare {rec.run_id}: {', '.join(names)} (reference {ref}) ===")
-    for line in compare.arms_table(rows, names, axis):
+    title = "A/B" if opts.kind == "ab" else "compare"
+    out(f"=== {title} {rec.run_id}: {', '.join(names)} (reference {ref}) ===")
+    for line in others[0].table if len(others) == 1 else compare.arms_table(rows, names, axis):
         out(line)
     for name, why in run.failed.items():
         out(f"not compared: {name} failed ({why})")
     out(compare.best_arm_line(rows, axis))
-    slo_text = slo.describe() if slo.set else ""
     if good_rows:
         out(compare.best_arm_line(good_rows, axis).replace("throughput", f"goodput ({slo_text})"))
-    for name, x in crossovers.items():
-        out(compare.crossover_line(f"throughput, {name} vs {ref}", x, levels[-1], axis))
-        if name in good_crossovers:
-            out(
-                compare.crossover_line(
-                    f"goodput, {name} vs {ref}", good_crossovers[name], levels[-1], axis
-                )
-            )
+    for x in others:
+        out(
+            compare.crossover_line(f"throughput, {x.name} vs {ref}", x.throughput, levels[-1], axis)
+        )
+        if slo_text:
+            what = f"latency goodput ({slo_text}), {x.name} vs {ref}"
+            out(compare.crossover_line(what, x.goodput, levels[-1], axis))
     if not run.check_prompts:
         out("lossless: skipped (--lossless-prompts 0)")
-    for name, ll in verdicts.items():
-        for line in lossless.verdict_lines(ll, ref, name):
+    for x in others:
+        for line in lossless.verdict_lines(x.lossless, ref, x.name) if x.lossless else []:
             out(line)
+    for x in others:
+        out(f"recommendation ({x.name} vs {ref}): {x.advice}")
     settings_lines(out, run)
     thin = sample_size(console, run)
     prov = _summary_provenance(run, " vs ".join(names))
+    for x in others:
+        if x.lossless:
+            fields = {"status": "ok", "arm": f"{ref} vs {x.name}", "temperature": 0.0}
+            fields["max_tokens"] = opts.launch.lossless_max_tokens
+            rec.write("lossless", {**fields, **asdict(x.lossless)}, prov)
     rec.write(
         "compare",
         {
@@ -698,17 +651,21 @@ def report_compare(opts: Options, console: Console, run: Run) -> int:
             **_open_loop_fields(run),
             "levels": list(map(asdict, rows)),
             "goodput_levels": list(map(asdict, good_rows)),
-            "crossover_throughput": {n: asdict(x) for n, x in crossovers.items()},
-            "crossover_goodput": {n: asdict(x) for n, x in good_crossovers.items()},
+            # each other arm against the reference, level by level (the A/B table)
+            "pairs": {x.name: [p.record(axis) for p in x.pairs] for x in others},
+            "crossover_throughput": {x.name: asdict(x.throughput) for x in others},
+            "crossover_goodput": {x.name: asdict(x.goodput) for x in others if slo_text},
             "slo": _slo_fields(slo),
-            "lossless": {n: ll.verdict for n, ll in verdicts.items()},
+            "lossless": {x.name: x.lossless.verdict for x in others if x.lossless},
             "lossless_detail": {
-                n: {
-                    "differences": list(map(asdict, ll.differences)),
-                    "failed": list(map(asdict, ll.failed)),
+                x.name: {
+                    "differences": list(map(asdict, x.lossless.differences)),
+                    "failed": list(map(asdict, x.lossless.failed)),
                 }
-                for n, ll in verdicts.items()
+                for x in others
+                if x.lossless
             },
+            "recommendation": {x.name: x.advice for x in others},
             "failed_arms": run.failed,
             "failed_arm_kinds": run.failed_kinds,
             "sample_size_warning": thin,
@@ -718,7 +675,7 @@ def report_compare(opts: Options, console: Console, run: Run) -> int:
         prov,
     )
     _plot_hint(console, rec)
-    differs = any(v.verdict == "DIFFERS" for v in verdicts.values())
+    differs = any(x.lossless and x.lossless.verdict == "DIFFERS" for x in others)
     if run.refused:
         return EXIT_USAGE
     return session.EXIT_FAILED if differs or run.failed else 0
