@@ -1438,7 +1438,7 @@ def test_ab_baseline_vs_eagle3_on_cpu(tiny_models, tmp_path):
         "[A] baseline stopped (cleanly)",
         "[B] eagle3-3step stopped (cleanly)",
         "=== A/B ",
-        "crossover by throughput:",
+        "crossover by throughput, eagle3-3step vs baseline:",
         "crossover by latency goodput",
         "lossless: IDENTICAL: 2/2 outputs of eagle3-3step match baseline",
         "recommendation (eagle3-3step vs baseline): ",
