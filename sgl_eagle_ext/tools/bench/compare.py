@@ -36,7 +36,8 @@ def _x(r: float | None) -> str:
 
 @dataclass(frozen=True)
 class Pair:
-    """One level finished by both arms of an A/B (an ab record's `levels`: record())."""
+    """One level finished by an arm and the reference (a compare record's `pairs`:
+    record() of each)."""
 
     level: float
     a_output_tok_s: float | None
@@ -255,9 +256,6 @@ class Best:
     best: str  # the arm with the highest value
     values: dict[str, float]  # arm -> its value
     ratio_to_best: dict[str, float | None]  # arm -> value / the best's (1.0 for the best)
-
-    def ratio(self, arm: str, ref: str) -> float | None:
-        return ratio(self.values[arm], self.values[ref])
 
 
 def by_level(

@@ -24,7 +24,7 @@ from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import goodput, plot, records, request_log, spec_view
-from sgl_eagle_ext.tools.bench.records import Level
+from sgl_eagle_ext.tools.bench.records import Level, Request
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
@@ -116,7 +116,7 @@ def _sweep_figure(run_id: str, sweeps: list[Level]) -> str:
     return _img(png, f"throughput and latency against concurrency, run {run_id}") + note
 
 
-def _crossover(record: dict) -> str:
+def _crossover(record: dict | None) -> str:
     c = figures.Crossover.read(record)
     if c.estimate is not None:
         return f"{c.verdict}, about {c.estimate:.3g} (level {c.level:g})"
@@ -133,7 +133,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
         parts.append(
             f"<h3>A/B: {escape(str(ab.preset_a))} (A) vs {escape(str(ab.preset_b))} (B)</h3>"
             f"<p>verdict: <b>{escape(str(ab.verdict))}</b>; throughput crossover: "
-            f"{escape(_crossover(ab.crossover_throughput or {}))}; lossless: "
+            f"{escape(_crossover(ab.crossover_throughput))}; lossless: "
             f"{escape(str(ab.lossless))}</p><p>recommendation: "
             f"{escape(str(ab.recommendation))}</p>"
         )
@@ -203,6 +203,7 @@ def run_section(run_id: str, recs: list[dict]) -> str:
 
 def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> str:
     parts = ["<h2>Per-request records</h2>"]
+    rows = [records.decode(r, Request) for r in rows]  # once, for every view below
     res = goodput.compute(rows, slo, percentiles)
     ps = [goodput._pname(p) for p in percentiles]
     head = ["arm", "level", "done", "tok/s"]

@@ -270,7 +270,7 @@ def kind_of(obj: dict) -> type:
     kind = obj.get("kind")
     if isinstance(kind, str) and kind in KINDS:
         return KINDS[kind]
-    if obj.get("kind") == "sweep" or "concurrency" in obj or "request_rate" in obj:
+    if kind == "sweep" or "concurrency" in obj or "request_rate" in obj:
         return Level
     return Result
 
@@ -288,9 +288,12 @@ def problem(obj: dict, cls: type) -> str | None:
     return None
 
 
-def decode(obj: dict, cls: type | None = None):
+def decode(obj, cls: type | None = None):
     """The typed view of a record read back (checked by read_jsonl / request_log.read):
-    its kind's fields, None where absent; fields of no kind's are left out."""
+    its kind's fields, None where absent; fields of no kind's are left out. A view of
+    `cls` already is returned as it is, so a reader can take either."""
+    if cls is not None and isinstance(obj, cls):
+        return obj
     cls = cls or kind_of(obj)
     return cls(**{name: obj.get(name) for name in _checks(cls)})
 

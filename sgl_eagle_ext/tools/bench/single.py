@@ -92,7 +92,7 @@ def run_line(f: RunFields, total: int, max_tokens: int, warmup: bool = False) ->
     return line
 
 
-@dataclass
+@dataclass(frozen=True)
 class Summary:
     """The runs summarized, as the record holds it (its top-level fields)."""
 
@@ -108,11 +108,13 @@ class Summary:
     warnings: list[str]
     accept_length_requests: float | None
     accept_length_requests_with_prefill: float | None
-    accept_length: float | None = None  # the figure shown, from...
-    accept_length_source: str | None = None  # ..."metrics delta" or "per-request sum"
+    accept_length: float | None  # the figure shown, from...
+    accept_length_source: str | None  # ..."metrics delta" or "per-request sum"
 
 
-def summarize(runs: list[RunFields], max_cv: float) -> Summary:
+def summarize(runs: list[RunFields], max_cv: float, from_counters: float | None) -> Summary:
+    """The runs summarized; the accept length shown is SGLang's counters' over the runs
+    (`from_counters`), else the per-request sum."""
     counted = [f for f in runs if f.counted]
     tok = stats.summary(f.tok_s for f in counted)
     secs = sum(f.seconds for f in counted)
@@ -120,6 +122,13 @@ def summarize(runs: list[RunFields], max_cv: float) -> Summary:
     warnings = stats.steady_state_warnings([f.tok_s for f in counted], max_cv)
     drafted = [f for f in counted if f.verify_calls]
     verify = sum(f.verify_calls for f in drafted)
+    from_requests = accept.from_counts(sum(f.decoded_tokens or 0 for f in drafted), verify)
+    if from_counters is not None:
+        shown, source = from_counters, "metrics delta"
+    elif from_requests is not None:
+        shown, source = from_requests, "per-request sum"
+    else:
+        shown, source = None, None
     return Summary(
         tok_s=tok,
         overall_tok_s=toks / secs if secs else None,
@@ -131,12 +140,12 @@ def summarize(runs: list[RunFields], max_cv: float) -> Summary:
         failed=sum(1 for f in runs if not f.ok),
         steady=not warnings if tok.n >= 2 else None,
         warnings=warnings,
-        accept_length_requests=accept.from_counts(
-            sum(f.decoded_tokens or 0 for f in drafted), verify
-        ),
+        accept_length_requests=from_requests,
         accept_length_requests_with_prefill=accept.from_counts(
             sum(f.tokens for f in drafted), verify
         ),
+        accept_length=shown,
+        accept_length_source=source,
     )
 
 

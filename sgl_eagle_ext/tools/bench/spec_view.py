@@ -41,10 +41,6 @@ def _bucket_name(lo: int, hi: int | None) -> str:
     return f">={k(lo)}" if hi is None else f"{k(lo)}-{k(hi)}"
 
 
-def _request(r: dict | Request) -> Request:
-    return r if isinstance(r, Request) else records.decode(r, Request)
-
-
 @dataclass(frozen=True)
 class Bucket:
     """The requests whose prompt_tokens fall in [low, high)."""
@@ -72,7 +68,7 @@ def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[Bucket]:
     """Accept length of the requests whose prompt_tokens fall in each bucket."""
     bounds = [0, *edges]
     acc = defaultdict(lambda: [0, 0, 0])  # tokens, verify cycles, requests
-    for r in map(_request, rows):
+    for r in (records.decode(row, Request) for row in rows):
         if not r.ok or not r.verify_ct or r.prompt_tokens is None:
             continue
         i = max(k for k, b in enumerate(bounds) if r.prompt_tokens >= b)
@@ -93,7 +89,7 @@ def by_input_bucket(rows: list[dict], edges=DEFAULT_EDGES) -> list[Bucket]:
 def hist_from_requests(rows: list[dict]) -> Counter:
     """Verify cycles by correct drafts, summed over the requests' histograms."""
     h = Counter()
-    for r in map(_request, rows):
+    for r in (records.decode(row, Request) for row in rows):
         for k, v in enumerate(r.correct_drafts_histogram or []):
             if v:
                 h[k] += int(v)
@@ -266,6 +262,7 @@ def show(src: Path, out: Path | None, profile_logs: list[Path], console) -> int:
     rows, problems = request_log.read(src)
     for p in problems:
         console.warn(p)
+    rows = [records.decode(r, Request) for r in rows]  # once, for both views
     buckets = by_input_bucket(rows)
     positions = {"SGLang per request": position_rates(hist_from_requests(rows))}
     if profile_logs:

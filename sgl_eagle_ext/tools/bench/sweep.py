@@ -680,7 +680,7 @@ TABLE_HEAD = table_head()
 
 def view(f: dict | records.Level) -> records.Level:
     """A level's fields as the typed record view the tables and notes read."""
-    return f if isinstance(f, records.Level) else records.decode(f, records.Level)
+    return records.decode(f, records.Level)
 
 
 def status_text(f: dict | records.Level) -> str:
@@ -955,8 +955,9 @@ async def run_sweep(
         if on_level is not None:  # per-request records, input-length check
             on_level(level)
         write(c, f)
-        console.out(table_row(f, c))
-        console.out(field_line(f, axis.tag(c)))
+        typed = view(f)
+        console.out(table_row(typed, c))
+        console.out(field_line(typed, axis.tag(c)))
         for note in level_notes(f, c, axis):
             console.warn(note)
         if level.interrupted:

@@ -567,7 +567,7 @@ def run(opts: Options, extra: list[str], console: Console) -> int:
     return run if isinstance(run, int) else report(opts, console, run)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Against:
     """One arm against the reference: the A/B view of the pair."""
 

@@ -64,13 +64,6 @@ def run(opts: Options, extra: list[str], console: Console) -> int:
     return interrupts.run(_run(opts, console))
 
 
-def _accept(s: single.Summary, from_counters: float | None) -> None:
-    if from_counters is not None:
-        s.accept_length, s.accept_length_source = from_counters, "metrics delta"
-    elif s.accept_length_requests is not None:
-        s.accept_length, s.accept_length_source = s.accept_length_requests, "per-request sum"
-
-
 async def _run(opts: Options, console: Console) -> int:
     conn, req = opts.connection, opts.requests
     ps = prompts.load(req.prompts)
@@ -98,8 +91,7 @@ async def _run(opts: Options, console: Console) -> int:
         )
     if any(f.short for f in warm) and not req.respect_eos:
         console.warn("a warm-up run came back short: the server may not honour ignore_eos")
-    s = single.summarize(done, opts.max_cv)
-    _accept(s, acc)
+    s = single.summarize(done, opts.max_cv, acc)
     for line in single.summary_lines(s, len(done)):
         console.out(line)
     for w in s.warnings:
