@@ -703,7 +703,9 @@ def test_single_flags_short_runs_and_averages_the_rest(fake, tmp_path, capsys):
     assert out.count("SHORT: 10/20 tokens (finish stop): not averaged") == 2
     assert "over 2 counted run(s) of 4" in out and "95% CI" in out
     (r,) = read_records(res)
-    assert r["kind"] == "single" and r["short"] == 2 and r["tok_s"]["n"] == 2
+    # bench single is a sweep's one level at concurrency 1, its requests read as runs
+    assert (r["kind"], r["shape"], r["concurrency"]) == ("sweep", "single", 1)
+    assert r["short"] == 2 and r["tok_s"]["n"] == 2 and len(r["warmup"]) == 1
     assert [x["counted"] for x in r["runs_detail"]] == [False, True, False, True]
     assert [x["tokens"] for x in r["runs_detail"]] == [10, 20, 10, 20]
 
@@ -1221,13 +1223,15 @@ def test_single_on_cpu_server(spec_server, tiny_models, tmp_path):
     ):
         assert words in out.stdout, out.stdout
     (r,) = read_records(res)
-    assert (r["kind"], r["status"], r["arm"], r["url"]) == (
+    assert (r["kind"], r["shape"], r["status"], r["arm"], r["url"]) == (
+        "sweep",
         "single",
         "ok",
         "spec",
         spec_server.base_url,
     )
-    assert (r["max_tokens"], r["temperature"], r["ignore_eos"]) == (8, 0.0, True)
+    assert (r["concurrency"], r["max_tokens"], r["ignore_eos"]) == (1, 8, True)
+    assert r["temperature"] == 0.0
     assert len(r["warmup"]) == 1 and len(r["runs_detail"]) == 3
     for i, run in enumerate(r["runs_detail"], start=1):
         assert run["run"] == i and run["ok"] and run["tokens"] == 8 and not run["short"]
@@ -1237,8 +1241,9 @@ def test_single_on_cpu_server(spec_server, tiny_models, tmp_path):
     t = r["tok_s"]
     assert t["n"] == 3 and t["min"] <= t["median"] <= t["max"]
     assert t["ci95_low"] <= t["mean"] <= t["ci95_high"]
-    assert r["overall_tok_s"] == pytest.approx(24 / r["seconds"])
-    assert r["short"] == 0 and r["failed"] == 0 and isinstance(r["steady"], bool)
+    seconds = sum(run["seconds"] for run in r["runs_detail"])
+    assert r["overall_tok_s"] == pytest.approx(24 / seconds)
+    assert r["short"] == 0 and r["errors"] == {} and isinstance(r["steady"], bool)
     # decode-only (SGLang's /server_info figure): drafts accepted, so above 1 per cycle
     assert 1.0 < r["accept_length"] <= 4.0 and r["accept_length_source"] == "metrics delta"
     assert r["accept_length_requests_with_prefill"] > r["accept_length"]
@@ -1247,7 +1252,7 @@ def test_single_on_cpu_server(spec_server, tiny_models, tmp_path):
     proc = r["provenance"]["server"]["process"]
     assert "--speculative-num-steps" in proc["cmdline"] and proc["env"]["NCCL_PROTO"] == "LL"
     (row,) = read_csv(tmp_path / "r.csv")
-    assert (row["kind"], row["run_id"], row["sglang_version"]) == ("single", r["run_id"], "0.5.23")
+    assert (row["kind"], row["run_id"], row["sglang_version"]) == ("sweep", r["run_id"], "0.5.23")
     assert float(row["tok_s_mean"]) == pytest.approx(t["mean"]) and row["runs"] == "3"
 
 
@@ -1299,7 +1304,13 @@ def test_sweep_on_cpu_server(spec_server, tiny_models, tmp_path):
         assert r["generation_tokens_metrics"] == 16  # exactly this level's tokens
         assert r["accept_length"] == pytest.approx(r["accept_length_requests"])
         assert r["goodput_tok_s"] == pytest.approx(r["output_tok_s"])  # generous SLO
-        assert r["prompts_per_level"] == 2 and "steady_state_note" in r
+        # one stream has no ramp-up or drain to note; its requests are runs (a 95% CI)
+        assert r["prompts_per_level"] == 2
+        assert ("steady_state_note" in r) == ("tok_s" not in r) == (r["concurrency"] > 1)
+        if r["concurrency"] == 1:
+            t = r["tok_s"]
+            assert t["n"] == 2 and t["ci95_low"] <= t["mean"] <= t["ci95_high"]
+            assert isinstance(r["steady"], bool)
         check_provenance(r, tiny_models, speculative=True)
     assert len(read_csv(tmp_path / "r.csv")) == 2
 

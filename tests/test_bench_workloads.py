@@ -555,6 +555,11 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
             "provenance": {},
         }
     )
+    # bench single: a one-stream level now, a record of its own kind before (still read)
+    one = sweep_record("eagle3-one", 1, 30.0, 30, run="r3")
+    one |= {"shape": "single", "tok_s": {"n": 5, "mean": 31.5, "median": 31.0}}
+    legacy = {"kind": "single", "run_id": "r3", "arm": "eagle3-old", "status": "ok"}
+    recs += [one, legacy | {"tok_s": {"n": 4, "mean": 29.25, "ci95_low": 28.0}}]
     res.write_text("".join(json.dumps(r) + "\n" for r in recs) + "torn line\n")
     req = tmp_path / "req.jsonl"
     log = request_log.RequestLog(req)
@@ -621,6 +626,11 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
         "Compare: baseline vs eagle3 vs eagle3-adaptive (reference baseline)",
         "until, about 1.4 (level 2)",
         "until, about 11.3 (level 16)",
+        "Single stream (eagle3-one)",
+        "31.50",
+        "Single stream (eagle3-old)",
+        "29.25",
+        "28.00..-",
     ):
         assert words in dom.stdout, words
     shot = tmp_path / "report.png"

@@ -224,7 +224,7 @@ def test_the_api_key_is_found_nowhere(start_launcher, tiny_models, tmp_path):
 
     # the tools did their work (a check that ran nothing would find nothing)
     recs = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [r["kind"] for r in recs] == ["single", "sweep", "sweep", "lossless"]
+    assert [r["kind"] for r in recs] == ["sweep", "sweep", "sweep", "lossless"]
     assert (work / "r.png").is_file()  # the plot was drawn (and searched below)
     info = recs[0]["provenance"]["server"]["resolved_args"]
     if info.get("launch_command"):  # SGLang 0.5.19+: its command line, key redacted

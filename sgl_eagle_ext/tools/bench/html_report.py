@@ -167,7 +167,8 @@ def run_section(run_id: str, recs: list[dict]) -> str:
         pts = spec_view.pareto_points(sweeps)
         if pts and max(len(v) for v in pts.values()) > 1:  # a curve, not single points
             parts.append("<h3>Pareto</h3>" + _img(spec_view.render_pareto(pts), "Pareto chart"))
-    for s in by_kind[records.Single]:
+    one_stream = [t for t in by_kind[Level] if t.shape == "single"]  # bench single's
+    for s in by_kind[records.Single] + one_stream:
         parts.append(
             f"<h3>Single stream ({escape(str(s.arm or s.url))})</h3>"
             + _table(

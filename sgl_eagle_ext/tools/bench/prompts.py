@@ -55,6 +55,11 @@ class PromptSet:
         return [order[(offset + i) % len(order)] for i in range(n)]
 
 
+def one_of(ps: PromptSet, seed: int) -> PromptSet:
+    """The first prompt of the seeded order alone: every request the same prompt."""
+    return PromptSet(ps.name, tuple(ps.take(1, seed)), ps.sha256)
+
+
 def _parse_line(text: str, where: str, index: int) -> Prompt:
     try:
         obj = nesting.json_loads(text)

@@ -203,6 +203,13 @@ class Level(_Load, Result):
     input_len: Length = None
     output_len: Length = None
     stream: Flag = None
+    # a one-stream level's requests as repeated runs (sweep.one_stream; bench single)
+    accept_length_source: Text = None  # "metrics delta" or "per-request sum"
+    shape: Text = None  # "single": written by bench single
+    tok_s: Percentiles = None
+    overall_tok_s: Number = None
+    steady: Flag = None
+    steady_warnings: Texts = None
 
     @property
     def error_count(self) -> int:
@@ -223,7 +230,7 @@ class Level(_Load, Result):
 
 
 @dataclass(frozen=True)
-class Single(Result):
+class Single(Result):  # written before `bench single` was a one-level sweep: still read
     tok_s: Percentiles = None
     decode_tok_s: Percentiles = None
     ttft_ms: Percentiles = None

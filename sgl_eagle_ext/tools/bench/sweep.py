@@ -21,7 +21,7 @@ import asyncio
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -182,6 +182,13 @@ def _ms(values) -> dict:
     return stats.percentiles([v * 1e3 for v in values])
 
 
+def is_short(r: cl.RequestResult, load: Load) -> bool:
+    """Fewer tokens than asked with EOS ignored: flagged, never averaged in as a run."""
+    return (
+        r.ok and load.ignore_eos and (r.completion_tokens or 0) < (r.max_tokens or load.max_tokens)
+    )
+
+
 def level_metrics(
     results: list[cl.RequestResult], duration: float, load: Load, slo: SLO | None = None
 ) -> dict:
@@ -189,11 +196,7 @@ def level_metrics(
     ok = [r for r in results if r.ok]
     errors = Counter(r.error for r in results if not r.ok)
     examples = [f"{r.error}: {r.detail}" for r in results if not r.ok][:ERROR_EXAMPLES]
-    short = [
-        r
-        for r in ok
-        if load.ignore_eos and (r.completion_tokens or 0) < (r.max_tokens or load.max_tokens)
-    ]
+    short = [r for r in ok if is_short(r, load)]
     tokens = sum(r.completion_tokens or 0 for r in ok)
     chunks = sum(len(r.chunk_times) for r in ok)
     itls = [g for r in ok for g in r.itls]
@@ -301,6 +304,24 @@ def goodput_fields(results: list[cl.RequestResult], duration: float, slo: SLO | 
             sum(r.completion_tokens or 0 for r in good) / duration if duration > 0 else None
         ),
         "goodput_req_s": len(good) / duration if duration > 0 else None,
+    }
+
+
+def one_stream(results: list[cl.RequestResult], load: Load, max_cv: float) -> dict:
+    """A one-stream level's requests as repeated runs (bench single's statistics): the
+    spread and 95% CI of their tok/s and a steady-state check; a short request (EOS
+    ignored) is left out of them."""
+    runs = [r for r in results if r.ok and not is_short(r, load)]
+    tok = stats.summary(r.tok_s for r in runs)
+    secs = sum(r.e2e for r in runs)
+    warnings = stats.steady_state_warnings([r.tok_s for r in runs], max_cv)
+    return {
+        "tok_s": asdict(tok),
+        # after the first token: 1 / TPOT
+        "decode_tok_s": asdict(stats.summary(1 / r.tpot for r in runs if r.tpot)),
+        "overall_tok_s": sum(r.completion_tokens for r in runs) / secs if secs else None,
+        "steady": not warnings if tok.n >= 2 else None,
+        "steady_warnings": warnings,
     }
 
 
@@ -479,10 +500,10 @@ def tokens_asked(prompts, load: Load) -> str:
 
 async def warm_up(
     client: cl.Client, prompt_set: PromptSet, n: int, load: Load, console: Console
-) -> None:
+) -> list[cl.RequestResult]:
     """`n` full-length requests (same max tokens, EOS ignored) before anything is measured."""
     if n <= 0:
-        return
+        return []
     prompts = prompt_set.take(n, load.seed)
     console.info(f"warm-up: {n} request(s) of {tokens_asked(prompts, load)}")
     results, took, interrupted = await run_requests(client, prompts, n, load, console, "warm-up")
@@ -491,13 +512,7 @@ async def warm_up(
     bad = [r for r in results if not r.ok]
     if bad:
         console.warn(f"warm-up: {len(bad)}/{n} request(s) failed ({bad[0].error}: {bad[0].detail})")
-    short = [
-        r
-        for r in results
-        if r.ok
-        and load.ignore_eos
-        and (r.completion_tokens or 0) < (r.max_tokens or load.max_tokens)
-    ]
+    short = [r for r in results if is_short(r, load)]
     if short:
         console.warn(
             f"warm-up: {len(short)} request(s) came back short "
@@ -505,6 +520,7 @@ async def warm_up(
             f"ignores ignore_eos or caps the length (context length?)"
         )
     console.info(f"warm-up done in {took:.1f} s")
+    return results
 
 
 def per_level_prompts(num_prompts: int, per_concurrency: int, concurrency: int) -> int:
@@ -750,6 +766,12 @@ def field_line(f: dict | records.Level, at: str) -> str:
         f"peak {ms(v.peak_output_tok_s)} output tok/s, "
         f"peak {v.peak_concurrency or 0} requests in flight within one second",
     ]
+    if (v.at("tok_s", "n") or 0) >= 2:  # one stream: its requests as repeated runs
+        parts.append(
+            f"one stream: tok/s mean {ms(v.at('tok_s', 'mean'))}, 95% CI "
+            f"{ms(v.at('tok_s', 'ci95_low'))}..{ms(v.at('tok_s', 'ci95_high'))} over "
+            f"{v.at('tok_s', 'n')} runs"
+        )
     if v.slo_attainment is not None:
         each = ", ".join(
             f"{k.removesuffix('_ms')} {x * 100:.1f}%"
@@ -894,6 +916,7 @@ async def run_sweep(
     closed_duration: float | None = None,
     shape: dict | None = None,
     percentiles=None,
+    max_cv: float = stats.STEADY_MAX_CV,
 ) -> SweepOutcome:
     """Run every level in ascending order; `write(level, fields)` records each as it ends.
 
@@ -938,18 +961,21 @@ async def run_sweep(
         # what the level sent: its arrivals, its request count, or (closed loop for a
         # duration) the requests that fitted in it
         f["prompts_per_level"] = f.get("arrivals", f["requests"] if closed_duration else n)
-        if open_loop is None and closed_duration and f["completed"] < PER_CONCURRENCY * c:
+        # one stream has no ramp-up or drain: the note is for c > 1
+        if open_loop is None and c > 1 and closed_duration and f["completed"] < PER_CONCURRENCY * c:
             f["steady_state_note"] = (
                 f"only {f['completed']} request(s) completed in {closed_duration:g} s at "
                 f"concurrency {c:g}: fewer than {PER_CONCURRENCY} x concurrency, so ramp-up "
                 f"and drain weigh on the figures (a longer --duration evens them out)"
             )
-        elif open_loop is None and not closed_duration and n < PER_CONCURRENCY * c:
+        elif open_loop is None and c > 1 and not closed_duration and n < PER_CONCURRENCY * c:
             f["steady_state_note"] = (
                 f"{n} prompts at concurrency {c}: fewer than "
                 f"{PER_CONCURRENCY} x concurrency, so ramp-up and drain "
                 f"weigh on the figures"
             )
+        if open_loop is None and c == 1:  # one stream: its requests are repeated runs
+            f.update(one_stream(level.results, load, max_cv))
         if percentiles is not None:
             f["metric_percentiles"] = metric_percentiles(level.results, percentiles)
         if on_level is not None:  # per-request records, input-length check

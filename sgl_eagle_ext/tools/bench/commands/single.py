@@ -9,6 +9,7 @@ from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import integer, number
 from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.tools.bench import options, prompts, session, single
+from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
@@ -65,6 +66,8 @@ def run(opts: Options, extra: list[str], console: Console) -> int:
 
 
 async def _run(opts: Options, console: Console) -> int:
+    """One closed-loop level at concurrency 1 of `--runs` requests after the warm-up:
+    the sweep's level (record kind sweep, shape single), its requests read as runs."""
     conn, req = opts.connection, opts.requests
     ps = prompts.load(req.prompts)
     rec = session.recorder(opts.records, conn)
@@ -77,46 +80,46 @@ async def _run(opts: Options, console: Console) -> int:
         f"{'respected' if req.respect_eos else 'ignored'}, temperature "
         f"{load.temperature:g}, prompts {ps.name}"
     )
+    runs_from = ps if opts.vary_prompts else prompts.one_of(ps, req.seed)
+    common = {"arm": opts.records.label or None, "url": server.base_url}
+    common |= session.load_fields(load, conn) | {"shape": "single", "runs_requested": opts.runs}
     async with session.client(server, conn, req) as client:
-        warm, done, interrupted, acc = await single.run(
+        warm = await sw.warm_up(client, runs_from, opts.warmup, load, console)
+        common["warmup"] = [asdict(single.run_fields(i, r, load)) for i, r in enumerate(warm, 1)]
+        for f in common["warmup"]:
+            console.info(single.run_line(single.RunFields(**f), opts.warmup, load.max_tokens, True))
+
+        def runs(level: sw.Level) -> None:
+            done = [single.run_fields(i, r, load) for i, r in enumerate(level.results, 1)]
+            level.fields["runs_detail"] = [asdict(f) for f in done]
+
+        outcome = await sw.run_sweep(
             server,
             client,
-            ps,
-            runs=opts.runs,
-            warmup=opts.warmup,
+            runs_from,
+            [1],
+            num_prompts=opts.runs,
+            per_concurrency=1,
             load=load,
-            respect_eos=req.respect_eos,
-            vary_prompts=opts.vary_prompts,
             console=console,
+            write=lambda c, f: rec.write("sweep", {**common, "concurrency": c, **f}, prov),
+            flush=False,  # as the warm-up left it: every run alike
+            on_level=runs,
+            shape=session.load_shape(
+                None, dataset="", max_tokens=req.max_tokens, stream=conn.stream, duration=None
+            ),
+            max_cv=opts.max_cv,
         )
-    if any(f.short for f in warm) and not req.respect_eos:
-        console.warn("a warm-up run came back short: the server may not honour ignore_eos")
-    s = single.summarize(done, opts.max_cv, acc)
-    for line in single.summary_lines(s, len(done)):
+    (level,) = outcome.levels
+    v = sw.view(level.fields)
+    for f in level.fields["runs_detail"]:
+        console.out(single.run_line(single.RunFields(**f), opts.runs, load.max_tokens))
+    for line in single.summary_lines(v, opts.runs):
         console.out(line)
-    for w in s.warnings:
+    for w in v.steady_warnings or []:
         console.warn(w)
-    if interrupted:
-        status = "interrupted"
-    elif not s.tok_s.n:
-        status = "failed"
-    else:
-        status = "errors" if s.failed else "ok"
-    rec.write(
-        "single",
-        {
-            "arm": opts.records.label or None,
-            "status": status,
-            "url": server.base_url,
-            **session.load_fields(load, conn),
-            "warmup": [asdict(f) for f in warm],
-            "runs_detail": [asdict(f) for f in done],
-            "runs_requested": opts.runs,
-            **asdict(s),
-        },
-        prov,
-    )
     if rec.written:
         console.info(f"record appended to {rec.jsonl} (and {rec.csv})")
-    single.raise_if_interrupted(interrupted)
-    return 0 if status == "ok" else session.EXIT_FAILED
+    if outcome.stopped:
+        console.warn(f"stopped: {outcome.stopped}")
+    return 0 if v.status == "ok" and v.at("tok_s", "n") else session.EXIT_FAILED
