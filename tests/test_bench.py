@@ -349,7 +349,8 @@ def test_stream_parser_handles_split_and_malformed_chunks():
 
 # ------------------------------------------------------------------ analysis
 def test_level_metrics():
-    from sgl_eagle_ext.tools.bench.sweep import SLO, Load, level_metrics
+    from sgl_eagle_ext.tools.bench.level_metrics import level_metrics
+    from sgl_eagle_ext.tools.bench.loads import SLO, Load
 
     rs = [
         result(index=0, spec_verify_ct=4),

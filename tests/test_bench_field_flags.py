@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 from fakes.fake_sglang import Background, FakeSGLang
 
-from sgl_eagle_ext.tools.bench import arrivals, cli
+from sgl_eagle_ext.tools.bench import arrivals, cli, level_metrics, level_view, loads
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import field_flags as ff
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,8 +156,8 @@ def test_bench_serving_figures_per_level():
     a = _result(0, 100.0, [0.2, 0.5, 1.4], [1, 3, 2])  # tokens at 100.2, 100.5, 101.4
     b = _result(1, 100.3, [0.1, 0.2], [1, 4])  # at 100.4, 100.5
     bad = cl.RequestResult(2, "p2", ok=False, error="http")
-    slo = sw.SLO(ttft_ms=150.0, e2e_ms=1000.0)
-    f = sw.level_metrics([a, b, bad], 2.0, sw.Load(max_tokens=8), slo)
+    slo = loads.SLO(ttft_ms=150.0, e2e_ms=1000.0)
+    f = level_metrics.level_metrics([a, b, bad], 2.0, loads.Load(max_tokens=8), slo)
     itls = [0.1] * 3 + [0.45] * 2 + [0.025] * 4
     assert f["itl_ms"]["std"] == pytest.approx(np.std(itls) * 1e3)
     assert f["itl_ms"]["p95"] == pytest.approx(np.percentile(itls, 95) * 1e3)
@@ -167,10 +166,10 @@ def test_bench_serving_figures_per_level():
     assert f["peak_concurrency"] == 2
     assert f["slo_attainment"] == pytest.approx(1 / 3)  # b alone meets both, of 3 sent
     assert f["slo_attainment_by_metric"] == pytest.approx({"ttft_ms": 1 / 3, "e2e_ms": 1 / 3})
-    line = sw.field_line(f, "c=2")
+    line = level_view.field_line(f, "c=2")
     assert "ITL ms std" in line and "peak 9.0 output tok/s" in line
     assert "SLO attainment 33.3% (ttft 33.3%, e2e 33.3%)" in line
-    chosen = sw.metric_percentiles([a, b, bad], (("ttft", "e2el"), (50.0,)))
+    chosen = level_metrics.metric_percentiles([a, b, bad], (("ttft", "e2el"), (50.0,)))
     assert chosen == {"ttft": {"p50": pytest.approx(150.0)}, "e2el": {"p50": pytest.approx(800)}}
 
 

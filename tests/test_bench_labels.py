@@ -21,8 +21,15 @@ from pathlib import Path
 import pytest
 from fakes.fake_sglang import Background, FakeSGLang
 
-from sgl_eagle_ext.tools.bench import cli, goodput, options, records
-from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench import (
+    cli,
+    goodput,
+    level_metrics,
+    level_view,
+    loads,
+    options,
+    records,
+)
 
 ROWS = Path(__file__).parent / "fakes" / "bench_serving_rows.py"
 
@@ -96,7 +103,9 @@ def test_itl_mean_equals_tpot_mean_with_2_and_3_tokens_per_chunk(fake, tmp_path,
     print(f"ITL mean {itl:.3f} ms, TPOT mean {tpot:.3f} ms ({r['itl_source']})")
     assert itl == pytest.approx(gap * 10 / 25, rel=1e-9)
     assert itl <= tpot + 1e-9  # the tail is never negative; its length is the host's
-    assert r["itl_source"] == (sw.ITL_EXACT if per_chunk_usage else sw.ITL_ESTIMATE)
+    assert r["itl_source"] == (
+        level_metrics.ITL_EXACT if per_chunk_usage else level_metrics.ITL_ESTIMATE
+    )
     assert float(row["itl_mean_ms"]) == pytest.approx(itl)  # means in the CSV
     assert float(row["tpot_mean_ms"]) == pytest.approx(tpot)
     if per_chunk_usage:  # 2-token chunks give two ITLs of gap/2, 3-token chunks three of gap/3
@@ -143,7 +152,7 @@ def test_drafts_accepted_past_the_end_count_as_sglang_counts_them():
         return r
 
     # 7 tokens after the prefill's kept; 4 + 3 bonus = 7 accepted, or 5 + 3 = 8 (one past)
-    f = sw.level_metrics([req(0, 4), req(1, 5)], 1.0, sw.Load(max_tokens=8))
+    f = level_metrics.level_metrics([req(0, 4), req(1, 5)], 1.0, loads.Load(max_tokens=8))
     assert f["accepted_past_end"] == 1
     assert f["accept_length_requests"] == pytest.approx((7 + 8) / 6)
     assert f["accept_length_requests_with_prefill"] == pytest.approx(16 / 6)
@@ -222,12 +231,12 @@ def test_short_closed_loop_duration_records_what_it_sent_and_says_so(fake, tmp_p
 def test_late_sends_blamed_on_the_client_only_when_it_is_busy():
     lag = {"p50": 80.0, "p90": 150.0, "p99": 200.0}
     idle = {"send_lag_ms": lag, "client_busy": 0.001, "arrivals": 5}
-    assert sw.late_send_notes(idle, "rate=0.04/s") == []  # the host, not the client
+    assert level_view.late_send_notes(idle, "rate=0.04/s") == []  # the host, not the client
     busy = {**idle, "client_busy": 0.93}
-    (note,) = sw.late_send_notes(busy, "rate=50/s")
+    (note,) = level_view.late_send_notes(busy, "rate=50/s")
     assert "the latest of 5 sends" in note and "93% busy" in note
     assert "could not keep this rate" in note
-    assert sw.late_send_notes({**busy, "send_lag_ms": {"p99": 10.0}}, "x") == []
+    assert level_view.late_send_notes({**busy, "send_lag_ms": {"p99": 10.0}}, "x") == []
 
 
 # ------------------------------------------------------------------ options
@@ -476,5 +485,5 @@ def test_decode_only_accept_length_equals_server_info(spec_server, tmp_path):
     )
     # input tokens counted by the server's own tokenizer (the model dir is on this host)
     assert r["input_tokens"] < r["prompt_tokens"]  # no chat template
-    assert r["itl_source"] == sw.ITL_EXACT  # SGLang sent usage on every chunk
+    assert r["itl_source"] == level_metrics.ITL_EXACT  # SGLang sent usage on every chunk
     assert r["itl_ms"]["mean"] == pytest.approx(r["tpot_ms"]["mean"], rel=0.05)

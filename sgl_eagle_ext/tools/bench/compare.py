@@ -1,6 +1,6 @@
 """A/B and N-arm analysis: side-by-side tables, ratios, crossover level, recommendation.
 
-Levels are concurrencies or request rates (sweep.Axis): every message names
+Levels are concurrencies or request rates (loads.Axis): every message names
 them through the axis (c=4, rate=2/s).
 """
 
@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.common.table import text as _n
-from sgl_eagle_ext.tools.bench.sweep import CONCURRENCY, Axis, view
+from sgl_eagle_ext.tools.bench.level_view import view
+from sgl_eagle_ext.tools.bench.loads import CONCURRENCY, Axis
 
 
 def ratio(b: float | None, a: float | None) -> float | None:

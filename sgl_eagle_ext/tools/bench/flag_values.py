@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sgl_eagle_ext.common import nesting, redaction, secret_flags
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench import loads
 
 BODY_FIX = "e.g. --extra-body '{\"top_p\": 0.9}'"
 
@@ -64,7 +64,7 @@ def api_key(_name: str, key: str | None) -> str | None:
     return secret_flags.check_value("api-key", key) if key else key
 
 
-def slo(goals_text: list[str] | None, ttft_ms: float | None, tpot_ms: float | None) -> sw.SLO:
+def slo(goals_text: list[str] | None, ttft_ms: float | None, tpot_ms: float | None) -> loads.SLO:
     """The sweep's SLO: --slo (--goodput) KEY=MS..., or the aliases --slo-ttft-ms and
     --slo-tpot-ms."""
     from sgl_eagle_ext.tools.bench import goodput
@@ -78,4 +78,6 @@ def slo(goals_text: list[str] | None, ttft_ms: float | None, tpot_ms: float | No
             )
         if alias is not None:
             goals[key] = alias
-    return sw.SLO(goals.get("tpot"), goals.get("ttft"), "given", goals.get("e2e"), goals.get("itl"))
+    return loads.SLO(
+        goals.get("tpot"), goals.get("ttft"), "given", goals.get("e2e"), goals.get("itl")
+    )

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.tools.bench import limits
+from sgl_eagle_ext.tools.bench import limits, loads
 from sgl_eagle_ext.tools.bench import sweep as sw
 
 DEFAULT_CONCURRENCY = ",".join(map(str, sw.DEFAULT_LEVELS))
@@ -92,7 +92,7 @@ def arrival_kind(kind: str | None, burst: float | None) -> tuple[str, float]:
     return kind, (1.0 if burst is None else burst)
 
 
-def load_levels(sweep) -> tuple[list[float], sw.OpenLoop | None]:
+def load_levels(sweep) -> tuple[list[float], loads.OpenLoop | None]:
     """The sweep's levels: concurrencies (closed loop) or request rates (open loop)."""
     rate_flag, text = sweep.rate_flag, sweep.request_rate
     if sweep.duration is not None:
@@ -119,7 +119,7 @@ def load_levels(sweep) -> tuple[list[float], sw.OpenLoop | None]:
             fix="give a finite rate with --duration, or --concurrency N --duration S "
             "(closed loop for S seconds)",
         )
-    return values, sw.OpenLoop(burst, sweep.duration, kind, cap, ramp=sweep.ramp_up)
+    return values, loads.OpenLoop(burst, sweep.duration, kind, cap, ramp=sweep.ramp_up)
 
 
 # Upper bounds where a server would accept nonsense (a 20-digit --max-tokens makes

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sgl_eagle_ext.tools.bench import client as cl
+from sgl_eagle_ext.tools.bench.loads import Load
 from sgl_eagle_ext.tools.bench.progress import Console
 from sgl_eagle_ext.tools.bench.prompts import Prompt
-from sgl_eagle_ext.tools.bench.sweep import Load, run_requests
+from sgl_eagle_ext.tools.bench.sweep import run_requests
 
 SNIPPET = 60
 DEFAULT_PROMPTS = 8

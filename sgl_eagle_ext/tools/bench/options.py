@@ -28,7 +28,7 @@ from sgl_eagle_ext.common.cli_args import integer, number, seconds
 from sgl_eagle_ext.common.contract import API_KEY_ENV
 from sgl_eagle_ext.common.declared_flags import add_flags, flag
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import flag_values, progress, prompts, records
+from sgl_eagle_ext.tools.bench import flag_values, loads, progress, prompts, records
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import field_flags
 from sgl_eagle_ext.tools.bench.levels import (  # noqa: F401  (options.X spellings kept)
@@ -282,7 +282,7 @@ class SweepOptions:
         action="store_false",
         help="keep the prefix cache between levels",
     )
-    slo: sw.SLO = flag(  # parsed with the two aliases below (__post_init__)
+    slo: loads.SLO = flag(  # parsed with the two aliases below (__post_init__)
         "--slo",
         "--goodput",
         nargs="+",
@@ -304,7 +304,7 @@ class SweepOptions:
     metric_percentiles: tuple[tuple[str, ...], tuple[float, ...]] | None = None
 
     def __post_init__(self):
-        if not isinstance(self.slo, sw.SLO):
+        if not isinstance(self.slo, loads.SLO):
             object.__setattr__(
                 self, "slo", flag_values.slo(self.slo, self.slo_ttft_ms, self.slo_tpot_ms)
             )

@@ -203,7 +203,7 @@ class Level(_Load, Result):
     input_len: Length = None
     output_len: Length = None
     stream: Flag = None
-    # a one-stream level's requests as repeated runs (sweep.one_stream; bench single)
+    # a one-stream level's requests as repeated runs (level_metrics.one_stream; bench single)
     accept_length_source: Text = None  # "metrics delta" or "per-request sum"
     shape: Text = None  # "single": written by bench single
     tok_s: Percentiles = None

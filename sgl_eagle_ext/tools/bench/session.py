@@ -8,7 +8,7 @@ import time
 
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import options, probe, prompts, provenance, records
+from sgl_eagle_ext.tools.bench import loads, options, probe, prompts, provenance, records
 from sgl_eagle_ext.tools.bench import sweep as sw
 
 PROG = "sgl_eagle_ext.bench"
@@ -23,11 +23,11 @@ def recorder(out: options.RecordOptions, conn: options.ConnectionOptions) -> rec
     return records.Recorder(out.results, out.run_id, secrets=secrets)
 
 
-def load(req: options.RequestOptions) -> sw.Load:
-    return sw.Load(req.max_tokens, req.temperature, not req.respect_eos, req.seed)
+def load(req: options.RequestOptions) -> loads.Load:
+    return loads.Load(req.max_tokens, req.temperature, not req.respect_eos, req.seed)
 
 
-def load_fields(ld: sw.Load, conn: options.ConnectionOptions) -> dict:
+def load_fields(ld: loads.Load, conn: options.ConnectionOptions) -> dict:
     """What every request of a record asked for (secret-named --extra-body keys hidden)."""
     body = conn.extra_body
     return {
@@ -42,7 +42,7 @@ def load_fields(ld: sw.Load, conn: options.ConnectionOptions) -> dict:
 
 
 def load_shape(
-    open_loop: sw.OpenLoop | None,
+    open_loop: loads.OpenLoop | None,
     wl=None,
     *,
     dataset: str,

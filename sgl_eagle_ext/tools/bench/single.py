@@ -2,7 +2,7 @@
 
 Every run asks for exactly --max-tokens tokens with EOS ignored (unless
 --respect-eos), so runs are comparable. A run that comes back shorter is
-flagged and left out of the averages (sweep.one_stream), never silently
+flagged and left out of the averages (level_metrics.one_stream), never silently
 averaged in. Warm-up runs use the same length. The runs use the same prompt
 (one prompt's acceptance does not vary) unless --vary-prompts.
 """
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import records
-from sgl_eagle_ext.tools.bench.sweep import Load, is_short
+from sgl_eagle_ext.tools.bench.level_metrics import is_short
+from sgl_eagle_ext.tools.bench.loads import Load
 
 
 @dataclass(frozen=True)

@@ -271,7 +271,7 @@ def trace_replay(
         return levels, open_loop
     if sweep.concurrency is not None or sweep.request_rate:
         return levels, open_loop  # the trace's lengths, the load given
-    from sgl_eagle_ext.tools.bench import sweep as sw
+    from sgl_eagle_ext.tools.bench import loads
 
     duration = sweep.duration
     times = datasets.trace_times(wl.path)
@@ -287,7 +287,7 @@ def trace_replay(
         )
     span = times[-1] - times[0]
     rate = (len(times) - 1) / span if span > 0 else float("inf")
-    return [rate], sw.OpenLoop(1.0, duration, "trace", None, times, speed=speed)
+    return [rate], loads.OpenLoop(1.0, duration, "trace", None, times, speed=speed)
 
 
 class LevelHook:

@@ -15,7 +15,7 @@ from sgl_eagle_ext.profiling.aggregate import Cell, Profile
 from sgl_eagle_ext.profiling.record import Window, iter_records
 from sgl_eagle_ext.profiling.recorder.profiler import IDLE_FLUSH_S
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench import probe
+from sgl_eagle_ext.tools.bench import loads, probe
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.progress import Console
 from sgl_eagle_ext.tools.tune.live_options import LiveOptions
@@ -117,7 +117,7 @@ class Driver:
             self.prompts,
             level,
             level,
-            sw.Load(tokens, seed=seed),
+            loads.Load(tokens, seed=seed),
             self.console,
         )
         if lv.interrupted:

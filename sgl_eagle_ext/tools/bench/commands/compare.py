@@ -31,6 +31,7 @@ from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
 from sgl_eagle_ext.tools.bench import (
     arms,
     compare,
+    loads,
     lossless,
     options,
     probe,
@@ -219,8 +220,8 @@ class Run:
 
     rec: records.Recorder
     levels: list[float]
-    open_loop: sw.OpenLoop | None
-    slo: sw.SLO
+    open_loop: loads.OpenLoop | None
+    slo: loads.SLO
     ps: prompts.PromptSet
     host: dict
     check_prompts: list
@@ -231,8 +232,8 @@ class Run:
     settings: dict = field(default_factory=dict)  # the arms' settings check (fairness)
 
     @property
-    def axis(self) -> sw.Axis:
-        return sw.RATE if self.open_loop else sw.CONCURRENCY
+    def axis(self) -> loads.Axis:
+        return loads.RATE if self.open_loop else loads.CONCURRENCY
 
 
 async def _arm(
@@ -270,7 +271,7 @@ async def _arm(
             ps,
             levels,
             console,
-            lambda c, f: rec.write("sweep", {**common, **sw.level_key(c, open_loop), **f}, prov),
+            lambda c, f: rec.write("sweep", {**common, **loads.level_key(c, open_loop), **f}, prov),
             arm=f"{plan.label}: {plan.preset}",
             slo=slo,
             derive_slo=derive_slo,
@@ -364,7 +365,7 @@ def run_arms(opts: Options, extra: list[str], console: Console):
     console.info(
         f"{title} run {rec.run_id}: "
         + ", ".join(f"{p.label} = {p.preset}" for p in plans)
-        + f"; levels: {sw.describe_levels(levels, open_loop, sweep.duration)}; "
+        + f"; levels: {loads.describe_levels(levels, open_loop, sweep.duration)}; "
         + (wl.describe() if wl is not None else f"{req.max_tokens} tokens per request")
         + f"; prompts {ps.name}"
     )
@@ -401,7 +402,7 @@ def run_arms(opts: Options, extra: list[str], console: Console):
                 wl,
                 {"run_id": rec.run_id, "arm": plan.preset},
                 console,
-                key=lambda c: sw.level_key(c, open_loop),
+                key=lambda c: loads.level_key(c, open_loop),
             )
             outcome, outputs = interrupts.run(
                 _arm(
@@ -498,7 +499,7 @@ def _open_loop_fields(run: Run) -> dict:
     }
 
 
-def _slo_fields(slo: sw.SLO) -> dict:
+def _slo_fields(slo: loads.SLO) -> dict:
     return {"tpot_ms": slo.tpot_ms, "ttft_ms": slo.ttft_ms, "source": slo.source}
 
 

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import integer, number
 from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
-from sgl_eagle_ext.tools.bench import options, prompts, session, single
+from sgl_eagle_ext.tools.bench import level_view, options, prompts, session, single
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.levels import above
@@ -111,7 +111,7 @@ async def _run(opts: Options, console: Console) -> int:
             max_cv=opts.max_cv,
         )
     (level,) = outcome.levels
-    v = sw.view(level.fields)
+    v = level_view.view(level.fields)
     for f in level.fields["runs_detail"]:
         console.out(single.run_line(single.RunFields(**f), opts.runs, load.max_tokens))
     for line in single.summary_lines(v, opts.runs):

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.tools.bench import options, prompts, session, workload
-from sgl_eagle_ext.tools.bench import sweep as sw
+from sgl_eagle_ext.tools.bench import loads, options, prompts, session, workload
 from sgl_eagle_ext.tools.bench.commands import field_flags, groups
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -80,7 +79,7 @@ async def _run(opts: Options, console: Console) -> int:
         prov["workload"] = wl.facts()
     console.info(f"sweep against {session.describe(server)}")
     console.info(
-        f"levels: {sw.describe_levels(levels, open_loop, sweep.duration)}; "
+        f"levels: {loads.describe_levels(levels, open_loop, sweep.duration)}; "
         + (
             f"{load.max_tokens} tokens per request; prompts {ps.name}"
             if wl is None
@@ -96,7 +95,7 @@ async def _run(opts: Options, console: Console) -> int:
         wl,
         {"run_id": rec.run_id, "arm": arm},
         console,
-        key=lambda c: sw.level_key(c, open_loop),
+        key=lambda c: loads.level_key(c, open_loop),
     )
     async with session.client(server, conn, req) as client:
         outcome = await session.warm_and_sweep(
@@ -107,7 +106,7 @@ async def _run(opts: Options, console: Console) -> int:
             ps,
             levels,
             console,
-            lambda c, f: rec.write("sweep", {**common, **sw.level_key(c, open_loop), **f}, prov),
+            lambda c, f: rec.write("sweep", {**common, **loads.level_key(c, open_loop), **f}, prov),
             arm="",
             slo=sweep.slo,
             open_loop=open_loop,

@@ -1,0 +1,176 @@
+"""What a sweep level's load is: its axis (concurrencies or request rates), the
+open-loop arrivals, what each request asks for, the latency goals (SLO), and the
+record fields and words naming a level."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sgl_eagle_ext.tools.bench import arrivals as arr
+from sgl_eagle_ext.tools.bench import client as cl
+
+
+@dataclass(frozen=True)
+class Axis:
+    """What a sweep's levels are: concurrencies (closed loop) or request rates (open)."""
+
+    key: str  # record field holding the level
+    short: str  # in messages: c=4, rate=2/s
+    unit: str
+    title: str  # table column and plot axis
+
+    def tag(self, value: float) -> str:
+        return f"{self.short}={value:g}{self.unit}"
+
+
+CONCURRENCY = Axis("concurrency", "c", "", "concurrency")
+
+RATE = Axis("request_rate", "rate", "/s", "request rate (req/s)")
+
+
+@dataclass
+class OpenLoop:
+    """Open-loop levels: the sweep's levels are request rates (req/s); inf is a burst."""
+
+    burstiness: float = 1.0  # gamma shape of the gaps; 1 = Poisson
+    duration: float | None = None  # seconds of arrivals per level (else a request count)
+    arrival: str = "poisson"  # poisson, gamma, constant, or trace (the times below)
+    max_concurrency: int | None = None  # at most this many in flight (bench_serving's)
+    times: list[float] | None = None  # a trace's own arrival times (seconds, as replayed)
+    speed: float = 1.0  # a trace replayed this many times faster (--trace-speed)
+    ramp: tuple[str, float, float] | None = None  # vLLM's --ramp-up-*: (strategy, from, to)
+
+    def schedule(self, rate: float, n: int, seed: int) -> np.ndarray:
+        if self.times is not None:
+            return np.asarray(self.times, dtype=np.float64)
+        kind = "constant" if self.arrival == "constant" else "gamma"
+        if self.ramp is not None:
+            strategy, start, end = self.ramp
+            return arr.ramp(strategy, start, end, n, self.burstiness, seed, kind)
+        if self.duration:
+            return arr.schedule(rate, self.burstiness, seed, duration=self.duration, kind=kind)
+        return arr.schedule(rate, self.burstiness, seed, count=n, kind=kind)
+
+    def arrival_at(self, rate: float) -> str:
+        if self.ramp is not None:
+            strategy, start, end = self.ramp
+            return f"{self.arrival}, {strategy} ramp-up {start:g}->{end:g}/s"
+        return "burst" if rate == math.inf else self.arrival
+
+    @property
+    def shape(self) -> float | None:
+        """The gamma shape, for the records: None where it plays no part."""
+        return self.burstiness if self.arrival in ("poisson", "gamma") else None
+
+
+@dataclass
+class Load:
+    max_tokens: int
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    seed: int = 0
+
+    def request_seed(self, i: int) -> int | None:
+        return self.seed + i if self.temperature > 0 else None
+
+
+@dataclass
+class SLO:
+    """Latency goals (ms) a request must meet to count toward goodput: ttft, tpot and
+    e2e (sglang.bench_serving's --goodput keys, e2el there), itl (every token's)."""
+
+    tpot_ms: float | None = None
+    ttft_ms: float | None = None
+    source: str = ""
+    e2e_ms: float | None = None
+    itl_ms: float | None = None
+
+    @property
+    def set(self) -> bool:
+        return any(v is not None for v in (self.tpot_ms, self.ttft_ms, self.e2e_ms, self.itl_ms))
+
+    def met(self, r: cl.RequestResult) -> bool:
+        if not r.ok:
+            return False
+        for goal, value in (
+            (self.tpot_ms, r.tpot),
+            (self.ttft_ms, r.ttft),
+            (self.e2e_ms, r.e2e),
+            (self.itl_ms, max(r.itls, default=None) if self.itl_ms is not None else None),
+        ):
+            if goal is not None and (value is None or value * 1e3 > goal):
+                return False
+        return True
+
+    def goals(self) -> dict:
+        """The goals set, by their field names (tpot_ms, ttft_ms, e2e_ms, itl_ms)."""
+        keys = ("tpot_ms", "ttft_ms", "e2e_ms", "itl_ms")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+    def describe(self) -> str:
+        parts = []
+        if self.tpot_ms is not None:
+            parts.append(f"TPOT <= {self.tpot_ms:.1f} ms")
+        if self.ttft_ms is not None:
+            parts.append(f"TTFT <= {self.ttft_ms:.0f} ms")
+        if self.e2e_ms is not None:
+            parts.append(f"E2E <= {self.e2e_ms:.0f} ms")
+        if self.itl_ms is not None:
+            parts.append(f"every ITL <= {self.itl_ms:.1f} ms")
+        return " and ".join(parts) + (f" ({self.source})" if self.source else "")
+
+    def record(self) -> dict:
+        out = {"tpot_ms": self.tpot_ms, "ttft_ms": self.ttft_ms, "source": self.source}
+        out.update(
+            {k: v for k, v in (("e2e_ms", self.e2e_ms), ("itl_ms", self.itl_ms)) if v is not None}
+        )
+        return out
+
+
+def level_key(value: float, open_loop: OpenLoop | None, n: int | None = None) -> dict:
+    """The record fields naming a level. A burst (rate inf) has no rate a JSON number
+    can hold: it is recorded as arrival "burst", request_rate null, and its concurrency
+    is what it kept in flight (--max-concurrency, else all `n` of its requests)."""
+    if open_loop is None:
+        return {"concurrency": value}
+    shape = {
+        "arrival": open_loop.arrival_at(value),
+        "burstiness": open_loop.shape if value != math.inf else None,
+        "max_concurrency": open_loop.max_concurrency,
+    }
+    if value == math.inf:
+        return {"concurrency": open_loop.max_concurrency or n, "request_rate": None, **shape}
+    return {"concurrency": None, "request_rate": value, **shape}
+
+
+def describe_levels(
+    levels: list[float], open_loop: OpenLoop | None, closed_duration: float | None = None
+) -> str:
+    text = ",".join(f"{v:g}" for v in levels)
+    if open_loop is not None and open_loop.times is not None:
+        t = open_loop.times
+        pace = "own times" if open_loop.speed == 1 else f"times x{open_loop.speed:g} speed"
+        return (
+            f"trace replay: {len(t)} request(s) at the trace's {pace} over "
+            f"{t[-1] - t[0]:.1f} s (mean {text} req/s)"
+        )
+    if open_loop is None:
+        span = f", {closed_duration:g} s each" if closed_duration else ""
+        return f"concurrency {text} (closed loop{span})"
+    how = (
+        "constant arrivals"
+        if open_loop.arrival == "constant"
+        else "Poisson arrivals"
+        if open_loop.burstiness == 1
+        else f"gamma arrivals, burstiness {open_loop.burstiness:g}"
+    )
+    if open_loop.ramp is not None:
+        how = f"{open_loop.arrival_at(levels[-1])} over the level's requests"
+    if levels and levels[-1] == math.inf:
+        how = "inf = a burst, every request at once" + (f"; {how}" if len(levels) > 1 else "")
+    cap = f", at most {open_loop.max_concurrency} in flight" if open_loop.max_concurrency else ""
+    span = f", {open_loop.duration:g} s each" if open_loop.duration else ""
+    return f"request rates {text} req/s (open loop, {how}{cap}{span})"
