@@ -447,6 +447,15 @@ def test_draft_position_axis_has_integer_ticks(monkeypatch):
     lines = spec_view.tables([], {"src": rates})
     assert lines[1].strip().startswith("cumulative: share of all verify cycles")
     assert lines[2].strip().startswith("conditional: share of the cycles that reached")
+    assert lines[3].split() == [
+        "position",
+        "cycles",
+        "accepting",
+        "it",
+        "cumulative",
+        "conditional",
+    ]
+    assert lines[5].split()[2:] == ["30.0%", "50.0%"]  # position 2
 
 
 # ------------------------------------------------------------------ workloads

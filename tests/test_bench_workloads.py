@@ -435,7 +435,7 @@ def test_acceptance_by_input_length_and_draft_position(tmp_path):
     assert [round(r.rate, 3) for r in prates] == [0.5, 0.25, 0.25]
     lines = spec_view.tables(b, {"SGLang": rates, "EAGLE3_PROFILE": prates})
     assert any("4k-8k" in line and "1.50" in line for line in lines)
-    assert "pos 1: 65.0%" in "\n".join(lines)
+    assert any(line.split()[:1] == ["1"] and "65.0%" in line for line in lines)
     png = spec_view.render_spec(b, {"SGLang": rates}, tmp_path / "s.png")
     assert png.startswith(PNG_MAGIC) and (tmp_path / "s.png").read_bytes() == png
 
@@ -615,8 +615,8 @@ def test_html_report_renders_in_a_headless_browser(tmp_path, capsys):
         "Run r1",
         "Pareto",
         "Speculation by workload",
-        "server died",
-        "TTFT ms p50/p95",
+        "SERVER DIED: cut short",  # the sweep's own table (level_view)
+        "TTFT ms p50/95",  # bench goodput's own table
         "acceptance per draft position",
         "256-512",
         "1k-2k",

@@ -1,4 +1,4 @@
-"""Fixed-width text tables: the one printer for every table a command prints.
+"""Tables: the one printer for every table a command prints, and the HTML report's.
 
     t = Table(Col("phase", 14, "<"), Col("mean ms", 10, ".2f"), Col("share", 9, ".1f", "%"))
     print("\\n".join(t.render([("draft", 0.98, 3.9), ("verify", 23.4, 93.2)])))
@@ -6,13 +6,15 @@
 render() widens a column to its widest cell, so nothing ever runs into its
 neighbour; header() and row() keep the given widths, for tables printed a row at a
 time as results arrive. None prints as "-"; a str prints as given; anything else
-through the column's format spec, then its unit.
+through the column's format spec, then its unit. html() renders the same cells as
+an HTML table, so a report shows exactly what the command prints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from html import escape
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,19 @@ class Table:
             if rule:
                 out.append(rule * len(out[0]))
         return out + [self._line(texts, widths) for texts in cells]
+
+    def html(self, rows: Iterable[Sequence], bad: Sequence[bool] = ()) -> str:
+        """The same cells as an HTML table (escaped); a row marked in `bad` shaded."""
+
+        def tr(tag: str, texts, shade=False) -> str:
+            cells = "".join(
+                f"<{tag}{' class=l' if c.align == '<' else ''}>{escape(t)}</{tag}>"
+                for c, t in zip(self.cols, texts)
+            )
+            return f"<tr{' class=bad' if shade else ''}>{cells}</tr>"
+
+        body = [
+            tr("td", [self.cell(c, v) for c, v in zip(self.cols, row)], i < len(bad) and bad[i])
+            for i, row in enumerate(rows)
+        ]
+        return "<table>" + tr("th", [c.title for c in self.cols]) + "".join(body) + "</table>"

@@ -186,7 +186,8 @@ def compute(rows: list[dict], slo: dict, percentiles) -> list[tuple[tuple, Figur
     return [(k, level_figures(groups[k], slo, percentiles)) for k in sorted(groups, key=order)]
 
 
-def table(results, slo: dict, percentiles) -> list[str]:
+def table(results, slo: dict, percentiles) -> tuple[Table, list[list]]:
+    """The goodput table, printed by bench goodput and shown by the HTML report."""
     ps = [_pname(p) for p in percentiles]
     lat = "/".join(p.removeprefix("p") for p in ps)
     cols = [
@@ -220,7 +221,7 @@ def table(results, slo: dict, percentiles) -> list[str]:
         if slo:
             row += [f"{f.slo_met}/{f.requests}", f.goodput_tok_s, f.goodput_req_s]
         rows.append(row)
-    return Table(*cols).render(rows)
+    return Table(*cols), rows
 
 
 def _shown(f: Figures) -> dict:
@@ -259,7 +260,8 @@ def report(
             raise UserError(f"{src}: no requests of run {run_id}.", fix="check --run-id")
     results = compute(rows, slo, ps)
     console.out(f"{len(rows)} request(s) from {src}; SLO: {describe_slo(slo)}")
-    for line in table(results, slo, ps):
+    t, cells = table(results, slo, ps)
+    for line in t.render(cells):
         console.out(line)
     if as_json:
         import json

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from sgl_eagle_ext.common import figures, paths
 from sgl_eagle_ext.common.errors import UserError
+from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.profiling import names as profile_names
-from sgl_eagle_ext.tools.bench import goodput, plot, records, request_log, spec_view
+from sgl_eagle_ext.tools.bench import goodput, level_view, plot, records, request_log, spec_view
 from sgl_eagle_ext.tools.bench.records import Level, Request
 
 STYLE = """
@@ -41,62 +42,12 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
-def _table(head: list[str], rows: list[list], bad: list[bool] | None = None) -> str:
-    out = ["<table><tr>"]
-    out += [f'<th class="{"l" if i == 0 else ""}">{escape(h)}</th>' for i, h in enumerate(head)]
-    out.append("</tr>")
-    for k, row in enumerate(rows):
-        cls = ' class="bad"' if bad and bad[k] else ""
-        cells = "".join(
-            f'<td class="{"l" if i == 0 else ""}">{escape(str(c))}</td>' for i, c in enumerate(row)
-        )
-        out.append(f"<tr{cls}>{cells}</tr>")
-    out.append("</table>")
-    return "".join(out)
-
-
-def _trio(r: Level, block: str, scale=1.0, fmt="{:.0f}") -> str:
-    if r.at(block, "p50") is None:
-        return "-"
-    vals = (r.at(block, p) for p in ("p50", "p90", "p99"))
-    return "/".join("-" if v is None else fmt.format(v * scale) for v in vals)
-
-
-SWEEP_HEAD = [
-    "arm",
-    "level",
-    "status",
-    "done",
-    "errors",
-    "out tok/s",
-    "req/s",
-    "TTFT ms p50/90/99",
-    "TPOT ms p50/90/99",
-    "E2E s p50/90/99",
-    "accept",
-    "goodput tok/s",
-]
-
-
-def sweep_rows(sweeps: list[Level]) -> tuple[list[list], list[bool]]:
-    rows = [
-        [
-            plot.arm_name(r),
-            r.level_text,
-            r.status,
-            r.completed,
-            r.error_count,
-            _n(r.output_tok_s),
-            _n(r.request_s, "{:.2f}"),
-            _trio(r, "ttft_ms"),
-            _trio(r, "tpot_ms", fmt="{:.1f}"),
-            _trio(r, "e2e_ms", 1e-3, "{:.2f}"),
-            _n(r.accept_length, "{:.2f}"),
-            _n(r.goodput_tok_s),
-        ]
-        for r in sweeps
-    ]
-    return rows, [r.status not in ("ok", None) for r in sweeps]
+def sweep_table(sweeps: list[Level]) -> str:
+    """The sweep's own table (level_view), one row per level of every arm."""
+    goodput = any(v.goodput_tok_s is not None for v in sweeps)
+    rows = [[plot.arm_name(v), *level_view.level_cells(v, v.level_text, goodput)] for v in sweeps]
+    bad = [v.status not in ("ok", None) for v in sweeps]
+    return level_view.level_table(goodput=goodput, arm=True).html(rows, bad)
 
 
 def _sweep_figure(run_id: str, sweeps: list[Level]) -> str:
@@ -114,6 +65,19 @@ def _sweep_figure(run_id: str, sweeps: list[Level]) -> str:
         f'<p class="note">left out (partial): {escape(", ".join(skipped))}</p>' if skipped else ""
     )
     return _img(png, f"throughput and latency against concurrency, run {run_id}") + note
+
+
+COMPARE_TABLE = Table(
+    L("arm"), L("throughput crossover"), L("goodput crossover"), L("lossless"), L("recommendation")
+)
+SINGLE_TABLE = Table(
+    Col("runs"),
+    Col("mean tok/s", fmt=".2f"),
+    Col("median", fmt=".2f"),
+    Col("95% CI"),
+    Col("accept", fmt=".2f"),
+    L("status"),
+)
 
 
 def _crossover(record: dict | None) -> str:
@@ -138,19 +102,20 @@ def run_section(run_id: str, recs: list[dict]) -> str:
             f"{escape(str(ab.recommendation))}</p>"
         )
     for cmp in by_kind[records.Compare]:
-        rows = []
-        for name, x in (cmp.crossover_throughput or {}).items():
-            good = (cmp.crossover_goodput or {}).get(name) or {}
-            ll = (cmp.lossless or {}).get(name)
-            advice = (cmp.recommendation or {}).get(name) or "-"
-            rows.append([name, _crossover(x), _crossover(good) if good else "-", ll or "-", advice])
+        rows = [
+            [
+                name,
+                _crossover(x),
+                _crossover(good) if (good := (cmp.crossover_goodput or {}).get(name)) else "-",
+                (cmp.lossless or {}).get(name),
+                (cmp.recommendation or {}).get(name),
+            ]
+            for name, x in (cmp.crossover_throughput or {}).items()
+        ]
         parts.append(
             f"<h3>Compare: {escape(' vs '.join(map(str, cmp.arms or [])))} "
             f"(reference {escape(str(cmp.reference))})</h3>"
-            + _table(
-                ["arm", "throughput crossover", "goodput crossover", "lossless", "recommendation"],
-                rows,
-            )
+            + COMPARE_TABLE.html(rows)
             + "".join(
                 f'<p class="note">not compared: {escape(str(n))} failed ({escape(str(why))})</p>'
                 for n, why in (cmp.failed_arms or {}).items()
@@ -158,33 +123,20 @@ def run_section(run_id: str, recs: list[dict]) -> str:
         )
     sweeps = [t for t in by_kind[Level] if t.kind == "sweep"]
     if sweeps:
-        rows, bad = sweep_rows(sweeps)
-        parts.append(
-            f"<h3>Sweep</h3><p>load: {escape(plot.load_text(sweeps[0]))}</p>"
-            + _table(SWEEP_HEAD, rows, bad)
-        )
+        load = escape(plot.load_text(sweeps[0]))
+        parts.append(f"<h3>Sweep</h3><p>load: {load}</p>" + sweep_table(sweeps))
         parts.append(_sweep_figure(run_id, sweeps))
         pts = spec_view.pareto_points(sweeps)
         if pts and max(len(v) for v in pts.values()) > 1:  # a curve, not single points
             parts.append("<h3>Pareto</h3>" + _img(spec_view.render_pareto(pts), "Pareto chart"))
     one_stream = [t for t in by_kind[Level] if t.shape == "single"]  # bench single's
     for s in by_kind[records.Single] + one_stream:
+        lo, hi = s.at("tok_s", "ci95_low"), s.at("tok_s", "ci95_high")
+        ci = "-" if lo is None and hi is None else f"{_n(lo, '{:.2f}')}..{_n(hi, '{:.2f}')}"
+        row = [s.at("tok_s", "n"), s.at("tok_s", "mean"), s.at("tok_s", "median"), ci]
         parts.append(
             f"<h3>Single stream ({escape(str(s.arm or s.url))})</h3>"
-            + _table(
-                ["runs", "mean tok/s", "median", "95% CI", "accept", "status"],
-                [
-                    [
-                        s.at("tok_s", "n"),
-                        _n(s.at("tok_s", "mean"), "{:.2f}"),
-                        _n(s.at("tok_s", "median"), "{:.2f}"),
-                        f"{_n(s.at('tok_s', 'ci95_low'), '{:.2f}')}.."
-                        f"{_n(s.at('tok_s', 'ci95_high'), '{:.2f}')}",
-                        _n(s.accept_length, "{:.2f}"),
-                        s.status,
-                    ]
-                ],
-            )
+            + SINGLE_TABLE.html([[*row, s.accept_length, s.status]])
         )
     for ll in by_kind[records.Lossless]:
         parts.append(
@@ -205,24 +157,8 @@ def run_section(run_id: str, recs: list[dict]) -> str:
 def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> str:
     parts = ["<h2>Per-request records</h2>"]
     rows = [records.decode(r, Request) for r in rows]  # once, for every view below
-    res = goodput.compute(rows, slo, percentiles)
-    ps = [goodput._pname(p) for p in percentiles]
-    head = ["arm", "level", "done", "tok/s"]
-    head += [f"{m.upper()} ms {'/'.join(ps)}" for m in ("ttft", "tpot", "e2e")]
-    head += ["accept"]
-    if slo:
-        head += ["SLO met", "goodput tok/s", "goodput req/s"]
-    body = []
-    for (_run, arm, level), f in res:
-        row = [arm or "-", level, f.completed, _n(f.output_tok_s)]
-        row += [
-            "/".join(_n(f.latency(m)[p], "{:.0f}") for p in ps) for m in ("ttft", "tpot", "e2e")
-        ]
-        row += [_n(f.accept_length, "{:.2f}")]
-        if slo:
-            row += [f"{f.slo_met}/{f.requests}", _n(f.goodput_tok_s), _n(f.goodput_req_s, "{:.2f}")]
-        body.append(row)
-    parts.append(f"<p>SLO: {escape(goodput.describe_slo(slo))}</p>" + _table(head, body))
+    t, cells = goodput.table(goodput.compute(rows, slo, percentiles), slo, percentiles)
+    parts.append(f"<p>SLO: {escape(goodput.describe_slo(slo))}</p>" + t.html(cells))
     buckets = spec_view.by_input_bucket(rows)
     positions = {"SGLang per request": spec_view.position_rates(spec_view.hist_from_requests(rows))}
     if profile_logs:
@@ -232,34 +168,13 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
     if buckets or any(positions.values()):
         parts.append("<h3>Speculation by workload</h3>")
         if buckets:
-            parts.append(
-                _table(
-                    ["input tokens", "requests", "verify cycles", "accept length"],
-                    [
-                        [b.bucket, b.requests, b.verify_cycles, _n(b.accept_length, "{:.2f}")]
-                        for b in buckets
-                    ],
-                )
-            )
+            t, cells = spec_view.bucket_table(buckets)
+            parts.append(t.html(cells))
         for source, rates in positions.items():
             if rates:
-                parts.append(
-                    f"<p>acceptance per draft position ({escape(source)}); cumulative: "
-                    f"share of all verify cycles that accepted draft j; conditional: share of "
-                    f"the cycles that reached draft j which accepted it:</p>"
-                    + _table(
-                        ["position", "cycles accepting it", "cumulative", "conditional"],
-                        [
-                            [
-                                r.position,
-                                r.accepted_cycles,
-                                f"{r.rate * 100:.1f}%",
-                                spec_view._pct(r.conditional),
-                            ]
-                            for r in rates
-                        ],
-                    )
-                )
+                t, cells = spec_view.position_table(rates)
+                title = escape(spec_view.position_title(source)).replace("\n", "<br>")
+                parts.append(f"<p>{title}</p>" + t.html(cells))
         parts.append(_img(spec_view.render_spec(buckets, positions), "speculation by workload"))
     return "\n".join(parts)
 

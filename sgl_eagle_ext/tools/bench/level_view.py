@@ -9,9 +9,7 @@ from sgl_eagle_ext.tools.bench import records
 from sgl_eagle_ext.tools.bench.loads import CONCURRENCY, RATE, Axis
 
 CLIENT_BUSY = 0.9  # warn when the client itself used more than this share of a core
-
 LATE_SEND_MS = 50.0  # open loop: warn when sends lag their schedule by more (p99)
-
 CLIENT_LATE_BUSY = 0.5  # ... and blame the client only when it was this busy
 
 
@@ -21,10 +19,12 @@ def _trio(block: dict, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
     return "/".join(fmt.format(block[p] * scale) for p in ("p50", "p90", "p99"))
 
 
-def level_table(axis: Axis = CONCURRENCY, goodput: bool = False) -> Table:
-    """The sweep's table, printed a row at a time as each level finishes."""
+def level_table(axis: Axis = CONCURRENCY, goodput: bool = False, arm: bool = False) -> Table:
+    """The sweep's table, printed a row at a time as each level finishes (with an arm
+    column and the level in words: the HTML report's)."""
     return Table(
-        Col("rate" if axis is RATE else "conc", 5, "g"),
+        *([L("arm", 10)] if arm else []),
+        Col("level" if arm else "rate" if axis is RATE else "conc", 5, "g"),
         Col("done", 5),
         Col("err", 4),
         Col("short", 5),
@@ -63,11 +63,10 @@ def status_text(f: dict | records.Level) -> str:
     return v.status or "ok"
 
 
-def table_row(f: dict | records.Level, concurrency: float) -> str:
-    v = view(f)
-    goodput = v.goodput_tok_s is not None or v.slo_attainment is not None
-    return level_table(CONCURRENCY, goodput).row(
-        concurrency,
+def level_cells(v: records.Level, level, goodput: bool) -> list:
+    """One level's cells of level_table (`level`: its value, or its words)."""
+    return [
+        level,
         v.completed,
         v.error_count,
         v.short,
@@ -81,7 +80,13 @@ def table_row(f: dict | records.Level, concurrency: float) -> str:
         v.accept_length,
         *([v.goodput_tok_s] if goodput else []),
         status_text(v),
-    )
+    ]
+
+
+def table_row(f: dict | records.Level, concurrency: float) -> str:
+    v = view(f)
+    goodput = v.goodput_tok_s is not None or v.slo_attainment is not None
+    return level_table(CONCURRENCY, goodput).row(*level_cells(v, concurrency, goodput))
 
 
 def field_line(f: dict | records.Level, at: str) -> str:

@@ -121,26 +121,38 @@ def mean_accept_length(hist: Counter) -> float | None:
     return accept.from_histogram(hist)
 
 
+def bucket_table(buckets: list[Bucket]) -> tuple[Table, list[tuple]]:
+    """Accept length per input-length bucket (printed, and the HTML report's)."""
+    t = Table(
+        Col("input tokens", 14), Col("requests", 8), Col("verify", 8), Col("accept", 7, ".2f")
+    )
+    return t, [(b.bucket, b.requests, b.verify_cycles, b.accept_length) for b in buckets]
+
+
+def position_title(source: str) -> str:
+    return (
+        f"acceptance per draft position ({source}):\n  {CONVENTION[CUMULATIVE]}\n"
+        f"  {CONVENTION[CONDITIONAL]}"
+    )
+
+
+def position_table(rates: list[figures.PositionRate]) -> tuple[Table, list[tuple]]:
+    t = Table(
+        Col("position", 8),
+        Col("cycles accepting it", 19),
+        Col(CUMULATIVE, 10),
+        Col(CONDITIONAL, 11),
+    )
+    return t, [(r.position, r.accepted_cycles, _pct(r.rate), _pct(r.conditional)) for r in rates]
+
+
 def tables(buckets: list[Bucket], positions: dict[str, list[figures.PositionRate]]) -> list[str]:
-    lines = []
-    if buckets:
-        table = Table(
-            Col("input tokens", 14), Col("requests", 8), Col("verify", 8), Col("accept", 7, ".2f")
-        )
-        lines += table.render(
-            (b.bucket, b.requests, b.verify_cycles, b.accept_length) for b in buckets
-        )
+    t, rows = bucket_table(buckets)
+    lines = t.render(rows) if buckets else []
     for source, rates in positions.items():
         if rates:
-            lines.append(f"acceptance per draft position ({source}):")
-            lines.append(
-                f"  {CONVENTION[CUMULATIVE]}:  "
-                + "  ".join(f"pos {r.position}: {r.rate * 100:.1f}%" for r in rates)
-            )
-            lines.append(
-                f"  {CONVENTION[CONDITIONAL]}:  "
-                + "  ".join(f"pos {r.position}: {_pct(r.conditional)}" for r in rates)
-            )
+            t, rows = position_table(rates)
+            lines += [*position_title(source).splitlines(), *t.render(rows)]
     return lines
 
 
