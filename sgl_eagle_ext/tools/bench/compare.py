@@ -70,79 +70,66 @@ def side_by_side(
     axis: Axis = CONCURRENCY,
 ) -> tuple[list[str], list[Pair]]:
     """Table lines and the levels both arms finished."""
-    cells, per_level = [], []
     bar = " | "
     table = Table(
         Col("conc" if axis is CONCURRENCY else "rate", 5, "g"),
-        Col("A tok/s", 9, sep=bar),
-        Col("B tok/s", 9),
+        Col("A tok/s", 9, ".1f", sep=bar),
+        Col("B tok/s", 9, ".1f"),
         Col("B/A", 6),
-        Col("A TPOT", 7, sep=bar),
-        Col("B TPOT", 7),
+        Col("A TPOT", 7, ".1f", sep=bar),
+        Col("B TPOT", 7, ".1f"),
         Col("B/A", 6),
-        Col("A E2E99", 8, sep=bar),
-        Col("B E2E99", 8),
-        Col("A good", 8, sep=bar),
-        Col("B good", 8),
+        Col("A E2E99", 8, ".2f", sep=bar),
+        Col("B E2E99", 8, ".2f"),
+        Col("A good", 8, ".1f", sep=bar),
+        Col("B good", 8, ".1f"),
         Col("B/A", 6),
-        Col("B acc", 5, sep=bar),
+        Col("B acc", 5, ".2f", sep=bar),
         L("err A/B", sep=bar),
     )
+    pairs = []
     for c in levels:
-        fa, fb = a.get(c), b.get(c)
-        if fa is None or fb is None:
+        if a.get(c) is None or b.get(c) is None:
             continue
-        fa, fb = view(fa), view(fb)
-        thr = ratio(fb.output_tok_s, fa.output_tok_s)
+        fa, fb = view(a[c]), view(b[c])
         ta, tb = fa.at("tpot_ms", "p50"), fb.at("tpot_ms", "p50")
-        tpot = ratio(tb, ta)
-        ga, gb = fa.goodput_tok_s, fb.goodput_tok_s
-        good = ratio(gb, ga)
-        ea, eb = fa.at("e2e_ms", "p99"), fb.at("e2e_ms", "p99")
-        erra, errb = fa.error_count, fb.error_count
-        per_level.append(
+        pairs.append(
             Pair(
                 level=c,
                 a_output_tok_s=fa.output_tok_s,
                 b_output_tok_s=fb.output_tok_s,
-                throughput_ratio=thr,
+                throughput_ratio=ratio(fb.output_tok_s, fa.output_tok_s),
                 a_tpot_p50_ms=ta,
                 b_tpot_p50_ms=tb,
-                tpot_ratio=tpot,
-                a_goodput_tok_s=ga,
-                b_goodput_tok_s=gb,
-                goodput_ratio=good,
-                a_e2e_p99_ms=ea,
-                b_e2e_p99_ms=eb,
+                tpot_ratio=ratio(tb, ta),
+                a_goodput_tok_s=fa.goodput_tok_s,
+                b_goodput_tok_s=fb.goodput_tok_s,
+                goodput_ratio=ratio(fb.goodput_tok_s, fa.goodput_tok_s),
+                a_e2e_p99_ms=fa.at("e2e_ms", "p99"),
+                b_e2e_p99_ms=fb.at("e2e_ms", "p99"),
                 b_accept_length=fb.accept_length,
-                a_errors=erra,
-                b_errors=errb,
+                a_errors=fa.error_count,
+                b_errors=fb.error_count,
             )
         )
-        cells.append(
-            (
-                c,
-                _n(fa.output_tok_s),
-                _n(fb.output_tok_s),
-                _x(thr),
-                _n(ta),
-                _n(tb),
-                _x(tpot),
-                _n(ea and ea / 1e3, "{:.2f}"),
-                _n(eb and eb / 1e3, "{:.2f}"),
-                _n(ga),
-                _n(gb),
-                _x(good),
-                _n(fb.accept_length, "{:.2f}"),
-                f"{erra}/{errb}",
-            )
-        )
+
+    def seconds(ms):
+        return None if ms is None else ms / 1e3
+
+    cells = [
+        (p.level, p.a_output_tok_s, p.b_output_tok_s, _x(p.throughput_ratio))
+        + (p.a_tpot_p50_ms, p.b_tpot_p50_ms, _x(p.tpot_ratio))
+        + (seconds(p.a_e2e_p99_ms), seconds(p.b_e2e_p99_ms))
+        + (p.a_goodput_tok_s, p.b_goodput_tok_s, _x(p.goodput_ratio))
+        + (p.b_accept_length, f"{p.a_errors}/{p.b_errors}")
+        for p in pairs
+    ]
     rows = [
         f"A = {name_a}   B = {name_b}   (tok/s: output tokens/s; TPOT p50 ms; "
         f"E2E p99 s; good: goodput tok/s within the SLO; acc: accept length)",
         *table.render(cells, rule="-"),
     ]
-    return rows, per_level
+    return rows, pairs
 
 
 def crossover_line(

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.errors import EXIT_USAGE
-from sgl_eagle_ext.tools.bench import compare, loads, lossless, records, session
+from sgl_eagle_ext.tools.bench import compare, lossless, records, session
 from sgl_eagle_ext.tools.bench.arm_runs import ArmRun, Options, Run, settings_fields
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -31,10 +31,6 @@ def _open_loop_fields(run: Run) -> dict:
         "max_concurrency": ol.max_concurrency,
         "duration": ol.duration,
     }
-
-
-def _slo_fields(slo: loads.SLO) -> dict:
-    return {"tpot_ms": slo.tpot_ms, "ttft_ms": slo.ttft_ms, "source": slo.source}
 
 
 def _summary_provenance(run: Run, preset: str) -> dict:
@@ -169,7 +165,7 @@ def report(opts: Options, console: Console, run: Run) -> int:
             "pairs": {x.name: [p.record(axis) for p in x.pairs] for x in others},
             "crossover_throughput": {x.name: asdict(x.throughput) for x in others},
             "crossover_goodput": {x.name: asdict(x.goodput) for x in others if slo_text},
-            "slo": _slo_fields(slo),
+            "slo": slo.record(),  # every goal set (e2e and itl too)
             "lossless": {x.name: x.lossless.verdict for x in others if x.lossless},
             "lossless_detail": {
                 x.name: {
