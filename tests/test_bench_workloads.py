@@ -25,6 +25,7 @@ from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import (
     datasets,
     goodput,
+    loads,
     multiturn,
     records,
     request_log,
@@ -357,6 +358,33 @@ def test_request_records_and_goodput_recomputed(tmp_path, capsys):
     assert code == 0
     assert "TTFT <= 500 ms and TPOT <= 150 ms" in out and "TTFT ms p50/99" in out
     assert re.search(r"B\s+1\s+2\s+.*\s1/2\s+3\.8\s+0\.34", out), out
+
+
+@pytest.mark.parametrize(
+    "goals",
+    [
+        {"ttft": 500, "tpot": 150},
+        {"tpot": 50},
+        {"e2e": 1000},
+        {"itl": 120},  # the one-token request has no gap: it meets an itl goal
+        {"itl": 50, "ttft": 150},
+    ],
+)
+def test_the_sweep_and_bench_goodput_share_one_goodput_rule(tmp_path, goals):
+    """The same requests, live (the sweep's RequestResult) and recorded (bench goodput's
+    per-request rows): the same requests meet the same goals."""
+    live = [
+        _result(0, 0.1, 1.1, 11),
+        _result(1, 0.8, 1.8, 11),
+        _result(2, 0.2, 0.2, 1),
+        cl.RequestResult(index=3, prompt_id="p3", error="http 500"),
+    ]
+    log = request_log.RequestLog(tmp_path / "req.jsonl")
+    log.write_level(live, 0.0, 2.0, {"run_id": "r", "arm": "B", "concurrency": 1})
+    rows, _ = request_log.read(tmp_path / "req.jsonl")
+    recorded = [goodput.meets(records.decode(r, records.Request), goals) for r in rows]
+    assert [loads.SLO.of(goals).met(r) for r in live] == recorded
+    assert recorded[3] is False  # an unanswered request meets no goal
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@ a JSON body, the API key, the SLO with its aliases). One UserError per bad value
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sgl_eagle_ext.common import nesting, redaction, secret_flags
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import loads
@@ -78,6 +80,4 @@ def slo(goals_text: list[str] | None, ttft_ms: float | None, tpot_ms: float | No
             )
         if alias is not None:
             goals[key] = alias
-    return loads.SLO(
-        goals.get("tpot"), goals.get("ttft"), "given", goals.get("e2e"), goals.get("itl")
-    )
+    return replace(loads.SLO.of(goals), source="given")

@@ -19,6 +19,7 @@ from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.tools.bench import records, request_log
+from sgl_eagle_ext.tools.bench.loads import SLO
 from sgl_eagle_ext.tools.bench.records import Request
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -83,18 +84,8 @@ def _pname(p: float) -> str:
 
 
 def meets(row: Request, slo: dict[str, float]) -> bool:
-    if not row.ok:
-        return False
-    for key, limit in slo.items():
-        if key == "itl":
-            gaps = row.itl_ms or []
-            if gaps and max(gaps) > limit:
-                return False
-            continue
-        v = getattr(row, f"{key}_ms")
-        if v is None or v > limit:
-            return False
-    return True
+    """The sweep's goodput rule (loads.SLO.met_by) on a per-request record."""
+    return SLO.of(slo).met_by(row.ok, row.ttft_ms, row.tpot_ms, row.e2e_ms, row.itl_ms or [])
 
 
 def group_key(row: Request) -> tuple:

@@ -92,18 +92,30 @@ class SLO:
     def set(self) -> bool:
         return any(v is not None for v in (self.tpot_ms, self.ttft_ms, self.e2e_ms, self.itl_ms))
 
-    def met(self, r: cl.RequestResult) -> bool:
-        if not r.ok:
+    @classmethod
+    def of(cls, goals: dict[str, float]) -> SLO:
+        """From --slo's parsed goals ({"ttft": 500, ...}: goodput.parse_slo)."""
+        return cls(**{f"{k}_ms": v for k, v in goals.items()})
+
+    def met_by(self, ok: bool, ttft_ms, tpot_ms, e2e_ms, itl_ms: list) -> bool:
+        """The one goodput rule: an answered request within every goal set (ms); an itl
+        goal holds for each of its gaps (met by a request without any)."""
+        if not ok:
             return False
         for goal, value in (
-            (self.tpot_ms, r.tpot),
-            (self.ttft_ms, r.ttft),
-            (self.e2e_ms, r.e2e),
-            (self.itl_ms, max(r.itls, default=None) if self.itl_ms is not None else None),
+            (self.ttft_ms, ttft_ms),
+            (self.tpot_ms, tpot_ms),
+            (self.e2e_ms, e2e_ms),
         ):
-            if goal is not None and (value is None or value * 1e3 > goal):
+            if goal is not None and (value is None or value > goal):
                 return False
-        return True
+        return self.itl_ms is None or max(itl_ms, default=0.0) <= self.itl_ms
+
+    def met(self, r: cl.RequestResult) -> bool:
+        def ms(s):
+            return None if s is None else s * 1e3
+
+        return self.met_by(r.ok, ms(r.ttft), ms(r.tpot), ms(r.e2e), [g * 1e3 for g in r.itls])
 
     def goals(self) -> dict:
         """The goals set, by their field names (tpot_ms, ttft_ms, e2e_ms, itl_ms)."""
