@@ -209,31 +209,15 @@ def run_arms(opts: Options, extra: list[str], console: Console):
     """Start, sweep and stop each preset in turn. Returns the Run, or an exit code when
     an arm did not start or its server died (the finished levels are recorded)."""
     presets, kind, launch, sweep = opts.presets, opts.kind, opts.launch, opts.sweep
-    levels, open_loop = options.load_levels(sweep)
     # A key for the servers travels to each launcher in its environment: never on a
     # printed line or a child's command line.
     extra, secrets = secret_flags.take(extra)  # --admin-api-key etc. likewise
     api_key = secrets.pop("api-key", None) or opts.connection.api_key
     opts = replace(opts, connection=replace(opts.connection, api_key=api_key))
     conn, req = opts.connection, opts.requests
-    ps = prompts.load(req.prompts)
-    workload.check_paths(opts.workload.save_requests, opts.records.results)
     # --dataset/--input-len/...: checked now, before any server starts
-    wl = (
-        workload.WorkloadSet(
-            opts.workload, None, req.max_tokens, seed=req.seed, prompt_set=req.prompts
-        )
-        if opts.workload.wanted()
-        else None
-    )
-    levels, open_loop = workload.trace_replay(
-        sweep, opts.workload.trace_speed, wl, levels, open_loop
-    )
-    if wl is not None and wl.multi_turn and (open_loop is not None or sweep.duration is not None):
-        raise UserError(
-            "--multi-turn replays conversations in closed loop, a request count each.",
-            fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
-        )
+    levels, open_loop, ps, wl = workload.plan(sweep, opts.workload, req)
+    workload.check_paths(opts.workload.save_requests, opts.records.results)
     rec = session.recorder(opts.records, conn)
     log_dir = launch.log_dir
     # outside the kernel's ephemeral range: no outgoing connection (health probes

@@ -26,7 +26,7 @@ from pathlib import Path
 from sgl_eagle_ext.common.cli_args import integer, number
 from sgl_eagle_ext.common.declared_flags import add_flags, flag
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.tools.bench import datasets, multiturn, options, request_log, tokens
+from sgl_eagle_ext.tools.bench import datasets, multiturn, options, prompts, request_log, tokens
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
 from sgl_eagle_ext.tools.bench.levels import above
 
@@ -150,11 +150,8 @@ class WorkloadSet:
             if self.long_text
             else tokens.shipped_paragraphs()
         )
-        self.attach(server)
         self._turn_lens: list[list[int]] | None = None
-        probe = self._build(1)  # fails early on a bad dataset file
-        self.name, self.sha256 = probe.name, probe.sha256
-        self.prompts = probe.requests  # for len() in provenance
+        self.attach(server)
 
     def attach(self, server) -> None:
         """Count tokens as `server` does (None: estimate). `bench ab`/`compare` check the
@@ -171,6 +168,9 @@ class WorkloadSet:
         )
         self.builder = tokens.PromptBuilder(self.paragraphs, self.counter, self.seed)
         self._built: datasets.Workload | None = None
+        probe = self._build(1)  # fails early on a bad dataset file; fitted by this counter
+        self.name, self.sha256 = probe.name, probe.sha256
+        self.prompts = probe.requests  # for len() in provenance
 
     def _build(self, n: int) -> datasets.Workload:
         return datasets.build(
@@ -288,6 +288,27 @@ def trace_replay(
     span = times[-1] - times[0]
     rate = (len(times) - 1) / span if span > 0 else float("inf")
     return [rate], loads.OpenLoop(1.0, duration, "trace", None, times, speed=speed)
+
+
+def plan(
+    sweep: options.SweepOptions, work: WorkloadOptions, req: options.RequestOptions, server=None
+):
+    """What a sweep run sends, checked before any request (or, bench compare, before any
+    server starts: `server` None, the workload attached to the first arm's): the levels,
+    the prompt set, the workload of --dataset/--input-len/... (None without one), a trace
+    replayed at its own times. Returns (levels, open_loop, prompt set, workload)."""
+    levels, open_loop = options.load_levels(sweep)
+    ps = prompts.load(req.prompts)
+    wl = None
+    if work.wanted():
+        wl = WorkloadSet(work, server, req.max_tokens, seed=req.seed, prompt_set=req.prompts)
+    if wl is not None and wl.multi_turn and (open_loop is not None or sweep.duration is not None):
+        raise UserError(
+            "--multi-turn replays conversations in closed loop, a request count each.",
+            fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
+        )
+    levels, open_loop = trace_replay(sweep, work.trace_speed, wl, levels, open_loop)
+    return levels, open_loop, ps, wl
 
 
 class LevelHook:

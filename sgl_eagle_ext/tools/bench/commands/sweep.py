@@ -6,8 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
-from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.tools.bench import loads, options, prompts, session, workload
+from sgl_eagle_ext.tools.bench import loads, options, session, workload
 from sgl_eagle_ext.tools.bench.commands import field_flags, groups
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -55,27 +54,16 @@ def run(opts: Options, extra: list[str], console: Console) -> int:
 
 async def _run(opts: Options, console: Console) -> int:
     conn, req, sweep, work = opts.connection, opts.requests, opts.sweep, opts.workload
-    levels, open_loop = options.load_levels(sweep)
-    ps = prompts.load(req.prompts)
+    levels, open_loop, ps, wl = workload.plan(sweep, work, req)
     workload.check_paths(work.save_requests, opts.records.results)
     rec = session.recorder(opts.records, conn)
     server = session.connect(conn.url, conn)
     load = session.load(req)
-    prov = session.server_provenance(server, ps, req.seed)
-    wl = (
-        workload.WorkloadSet(work, server, req.max_tokens, seed=req.seed, prompt_set=req.prompts)
-        if work.wanted()
-        else None
-    )
     if wl is not None:
-        if wl.multi_turn and (open_loop is not None or sweep.duration is not None):
-            raise UserError(
-                "--multi-turn replays conversations in closed loop, a request count each.",
-                fix="use --concurrency (and --num-prompts) with --multi-turn, no --duration",
-            )
-        levels, open_loop = workload.trace_replay(sweep, work.trace_speed, wl, levels, open_loop)
+        wl.attach(server)
         ps = wl
-        prov["prompts"] = session.prompt_facts(wl, req.seed)
+    prov = session.server_provenance(server, ps, req.seed)
+    if wl is not None:
         prov["workload"] = wl.facts()
     console.info(f"sweep against {session.describe(server)}")
     console.info(
