@@ -158,7 +158,64 @@ def wait_until(predicate, timeout: float = 120, what: str = "condition") -> None
         time.sleep(0.05)
 
 
-class Launcher:
+class Collected:
+    """A command as a subprocess, its output (stdout and stderr) collected line by line
+    by a reader thread: what the launcher's and the router's tests wait on."""
+
+    def __init__(self, cmd: list[str], env: dict | None = None):
+        self.cmd = cmd
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def exited_before(self, needle: str) -> str:
+        return f"exited ({self.proc.returncode}) before {needle!r}:\n{self.output}"
+
+    def wait_for(self, needle: str, timeout: float = READY_TIMEOUT) -> str:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            for line in self.lines:
+                if needle in line:
+                    return line
+            if self.proc.poll() is not None:
+                time.sleep(0.5)  # let the reader drain
+                if any(needle in ln for ln in self.lines):
+                    continue
+                raise AssertionError(self.exited_before(needle))
+            time.sleep(0.5)
+        raise AssertionError(f"no {needle!r} after {timeout} s:\n{self.output}")
+
+    def signal(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
+        self.proc.send_signal(sig)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = READY_TIMEOUT) -> int:
+        """The exit code, once the output is read to the end: its last lines (the
+        watchdog's verdict, say) may still be in the pipe when it exits."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self._reader.join(timeout=10)  # a descendant holding the pipe: not forever
+
+
+class Launcher(Collected):
     """`python -m sgl_eagle_ext.launch ...` as a subprocess, with its output
     collected and every descendant it ever had remembered (orphan checks)."""
 
@@ -174,38 +231,27 @@ class Launcher:
             if "--" in args
             else (args, ["--"], [])
         )
-        # `python`: another interpreter (another venv, hence another SGLang release)
-        self.cmd = [
-            str(python or sys.executable),
-            "-m",
-            "sgl_eagle_ext.launch",
-            *ours,
-            "--log-file",
-            str(self.log_file),
-            "--quiet",
-            *sep,
-            *extra,
-            "--port",
-            str(self.port),
-        ]
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.lines: list[str] = []
         self.descendants: set[int] = set()
         self.commands: dict[int, str] = {}  # each descendant's command line, first seen
-        self.proc = subprocess.Popen(
-            self.cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, **(env or {})},
+        # `python`: another interpreter (another venv, hence another SGLang release)
+        super().__init__(
+            [
+                str(python or sys.executable),
+                "-m",
+                "sgl_eagle_ext.launch",
+                *ours,
+                "--log-file",
+                str(self.log_file),
+                "--quiet",
+                *sep,
+                *extra,
+                "--port",
+                str(self.port),
+            ],
+            env,
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
         threading.Thread(target=self._watch_tree, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
 
     def _watch_tree(self) -> None:
         while self.proc.poll() is None:
@@ -226,27 +272,6 @@ class Launcher:
                 pass
             time.sleep(0.2)
 
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_for(self, needle: str, timeout: float = READY_TIMEOUT) -> str:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            for line in self.lines:
-                if needle in line:
-                    return line
-            if self.proc.poll() is not None:
-                time.sleep(0.5)  # let the reader drain
-                if any(needle in ln for ln in self.lines):
-                    continue
-                raise AssertionError(
-                    f"launcher exited ({self.proc.returncode}) before "
-                    f"{needle!r}:\n{self.output}\n--- log ---\n{self.log_text()}"
-                )
-            time.sleep(0.5)
-        raise AssertionError(f"no {needle!r} after {timeout} s:\n{self.output}")
-
     def wait_until(self, predicate, timeout: float = 120) -> None:
         t0 = time.monotonic()
         while not predicate():
@@ -257,19 +282,8 @@ class Launcher:
     def log_text(self) -> str:
         return self.log_file.read_text() if self.log_file.exists() else ""
 
-    def signal(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
-        self.proc.send_signal(sig)
-        return self.wait(timeout)
-
-    def wait(self, timeout: float = READY_TIMEOUT) -> int:
-        """The launcher's exit code, once its output is read to the end: its last lines
-        (the watchdog's verdict, say) may still be in the pipe when it exits."""
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self._reader.join(timeout=10)  # a descendant holding the pipe: not forever
+    def exited_before(self, needle: str) -> str:
+        return f"launcher {super().exited_before(needle)}\n--- log ---\n{self.log_text()}"
 
     def orphans(self) -> list[int]:
         alive = []

@@ -10,19 +10,17 @@ replica's own Prometheus counters show that both served part of it; then
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
-from conftest import READY_TIMEOUT, wait_until
+from conftest import READY_TIMEOUT, Collected, wait_until
 
 from sgl_eagle_ext.common import http, ports, server_process
 from sgl_eagle_ext.tools import healthcheck, router
@@ -34,53 +32,17 @@ PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "In the beg
 GEN_TOKENS = re.compile(r"^sglang:generation_tokens_total(?:\{[^}]*\})?\s+(\S+)$", re.M)
 
 
-class RouterRun:
+class RouterRun(Collected):
     """`python -m sgl_eagle_ext.router ...` as a subprocess, output collected."""
 
     def __init__(self, args: list[str], tmp):
         self.port, self.metrics_port = ports.pick(), ports.pick()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [
-            sys.executable,
-            "-m",
-            "sgl_eagle_ext.router",
-            *args,
-            "--port",
-            str(self.port),
-            "--metrics-port",
-            str(self.metrics_port),
-            "--log-file",
-            str(tmp / f"router-{self.port}.log"),
-            "--quiet",
-        ]
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            self.cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=dict(os.environ),
+        log = tmp / f"router-{self.port}.log"
+        super().__init__(
+            [sys.executable, "-m", "sgl_eagle_ext.router", *args, "--port", str(self.port)]
+            + ["--metrics-port", str(self.metrics_port), "--log-file", str(log), "--quiet"]
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_for(self, needle: str, timeout: float) -> None:
-        t0 = time.monotonic()
-        while not any(needle in ln for ln in self.lines):
-            if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
-                time.sleep(0.5)
-                if any(needle in ln for ln in self.lines):
-                    return
-                raise AssertionError(f"no {needle!r} (exit {self.proc.poll()}):\n{self.output}")
-            time.sleep(0.5)
 
     def descendants(self) -> list[psutil.Process]:
         try:
@@ -88,20 +50,8 @@ class RouterRun:
         except psutil.NoSuchProcess:
             return []
 
-    def wait(self, timeout: float) -> int:
-        """The exit code, once the output is read to the end (its last lines may still be
-        in the pipe when the process exits)."""
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self._reader.join(timeout=10)
-
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.wait(timeout=60)
+        return self.signal(signal.SIGTERM, 60) if self.proc.poll() is None else self.wait(60)
 
 
 @pytest.fixture
