@@ -85,12 +85,14 @@ async def _run(opts: Options, console: Console) -> int:
     common |= session.load_fields(load, conn) | {"shape": "single", "runs_requested": opts.runs}
     async with session.client(server, conn, req) as client:
         warm = await sw.warm_up(client, runs_from, opts.warmup, load, console)
-        common["warmup"] = [asdict(single.run_fields(i, r, load)) for i, r in enumerate(warm, 1)]
-        for f in common["warmup"]:
-            console.info(single.run_line(single.RunFields(**f), opts.warmup, load.max_tokens, True))
+        warm = [single.run_fields(i, r, load) for i, r in enumerate(warm, 1)]
+        common["warmup"] = [asdict(f) for f in warm]
+        for f in warm:
+            console.info(single.run_line(f, opts.warmup, load.max_tokens, warmup=True))
+        done: list[single.RunFields] = []
 
-        def runs(level: sw.Level) -> None:
-            done = [single.run_fields(i, r, load) for i, r in enumerate(level.results, 1)]
+        def runs(level: sw.Level) -> None:  # in the level's record, before it is written
+            done[:] = [single.run_fields(i, r, load) for i, r in enumerate(level.results, 1)]
             level.fields["runs_detail"] = [asdict(f) for f in done]
 
         outcome = await sw.run_sweep(
@@ -112,8 +114,8 @@ async def _run(opts: Options, console: Console) -> int:
         )
     (level,) = outcome.levels
     v = level_view.view(level.fields)
-    for f in level.fields["runs_detail"]:
-        console.out(single.run_line(single.RunFields(**f), opts.runs, load.max_tokens))
+    for f in done:
+        console.out(single.run_line(f, opts.runs, load.max_tokens))
     for line in single.summary_lines(v, opts.runs):
         console.out(line)
     for w in v.steady_warnings or []:
