@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -485,7 +486,8 @@ def fake():
 
     def start(**kw) -> Background:
         faults = Faults(**kw.pop("faults", {}))
-        bg = Background(FakeSGLang(faults=faults, **kw)).__enter__()
+        tls = kw.pop("tls", None)
+        bg = Background(FakeSGLang(faults=faults, **kw), tls=tls).__enter__()
         servers.append(bg)
         return bg
 
@@ -977,6 +979,7 @@ def fake_arms(fake, monkeypatch):
     from sgl_eagle_ext.tools.bench import arms
 
     urls: dict[str, str] = {}
+    trust: dict[str, object] = {}  # how each arm's launcher trusts its server (TLS)
 
     def plan_arm(label, preset, **kw):
         return arms.ArmPlan(label, preset, ["--preset", preset], {"preset": preset})
@@ -985,6 +988,7 @@ def fake_arms(fake, monkeypatch):
         def __init__(self, plan):
             self.plan = plan
             self.stopped_cleanly = True
+            self.tls = trust.get(plan.preset)
 
         def wait_ready(self, timeout):
             return urls[self.plan.preset]
@@ -995,7 +999,11 @@ def fake_arms(fake, monkeypatch):
     monkeypatch.setattr(arms, "plan_arm", plan_arm)
     monkeypatch.setattr(arms, "LauncherProcess", Launched)
 
-    def serve(preset: str, **kw) -> None:
+    def serve(preset: str, cert: tuple[Path, Path] | None = None, **kw) -> None:
+        if cert is not None:  # SGLang given its own certificate: https, trusted pinned
+            kw["tls"] = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            kw["tls"].load_cert_chain(*cert)
+            trust[preset] = http.tls_context(cafile=str(cert[0]), pinned=True)
         urls[preset] = fake(**kw).url
 
     return serve
@@ -1065,6 +1073,28 @@ def test_compare_n_arms_best_arm_ratios_and_crossover(fake_arms, tmp_path, capsy
     assert c["crossover_throughput"]["slow"]["verdict"] == "never"
     assert c["lossless"] == {"spec": "IDENTICAL", "slow": "IDENTICAL"}
     assert all(r["run_id"] == c["run_id"] for r in recs)
+
+
+def test_an_arm_on_its_own_certificate_is_trusted_as_its_launcher_trusts_it(
+    fake_arms, tmp_path, capsys
+):
+    """An arm started with --ssl-certfile (a self-signed certificate) serves https: bench
+    reaches it as the launcher polled it, with that certificate alone, no --insecure."""
+    from tests.test_http_origin_tls import make_cert
+
+    fake_arms("baseline")
+    fake_arms("spec", cert=make_cert(tmp_path), accept_length=2.0)
+    res = tmp_path / "ab.jsonl"
+    args = ["ab", "--preset-a", "baseline", "--preset-b", "spec", "--concurrency", "1"]
+    rc = cli.main(compare_args(res, tmp_path, *args))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "[B] ready: https://127.0.0.1:" in out
+    sweeps = [r for r in read_records(res) if r["kind"] == "sweep"]
+    assert [(r["arm"], r["url"][:6]) for r in sweeps] == [
+        ("baseline", "http:/"),
+        ("spec", "https:"),
+    ]
 
 
 def test_ab_is_compare_with_two_arms_over_request_rates(fake_arms, tmp_path, capsys):

@@ -257,6 +257,7 @@ def fake_arms(fake, monkeypatch):
         def __init__(self, plan):
             self.plan = plan
             self.stopped_cleanly = True
+            self.tls = None  # plain http
 
         def wait_ready(self, timeout):
             if self.plan.preset in fails:

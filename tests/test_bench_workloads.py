@@ -980,6 +980,7 @@ def fake_arm_servers(monkeypatch):
         def __init__(self, plan):
             self.plan = plan
             self.stopped_cleanly = True
+            self.tls = None  # plain http
 
         def wait_ready(self, timeout):
             waited.append(self.plan.preset)

@@ -360,7 +360,7 @@ def test_allow_unequal_records_the_differences_beside_every_figure(
 
     class Launched:
         def __init__(self, plan):
-            self.plan, self.stopped_cleanly = plan, True
+            self.plan, self.stopped_cleanly, self.tls = plan, True, None
 
         def wait_ready(self, timeout):
             return servers[self.plan.preset].url

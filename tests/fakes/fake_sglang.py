@@ -395,9 +395,10 @@ class FakeSGLang:
 class Background:
     """A FakeSGLang on 127.0.0.1 in a thread of this process (tests)."""
 
-    def __init__(self, fake: FakeSGLang, port: int = 0):
+    def __init__(self, fake: FakeSGLang, port: int = 0, tls=None):
         self.fake = fake
         self.port = port
+        self.tls = tls  # an ssl.SSLContext (server side): served over https
         self.loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -413,7 +414,7 @@ class Background:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
         self.port = sock.getsockname()[1]
-        self.loop.run_until_complete(web.SockSite(runner, sock).start())
+        self.loop.run_until_complete(web.SockSite(runner, sock, ssl_context=self.tls).start())
         self.runner = runner
         self._started.set()
         self.loop.run_forever()
@@ -426,7 +427,7 @@ class Background:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         if self._thread.is_alive():

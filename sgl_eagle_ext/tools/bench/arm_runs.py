@@ -271,7 +271,10 @@ def run_arms(opts: Options, extra: list[str], console: Console):
             url = startup.wait_ready(
                 proc, plan.label, plan.facts.get("log_file"), launch.startup_timeout, console
             )
-            server = session.connect(url, conn)
+            # a server on its own certificate (--ssl-certfile): trusted as the launcher
+            # trusts it, unless --insecure or --ca-cert say how (ConnectionOptions.tls)
+            arm_conn = replace(conn, server_tls=proc.tls)
+            server = session.connect(url, arm_conn)
             console.info(f"[{plan.label}] ready: {session.describe(server)}")
             if wl is not None and wl.server is None:  # every arm: the same prompts
                 wl.attach(server)
@@ -292,7 +295,7 @@ def run_arms(opts: Options, extra: list[str], console: Console):
             outcome, outputs = interrupts.run(
                 _arm(
                     server,
-                    opts,
+                    replace(opts, connection=arm_conn),
                     console,
                     rec,
                     prov,

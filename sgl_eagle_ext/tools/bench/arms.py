@@ -169,6 +169,12 @@ class LauncherProcess:
         self._release = threading.Event()  # set by stop(): the starting thread may end
         threading.Thread(target=self._start, name=f"arm-{plan.label}", daemon=True).start()
 
+    @property
+    def tls(self):
+        """How the launcher trusts its server (SGLang's own --ssl-certfile, pinned), or
+        None (plain http, or not started)."""
+        return self._starting.tls if self._starting is not None else None
+
     def _say(self, text: str) -> None:
         self.lines.extend(text.splitlines())
 

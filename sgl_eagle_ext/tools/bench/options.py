@@ -106,12 +106,16 @@ class ConnectionOptions:
     model: str | None = None  # --model: the name sent (None: the server's own)
     tokenizer: str | None = None  # --tokenizer: the directory that counts input tokens
     ready_timeout: float = 0  # --ready-check-timeout-sec: wait this long for the server
+    # not a flag: how the launcher that started this server trusts it (bench compare's
+    # arms: SGLang's own --ssl-certfile, pinned)
+    server_tls: ssl.SSLContext | None = None
 
     @functools.cached_property
     def tls(self) -> ssl.SSLContext | None:
-        """The TLS context --insecure / --ca-cert ask for (None: the system's trust
-        store), or one clear UserError (http.tls_from_flags)."""
-        return http.tls_from_flags(self.insecure, self.ca_cert)
+        """The TLS context --insecure / --ca-cert ask for, else the launcher's own trust
+        of a server it started (None: the system's trust store), or one clear UserError
+        (http.tls_from_flags)."""
+        return http.tls_from_flags(self.insecure, self.ca_cert) or self.server_tls
 
 
 @dataclass(frozen=True)

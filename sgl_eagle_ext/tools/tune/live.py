@@ -259,6 +259,11 @@ def check_servers(
     return verdict.record()
 
 
+def connect(proc: arms.LauncherProcess) -> probe.Server:
+    """The started server, trusted as its launcher trusts it (its own --ssl-certfile)."""
+    return probe.Server(proc.url, api_key=proc.api_key, tls=proc.tls).connect()
+
+
 def start_server(plan: arms.ArmPlan, startup_timeout: float) -> arms.LauncherProcess:
     """Start a planned launch and wait for READY."""
     proc = arms.LauncherProcess(plan)
@@ -641,7 +646,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
             sched.write()
             _say(f"{PROG}: starting the server (one load; {len(todo)} cell(s) to measure)")
             stop["proc"] = start_server(plans["live"], opts.startup_timeout)
-            server = probe.Server(stop["proc"].url, api_key=stop["proc"].api_key).connect()
+            server = connect(stop["proc"])
             tail = ProfileTail(out_dir / "profile-0.jsonl")
             driver = Driver(server, opts, prompt_set, tail, stop["proc"].proc.pid)
             interrupts.run(_cells(driver, sched, results, todo, ctx))
@@ -657,7 +662,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
         for name in dict.fromkeys(k.arm for k in arm_todo):
             _say(f"{PROG}: starting the {name} server (a separate load)")
             stop["proc"] = start_server(plans[name], opts.startup_timeout)
-            server = probe.Server(stop["proc"].url, api_key=stop["proc"].api_key).connect()
+            server = connect(stop["proc"])
             # unprofiled; its server's CPU seconds recorded as the live cells' are
             pid = stop["proc"].proc.pid
             driver = Driver(server, opts, prompt_set, ProfileTail(None), pid)

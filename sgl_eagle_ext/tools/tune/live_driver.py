@@ -106,6 +106,7 @@ class Driver:
             api_key=server.api_key,  # the key the run's server was started with
             spec_details_field=server.release.chat_spec_details_field,
             incremental=bool(server.info.get("incremental_streaming_output")),
+            tls=server.tls,
         )
         self.console = Console(quiet=True)
         self.spec = {"speculative_eagle_topk": server.info.get("speculative_eagle_topk")}
