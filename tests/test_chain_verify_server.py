@@ -10,7 +10,8 @@ record per decode cycle. Three passes over the demo prompts:
   2 steps");
 - one stream: every prompt in turn while a driver flips the pin 2 -> 0 -> 2 every few
   decode cycles, so most requests switch mid-request, some more than once;
-- four streams: the same, four requests at a time.
+- four streams: the first four prompts at once (a batch switching mid-request; the
+  prompts after them would add nothing the one-stream pass and this batch do not).
 
 Every output must equal the greedy tokens the pair was built with (transformers' fp32
 greedy decoding, which the baseline server reproduces: tests/test_server_cpu.py), and
@@ -167,11 +168,9 @@ EAGLE_EXT_DRAFT_CATCHUP = "3"
     with Flipper(request, profile, seq=1) as flipper:
         one = one_stream(DEMO_PROMPTS, start)
         mid = len(cycles(profile))
-        four = []
-        for i in range(0, len(DEMO_PROMPTS), 4):
-            four += generate(DEMO_PROMPTS[i : i + 4])
+        four = generate(DEMO_PROMPTS[:4])
     assert one == expected, "greedy output changed with switches at one stream"
-    assert four == expected, "greedy output changed with switches at four streams"
+    assert four == expected[:4], "greedy output changed with switches at four streams"
     ran = cycles(profile)[start:]
     assert flipper.seq >= 5, "the pins did not flip"
     assert {r["steps"] for r in ran} == {0, 2}, "both 0-step and 2-step cycles ran"

@@ -605,6 +605,7 @@ from sgl_eagle_ext.tools.tune import cli, live
 class Proc:
     url = "http://127.0.0.1:9"
     api_key = None
+    tls = None  # plain http (LauncherProcess.tls)
     class proc:
         pid = 1
     def stop(self):
