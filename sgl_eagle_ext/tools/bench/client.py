@@ -137,6 +137,11 @@ class RequestResult:
         return (self.e2e - self.ttft) / (n - 1)
 
     @property
+    def decode_tok_s(self) -> float | None:
+        """Tokens per second after the first: 1 / TPOT."""
+        return 1 / self.tpot if self.tpot else None
+
+    @property
     def tok_s(self) -> float | None:
         if not self.ok or not self.completion_tokens or not self.e2e:
             return None

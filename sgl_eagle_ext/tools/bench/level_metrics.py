@@ -16,9 +16,7 @@ from sgl_eagle_ext.tools.bench import stats
 from sgl_eagle_ext.tools.bench.loads import SLO, Load
 
 ERROR_EXAMPLES = 3
-
 ITL_EXACT = "per-chunk token counts"
-
 ITL_ESTIMATE = "estimate: each request's tokens after its first chunk spread evenly over its chunks"
 
 
@@ -161,8 +159,7 @@ def one_stream(results: list[cl.RequestResult], load: Load, max_cv: float) -> di
     warnings = stats.steady_state_warnings([r.tok_s for r in runs], max_cv)
     return {
         "tok_s": asdict(tok),
-        # after the first token: 1 / TPOT
-        "decode_tok_s": asdict(stats.summary(1 / r.tpot for r in runs if r.tpot)),
+        "decode_tok_s": asdict(stats.summary(r.decode_tok_s for r in runs if r.decode_tok_s)),
         "overall_tok_s": sum(r.completion_tokens for r in runs) / secs if secs else None,
         "steady": not warnings if tok.n >= 2 else None,
         "steady_warnings": warnings,

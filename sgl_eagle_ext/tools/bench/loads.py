@@ -27,7 +27,6 @@ class Axis:
 
 
 CONCURRENCY = Axis("concurrency", "c", "", "concurrency")
-
 RATE = Axis("request_rate", "rate", "/s", "request rate (req/s)")
 
 

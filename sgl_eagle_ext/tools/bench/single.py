@@ -55,7 +55,7 @@ def run_fields(i: int, r: cl.RequestResult, load: Load) -> RunFields:
         tokens=tokens,
         seconds=r.e2e,
         tok_s=r.tok_s,
-        decode_tok_s=1 / r.tpot if r.tpot else None,
+        decode_tok_s=r.decode_tok_s,
         prompt_tokens=r.prompt_tokens,
         ttft_ms=r.ttft * 1e3 if r.ttft is not None else None,
         accept_length=accept.from_counts(r.decoded_tokens if ok else None, verify),

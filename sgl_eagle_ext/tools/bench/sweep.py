@@ -51,11 +51,8 @@ from sgl_eagle_ext.tools.bench.progress import Console
 from sgl_eagle_ext.tools.bench.prompts import Prompt, PromptSet
 
 DEFAULT_LEVELS = (1, 2, 5, 10, 30, 70, 100, 250)
-
 PER_CONCURRENCY = 5  # SGLang's advice: num-prompts >= 5 x concurrency for a steady state
-
 SERVER_GONE = {cl.E_REFUSED, cl.E_LOST, cl.E_INCOMPLETE}
-
 BURST_LEVEL = 10  # a burst without --num-prompts or --max-concurrency: 5 x 10 requests
 
 
