@@ -115,6 +115,7 @@ def test_tune_live_runs_on_typed_options_mapped_at_the_command_line(monkeypatch)
     }
     switches = ["--baseline-arm", "--also-trees", "--allow-unequal", "--cpu", "--force"]
     argv = ["--model-path", "M", "--draft-model-path", "D", *sum(every.items(), ()), *switches]
+    argv += ["--overlay", "o1", "--overlay", "o2"]  # bench compare's launcher flags, shared
     opts, extra = tune.live_options(argv)
     assert extra == []
     assert opts == LiveOptions(
@@ -140,6 +141,7 @@ def test_tune_live_runs_on_typed_options_mapped_at_the_command_line(monkeypatch)
         sglang_version="0.5.23",
         force=True,
         startup_timeout=60.0,
+        overlays=("o1", "o2"),
     )
 
 

@@ -5,9 +5,9 @@ parsing and its typed value (bench's options, tune live's):
     max_tokens: int = flag("--max-tokens", type=int, check=above(0), help="...")
 
 `add_flags(parser, Options)` adds a dataclass's flags (help's `%(default)s` shows the
-default; `defaults` overrides one per command); `read_options(Options, args)` builds the
-frozen options from the parsed namespace, each value through its check, so a bad value
-stops the command before anything starts. A field without a flag takes the namespace's
+default; `defaults` overrides one per command, `required` makes one required);
+`read_options(Options, args)` builds the frozen options from the parsed namespace, each
+value through its check, so a bad value stops the command before anything starts. A field without a flag takes the namespace's
 value of that name where there is one (bench's field_flags.py), else its default.
 This is the edge every such command maps its namespace through
 (tests/test_typed_options.py).
@@ -44,6 +44,7 @@ def add_flags(
     use: tuple[str, ...] = (),
     skip: tuple[str, ...] = (),
     defaults: dict | None = None,
+    required: tuple[str, ...] = (),
     group: str | None = None,
 ) -> None:
     target = p.add_argument_group(group) if group else p
@@ -53,9 +54,8 @@ def add_flags(
             continue
         default = (defaults or {}).get(f.name, meta["cli_default"])
         default = default() if callable(default) else default
-        target.add_argument(
-            *meta["names"], dest=f.name, default=default, help=meta["help"], **meta["kw"]
-        )
+        kw = meta["kw"] | ({"required": True} if f.name in required else {})
+        target.add_argument(*meta["names"], dest=f.name, default=default, help=meta["help"], **kw)
 
 
 def read_options(cls, args: argparse.Namespace, **given):

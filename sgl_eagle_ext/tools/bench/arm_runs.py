@@ -13,9 +13,10 @@ from http.client import HTTPException
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, interrupts, ports, secret_flags
-from sgl_eagle_ext.common.cli_args import integer, port_number, seconds
+from sgl_eagle_ext.common.cli_args import integer, port_number
 from sgl_eagle_ext.common.declared_flags import flag
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
+from sgl_eagle_ext.common.server_flags import ServerFlags
 from sgl_eagle_ext.tools.bench import (
     arms,
     loads,
@@ -35,33 +36,11 @@ from sgl_eagle_ext.tools.bench.progress import Console
 
 
 @dataclass(frozen=True)
-class LaunchOptions:
+class LaunchOptions(ServerFlags):
     """How every arm's server starts, and the lossless check (each field its flag)."""
 
-    model_path: str | None = flag("--model-path", help="target model (passed to the launcher)")
-    draft_model_path: str | None = flag(
-        "--draft-model-path", help="EAGLE-3 draft (speculative presets only)"
-    )
-    cpu: bool = flag(
-        "--cpu", default=False, action="store_true", help="CPU harness overlay (launcher --cpu)"
-    )
-    overlays: list = flag(
-        "--overlay",
-        cli_default=list,
-        action="append",
-        metavar="NAME",
-        help="launcher --overlay for every arm (repeatable)",
-    )
-    sglang_version: str | None = flag("--sglang-version", help="launcher --sglang-version")
-    force: bool = flag("--force", default=False, action="store_true", help="launcher --force")
     port: int = flag(  # 0: a free one
         "--port", default=0, type=port_number, help="server port (default: a free one)"
-    )
-    startup_timeout: float = flag(
-        "--startup-timeout",
-        default=3600.0,
-        type=seconds(0, strict=True),
-        help="seconds to wait for each server's READY (default 3600)",
     )
     log_dir: Path = flag(
         "--log-dir",
@@ -78,13 +57,6 @@ class LaunchOptions:
     )
     lossless_max_tokens: int = flag(
         "--lossless-max-tokens", default=lossless.DEFAULT_MAX_TOKENS, type=integer(), help=None
-    )
-    allow_unequal: bool = flag(
-        "--allow-unequal",
-        default=False,
-        action="store_true",
-        help="run even when the arms' resolved settings differ outside speculation "
-        "(checked before any server starts); the differences are recorded beside every figure",
     )
 
 
@@ -228,15 +200,10 @@ def run_arms(opts: Options, extra: list[str], console: Console):
         arms.plan_arm(
             label,
             preset,
-            cpu=launch.cpu,
-            model_path=launch.model_path,
-            draft_model_path=launch.draft_model_path,
-            sglang_version=launch.sglang_version,
-            force=launch.force,
+            server=launch,
             port=port,
             log_file=log_dir / f"{kind}-{rec.run_id}-{label}-{Path(preset).stem}.log",
             extra=extra,
-            overlays=launch.overlays,
         )
         for label, preset in zip(labels, presets)
     ]

@@ -20,6 +20,7 @@ from pathlib import Path
 from sgl_eagle_ext.common import interrupts, secret_flags
 from sgl_eagle_ext.common.cli_args import show_seconds
 from sgl_eagle_ext.common.errors import EXIT_USAGE, UserError
+from sgl_eagle_ext.common.server_flags import ServerFlags
 from sgl_eagle_ext.common.server_process import StartupFailed
 from sgl_eagle_ext.launcher import fairness, running
 from sgl_eagle_ext.launcher import plan as launch_plan
@@ -60,15 +61,10 @@ def plan_arm(
     label: str,
     preset: str,
     *,
-    cpu: bool,
-    model_path: str | None,
-    draft_model_path: str | None,
-    sglang_version: str | None,
-    force: bool,
+    server: ServerFlags,
     port: int,
     log_file: Path,
     extra: list[str],
-    overlays: list[str] | None = None,
 ) -> ArmPlan:
     """The launcher command for one arm and the exact server args/env it will use
     (launcher/plan.py build): bad input fails here, before any server starts."""
@@ -77,12 +73,12 @@ def plan_arm(
     request = launch_plan.LaunchRequest(
         preset=None if is_file else preset,
         preset_file=preset if is_file else None,
-        model_path=model_path,
-        draft_model_path=draft_model_path,
-        overlays=tuple(overlays or ()),
-        cpu=cpu,
-        sglang_version=sglang_version,
-        force=force,
+        model_path=server.model_path,
+        draft_model_path=server.draft_model_path,
+        overlays=tuple(server.overlays),
+        cpu=server.cpu,
+        sglang_version=server.sglang_version,
+        force=server.force,
         extra=tuple(server_extra),
     )
     plan = launch_plan.build(request)

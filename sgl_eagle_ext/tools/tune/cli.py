@@ -36,7 +36,7 @@ from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.profiling import aggregate
 from sgl_eagle_ext.tools.bench import records
 from sgl_eagle_ext.tools.tune import choose, grid, model
-from sgl_eagle_ext.tools.tune.live_options import LiveOptions
+from sgl_eagle_ext.tools.tune.live_options import REQUIRED, LiveOptions
 
 PROG = "sgl_eagle_ext.tune"
 # The commands, and what `tune --help` says of each. The earlier spellings stay:
@@ -110,7 +110,7 @@ def live_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"python -m {live.PROG}", description=live.__doc__.split("\n")[0]
     )
-    add_flags(p, LiveOptions)  # each flag a field of LiveOptions
+    add_flags(p, LiveOptions, required=REQUIRED)  # each flag a field
     return p
 
 

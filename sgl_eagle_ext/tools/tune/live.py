@@ -164,11 +164,7 @@ def plan_server(preset: str, opts: LiveOptions, log_file: Path, extra: list[str]
     return arms.plan_arm(
         "tune",
         preset,
-        cpu=opts.cpu,
-        model_path=opts.model_path,
-        draft_model_path=opts.draft_model_path,
-        sglang_version=opts.sglang_version,
-        force=opts.force,
+        server=opts,
         port=ports.pick(),
         log_file=log_file,
         extra=extra,
@@ -591,6 +587,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
         "max_tokens": opts.max_tokens,
         "prompts": prompt_set.sha256,
         "cpu": opts.cpu,
+        **({"overlays": list(opts.overlays)} if opts.overlays else {}),  # older runs: none
         # secrets hidden as every record hides them: the resume compares this as written
         "extra": redaction.redact_args(extra),
     }

@@ -7,14 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_eagle_ext.common.cli_args import integer, number, seconds
+from sgl_eagle_ext.common.cli_args import integer, number
 from sgl_eagle_ext.common.declared_flags import flag
+from sgl_eagle_ext.common.server_flags import ServerFlags
+
+REQUIRED = ("model_path", "draft_model_path")  # of ServerFlags' (cli.live_parser)
 
 
 @dataclass(frozen=True)
-class LiveOptions:
-    model_path: str = flag("--model-path", required=True, help=None)
-    draft_model_path: str = flag("--draft-model-path", required=True, help=None)
+class LiveOptions(ServerFlags):
     preset_file: Path | None = flag(  # None: eagle3-adaptive
         "--preset-file", type=Path, help="your preset (default: eagle3-adaptive)"
     )
@@ -37,12 +38,6 @@ class LiveOptions:
     also_trees: bool = flag(
         "--also-trees", default=False, action="store_true", help="also the tree presets' servers"
     )
-    allow_unequal: bool = flag(
-        "--allow-unequal",
-        default=False,
-        action="store_true",
-        help="run servers whose resolved settings differ outside speculation (recorded)",
-    )
     max_tokens: int = flag(
         "--max-tokens", default=256, type=integer(), help="output tokens per request"
     )
@@ -64,9 +59,3 @@ class LiveOptions:
     )
     prompts: str = flag("--prompts", default="mixed", help="shipped set or JSONL file (mixed)")
     seed: int = flag("--seed", default=0, type=integer(), help=None)
-    cpu: bool = flag(
-        "--cpu", default=False, action="store_true", help="the CPU harness overlay (tests, demo)"
-    )
-    sglang_version: str | None = flag("--sglang-version", help=None)
-    force: bool = flag("--force", default=False, action="store_true", help=None)
-    startup_timeout: float = flag("--startup-timeout", default=3600.0, type=seconds(0), help=None)
