@@ -66,17 +66,245 @@ def bench_serving_parse(argvs: list[list[str]], tmp_path: Path) -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])["parse"]
 
 
+# Each row of field_flags.ROWS, by its field: an example in the field's spelling,
+# bench_serving's namespace after it, our typed options after it ("sweep.warmup")
+EXAMPLES = {
+    "--backend B": (
+        ("--backend", "sglang-oai-chat"),
+        {"backend": "sglang-oai-chat"},
+        {"connection.endpoint": "chat", "records.label": "sglang-oai-chat"},
+    ),
+    "--base-url U": (
+        ("--base-url", "http://h:1"),
+        {"base_url": "http://h:1"},
+        {"connection.url": "http://h:1"},
+    ),
+    "--host H --port P": (
+        ("--host", "h", "--port", "31000"),
+        {"host": "h", "port": 31000},
+        {"connection.url": "http://h:31000"},
+    ),
+    "--model M": (
+        ("--model", "m"),
+        {"model": "m"},
+        {"connection.model": "m"},
+    ),
+    "--tokenizer T": (
+        ("--tokenizer", "."),
+        {"tokenizer": "."},
+        {"connection.tokenizer": "."},
+    ),
+    "--dataset-name random": (
+        ("--dataset-name", "random"),
+        {"dataset_name": "random"},
+        {
+            "workload.dataset": "random",
+            "workload.input_len": "1:1024",
+            "workload.output_len": "1:1024",
+        },
+    ),
+    "--random-input-len I --random-output-len O": (
+        (
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "64",
+            "--random-output-len",
+            "24",
+            "--random-range-ratio",
+            "1",
+        ),
+        {"random_input_len": 64, "random_output_len": 24, "random_range_ratio": 1.0},
+        {"workload.input_len": "64", "workload.output_len": "24"},
+    ),
+    "--random-range-ratio R": (
+        ("--dataset-name", "random", "--random-input-len", "64", "--random-range-ratio", "0.5"),
+        {"random_range_ratio": 0.5},
+        {"workload.input_len": "32:64"},
+    ),
+    "--dataset-name sharegpt --dataset-path F": (
+        ("--dataset-name", "sharegpt", "--dataset-path", "sg.json"),
+        {"dataset_name": "sharegpt", "dataset_path": "sg.json"},
+        {"workload.dataset": "sharegpt:sg.json"},
+    ),
+    "--sharegpt-output-len N": (
+        ("--dataset-path", "sg.json", "--sharegpt-output-len", "9"),
+        {"sharegpt_output_len": 9},
+        {"workload.output_len": "9"},
+    ),
+    "--dataset-name mooncake --dataset-path F": (
+        ("--dataset-name", "mooncake", "--dataset-path", "t.jsonl", "--use-trace-timestamps"),
+        {"dataset_name": "mooncake", "use_trace_timestamps": True},
+        {"workload.dataset": "trace:t.jsonl", "sweep.request_rate": None},
+    ),
+    "--mooncake-slowdown-factor K": (
+        ("--mooncake-slowdown-factor", "2"),
+        {"mooncake_slowdown_factor": 2.0},
+        {"workload.trace_speed": 0.5},
+    ),
+    "--dataset-name generated-shared-prefix": (
+        ("--dataset-name", "generated-shared-prefix"),
+        {
+            "dataset_name": "generated-shared-prefix",
+            "gsp_num_groups": 64,
+            "gsp_prompts_per_group": 16,
+        },
+        {},
+    ),
+    "--num-warmups N / --warmup-requests N": (
+        ("--warmup-requests", "3"),
+        {"warmup_requests": 3},
+        {"sweep.warmup": 3},
+    ),
+    "--output-file F": (
+        ("--output-file", "o.jsonl"),
+        {"output_file": "o.jsonl"},
+        {"records.results": "o.jsonl"},
+    ),
+    "--disable-tqdm": (
+        ("--disable-tqdm",),
+        {"disable_tqdm": True},
+        {},
+    ),
+    "--disable-stream": (
+        ("--disable-stream",),
+        {"disable_stream": True},
+        {"connection.stream": False},
+    ),
+    "--no-stream": (
+        ("--no-stream",),
+        {},
+        {},
+    ),
+    "--disable-ignore-eos": (
+        ("--disable-ignore-eos",),
+        {"disable_ignore_eos": True},
+        {"requests.respect_eos": True},
+    ),
+    "--extra-request-body J": (
+        ("--extra-request-body", '{"top_p": 0.5}'),
+        {"extra_request_body": '{"top_p": 0.5}'},
+        {"connection.extra_body": {"top_p": 0.5}},
+    ),
+    "--flush-cache": (
+        ("--flush-cache",),
+        {"flush_cache": True},
+        {"sweep.flush_cache": True},
+    ),
+    "--percentile-metrics M --metric-percentiles P": (
+        ("--percentile-metrics", "ttft,e2el", "--metric-percentiles", "25,75"),
+        {},
+        {"sweep.metric_percentiles": (("ttft", "e2el"), (25.0, 75.0))},
+    ),
+    "--ready-check-timeout-sec S": (
+        ("--ready-check-timeout-sec", "0"),
+        {"ready_check_timeout_sec": 0},
+        {"connection.ready_timeout": 0},
+    ),
+    "--ramp-up-strategy {linear,exponential} --ramp-up-start-rps A --ramp-up-end-rps B": (
+        ("--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "8"),
+        {},
+        {"sweep.ramp_up": ("linear", 1.0, 8.0), "sweep.request_rate": "8"},
+    ),
+    "--request-rate R": (
+        ("--request-rate", "inf"),
+        {"request_rate": "inf"},
+        {"sweep.request_rate": "inf"},
+    ),
+    "--max-concurrency N": (
+        ("--max-concurrency", "8"),
+        {"max_concurrency": 8, "request_rate": "inf"},
+        {"sweep.max_concurrency": 8, "sweep.request_rate": "inf"},
+    ),
+    "--num-prompts N": (
+        ("--num-prompts", "7"),
+        {"num_prompts": 7},
+        {"sweep.num_prompts": 7},
+    ),
+    "--seed S": (
+        ("--seed", "5"),
+        {"seed": 5},
+        {"requests.seed": 5},
+    ),
+    "--temperature T": (
+        ("--temperature", "0.5"),
+        {"temperature": 0.5},
+        {"requests.temperature": 0.5},
+    ),
+    "--header K=V K2=V2": (
+        ("--header", "X-A=1", "X-B=2"),
+        {"header": ["X-A=1", "X-B=2"]},
+        {"connection.headers": {"X-A": "1", "X-B": "2"}},
+    ),
+    "--goodput ttft:500 tpot:50 e2el:900": (
+        ("--goodput", "ttft:500", "tpot:50"),
+        {},
+        {"sweep.slo.ttft_ms": 500.0},
+    ),
+    "--burstiness B": (
+        ("--request-rate", "4", "--burstiness", "2"),
+        {},
+        {"sweep.burstiness": 2.0},
+    ),
+    "--endpoint PATH": (
+        ("--endpoint", "/v1/completions"),
+        {},
+        {"connection.endpoint": "completions"},
+    ),
+    "--label L": (
+        ("--label", "x"),
+        {},
+        {"records.label": "x"},
+    ),
+}
+# Defaults that differ (field_flags.DEFAULTS, by name): bench_serving's namespace with no
+# flags, our typed options with no flags
+DEFAULTS = {
+    "load": (
+        {"request_rate": "inf", "num_prompts": 1000, "max_concurrency": None},
+        {"sweep.request_rate": None, "sweep.concurrency": None, "sweep.num_prompts": 0},
+    ),
+    "seed": ({"seed": 42}, {"requests.seed": 0}),
+    "warm-up": ({"warmup_requests": 1}, {"sweep.warmup": 2}),
+    "prefix cache": ({"flush_cache": False}, {"sweep.flush_cache": True}),
+    "dataset": (
+        {
+            "dataset_name": "sharegpt",
+            "random_input_len": 1024,
+            "random_output_len": 1024,
+            "random_range_ratio": 0.0,
+        },
+        {"workload.dataset": "shipped"},
+    ),
+    "request": (
+        {"backend": "sglang", "temperature": 0.0, "disable_ignore_eos": False},
+        {
+            "connection.endpoint": "chat",
+            "requests.max_tokens": 256,
+            "requests.temperature": 0.0,
+            "requests.respect_eos": False,
+        },
+    ),
+}
+
+
 # ------------------------------------------------------------------ both parsers
-@pytest.mark.parametrize("row", [r for r in ff.ROWS if r.we], ids=lambda r: r.field)
-def test_ours_reads_each_row_as_the_table_says(row):
-    opts = ours(*row.argv)
-    for path, want in row.we.items():
-        assert get(opts, path) == want, (row.field, path)
+def test_every_row_and_default_has_its_example():
+    assert list(EXAMPLES) == [r.field for r in ff.ROWS]
+    assert list(DEFAULTS) == [d[0] for d in ff.DEFAULTS]
+
+
+@pytest.mark.parametrize("field", [f for f, ex in EXAMPLES.items() if ex[2]])
+def test_ours_reads_each_row_as_the_table_says(field):
+    argv, _theirs, we = EXAMPLES[field]
+    opts = ours(*argv)
+    for path, want in we.items():
+        assert get(opts, path) == want, (field, path)
 
 
 def test_our_defaults_are_the_tables():
     opts = ours()
-    for what, _theirs, _ours, _their_ns, our_values in ff.DEFAULTS:
+    for what, (_their_ns, our_values) in DEFAULTS.items():
         for path, want in our_values.items():
             assert get(opts, path) == want, (what, path)
 
@@ -88,22 +316,22 @@ def test_bench_serving_reads_each_row_as_the_table_says(tmp_path):
     are not bench_serving's flags (its parser refuses them)."""
     theirs = [r for r in ff.ROWS if ff.SG in r.tools]
     vllm_only = [r for r in ff.ROWS if r.tools == (ff.VL,)]
-    argvs = [[]] + [list(r.argv) for r in theirs] + [list(r.argv) for r in vllm_only]
+    argvs = [[]] + [list(EXAMPLES[r.field][0]) for r in theirs + vllm_only]
     got = bench_serving_parse(argvs, tmp_path)
     defaults, read, refused = got[0], got[1 : 1 + len(theirs)], got[1 + len(theirs) :]
-    for what, _t, _o, their_ns, _ours in ff.DEFAULTS:
+    for what, (their_ns, _ours) in DEFAULTS.items():
         for key, want in their_ns.items():
             assert defaults["args"][key] == want, (what, key)
     for row, g in zip(theirs, read):
         assert not g.get("refused"), row.field
-        for key, want in row.theirs.items():
+        for key, want in EXAMPLES[row.field][1].items():
             assert g["args"][key] == want, (row.field, key)
     for row, g in zip(vllm_only, refused):
         assert g.get("refused"), f"{row.field} is bench_serving's too: the table says vLLM only"
     # their random lengths are the range ours reads the same row into
     ratio_row = next(r for r in ff.ROWS if r.field.startswith("--random-range-ratio"))
     low, high = read[theirs.index(ratio_row)]["random_input_lens"]
-    assert (low, high) == (32, 64) and ratio_row.we["workload.input_len"] == "32:64"
+    assert (low, high) == (32, 64) and EXAMPLES[ratio_row.field][2]["workload.input_len"] == "32:64"
 
 
 def test_docs_hold_the_code_table():

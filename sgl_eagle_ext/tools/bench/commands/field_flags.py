@@ -1,8 +1,8 @@
 """The field's flag names: sglang.bench_serving 0.5.23 and `vllm bench serve`, in one table.
 
-Every row is one of the field's flags: what it becomes here, how its meaning or default
-differs, and an example the tests read with both parsers (bench_serving's own, in a
-subprocess of the SGLang venv, and ours): tests/test_bench_field_flags.py. `register`
+Every row is one of the field's flags: what it becomes here and how its meaning or default
+differs; tests/test_bench_field_flags.py reads an example of each with both parsers
+(bench_serving's own, in a subprocess of the SGLang venv, and ours). `register`
 adds the rows that take arguments to `bench sweep`'s parser (and the refusals to every
 command with a server), `read` turns what was given into our own flags before the
 option groups read them, and `markdown` is the table docs/bench-serving.md holds.
@@ -57,9 +57,6 @@ class Row:
     note: str = ""  # how the meaning or default differs ("": the same)
     # the flags we register for it (argparse kwargs), dest "field_<name>"
     args: dict = field(default_factory=dict)
-    argv: tuple[str, ...] = ()  # an example in the field's spelling
-    theirs: dict = field(default_factory=dict)  # bench_serving's namespace after argv
-    we: dict = field(default_factory=dict)  # our typed options after argv ("sweep.warmup")
 
 
 def _int(name: str):
@@ -73,211 +70,125 @@ ROWS = (
         "*-chat: /v1/chat/completions; embedding, trt, gserver, truss refused. Its default "
         "is sglang (/generate), ours chat. Names the records' arm unless --label (vLLM's "
         "--label default)",
-        args={"--backend": {"metavar": "B"}},
-        argv=("--backend", "sglang-oai-chat"), theirs={"backend": "sglang-oai-chat"},
-        we={"connection.endpoint": "chat", "records.label": "sglang-oai-chat"}),
-    Row("--base-url U", (SG, VL), "--url U", args={"--base-url": {"metavar": "URL"}},
-        argv=("--base-url", "http://h:1"), theirs={"base_url": "http://h:1"},
-        we={"connection.url": "http://h:1"}),
+        args={"--backend": {"metavar": "B"}}),
+    Row("--base-url U", (SG, VL), "--url U", args={"--base-url": {"metavar": "URL"}}),
     Row("--host H --port P", (SG, VL), "--url http://H:P",
         note="host default here 127.0.0.1 (theirs 0.0.0.0, the same machine); port default "
         "30000 (8000 for the vllm backends, as bench_serving)",
-        args={"--host": {"metavar": "H"}, **_int("--port")},
-        argv=("--host", "h", "--port", "31000"), theirs={"host": "h", "port": 31000},
-        we={"connection.url": "http://h:31000"}),
+        args={"--host": {"metavar": "H"}, **_int("--port")}),
     Row("--model M", (SG, VL), "the model name sent in every request",
         note="default: the server's own (/v1/models), as theirs; the tokenizer is --tokenizer",
-        args={"--model": {"metavar": "M"}}, argv=("--model", "m"), theirs={"model": "m"},
-        we={"connection.model": "m"}),
+        args={"--model": {"metavar": "M"}}),
     Row("--tokenizer T", (SG, VL), "counts the prompts' input tokens",
         note="a tokenizer directory on this host (nothing is downloaded); default: the "
         "server's tokenizer (its directory here, else /v1/tokenize)",
-        args={"--tokenizer": {"metavar": "DIR"}}, argv=("--tokenizer", "."),
-        theirs={"tokenizer": "."}, we={"connection.tokenizer": "."}),
+        args={"--tokenizer": {"metavar": "DIR"}}),
     Row("--dataset-name random", (SG, VL), "--dataset random",
         note="the prompts are text fitted to each length, not random token ids; "
         "--dataset-path (their ShareGPT source of token ids) is not needed",
-        args={"--dataset-name": {"metavar": "NAME"}, "--dataset-path": {"metavar": "PATH"}},
-        argv=("--dataset-name", "random"), theirs={"dataset_name": "random"},
-        we={"workload.dataset": "random", "workload.input_len": "1:1024",
-            "workload.output_len": "1:1024"}),
+        args={"--dataset-name": {"metavar": "NAME"}, "--dataset-path": {"metavar": "PATH"}}),
     Row("--random-input-len I --random-output-len O", (SG, VL), "--input-len I --output-len O",
         note="with --dataset-name random only; their default 1024 each",
-        args={**_int("--random-input-len"), **_int("--random-output-len")},
-        argv=("--dataset-name", "random", "--random-input-len", "64", "--random-output-len",
-              "24", "--random-range-ratio", "1"),
-        theirs={"random_input_len": 64, "random_output_len": 24, "random_range_ratio": 1.0},
-        we={"workload.input_len": "64", "workload.output_len": "24"}),
+        args={**_int("--random-input-len"), **_int("--random-output-len")}),
     Row("--random-range-ratio R", (SG, VL), "--input-len max(1,int(I*R)):I (and output)",
         note="bench_serving's formula: its default 0 draws each length from 1..N "
         "(--input-len 1:N), 1 is fixed lengths. vLLM's R means I(1-R)..I(1+R), its default "
         "0 fixed lengths: from vLLM give R 1 (or --input-len I)",
-        args={"--random-range-ratio": {"type": float, "metavar": "R"}},
-        argv=("--dataset-name", "random", "--random-input-len", "64", "--random-range-ratio",
-              "0.5"),
-        theirs={"random_range_ratio": 0.5}, we={"workload.input_len": "32:64"}),
+        args={"--random-range-ratio": {"type": float, "metavar": "R"}}),
     Row("--dataset-name sharegpt --dataset-path F", (SG, VL), "--dataset sharegpt:F",
         note="a file on this host (nothing is downloaded). Both shuffle with the seed "
         "(different orders); theirs drops prompts or replies under 2 tokens (and over "
         "--sharegpt-context-len), ours keeps every conversation and repeats them to fill "
-        "--num-prompts",
-        argv=("--dataset-name", "sharegpt", "--dataset-path", "sg.json"),
-        theirs={"dataset_name": "sharegpt", "dataset_path": "sg.json"},
-        we={"workload.dataset": "sharegpt:sg.json"}),
+        "--num-prompts"),
     Row("--sharegpt-output-len N", (SG,), "--output-len N",
-        args=_int("--sharegpt-output-len"),
-        argv=("--dataset-path", "sg.json", "--sharegpt-output-len", "9"),
-        theirs={"sharegpt_output_len": 9}, we={"workload.output_len": "9"}),
+        args=_int("--sharegpt-output-len")),
     Row("--dataset-name mooncake --dataset-path F", (SG,), "--dataset trace:F",
         note="with --use-trace-timestamps at the trace's times (our default for a trace); "
         "without, at --request-rate (theirs: inf, all at once). The prompts: ours fitted "
         "text of each row's input_length, theirs built from hash_ids",
-        args={"--use-trace-timestamps": {"action": "store_true"}},
-        argv=("--dataset-name", "mooncake", "--dataset-path", "t.jsonl",
-              "--use-trace-timestamps"),
-        theirs={"dataset_name": "mooncake", "use_trace_timestamps": True},
-        we={"workload.dataset": "trace:t.jsonl", "sweep.request_rate": None}),
+        args={"--use-trace-timestamps": {"action": "store_true"}}),
     Row("--mooncake-slowdown-factor K", (SG,), "--trace-speed 1/K",
-        args={"--mooncake-slowdown-factor": {"type": float, "metavar": "K"}},
-        argv=("--mooncake-slowdown-factor", "2"), theirs={"mooncake_slowdown_factor": 2.0},
-        we={"workload.trace_speed": 0.5}),
+        args={"--mooncake-slowdown-factor": {"type": float, "metavar": "K"}}),
     Row("--dataset-name generated-shared-prefix", (SG,), "(refused)", REFUSED,
         note="theirs is 64 groups of 16 prompts, each group its own system prompt; our "
-        "--dataset shared-prefix:N puts one N-token prefix on every request",
-        argv=("--dataset-name", "generated-shared-prefix"),
-        theirs={"dataset_name": "generated-shared-prefix", "gsp_num_groups": 64,
-                "gsp_prompts_per_group": 16}),
+        "--dataset shared-prefix:N puts one N-token prefix on every request"),
     Row("--num-warmups N / --warmup-requests N", (VL, SG), "--warmup N",
         note="ours at full length, distinct prompts; bench_serving repeats its first prompt "
         "at min(its output, 32) tokens",
-        args={**_int("--num-warmups"), **_int("--warmup-requests")},
-        argv=("--warmup-requests", "3"), theirs={"warmup_requests": 3},
-        we={"sweep.warmup": 3}),
+        args={**_int("--num-warmups"), **_int("--warmup-requests")}),
     Row("--output-file F", (SG,), "--results F",
         note="ours appends a JSON line per level (and a CSV beside it), theirs one per run",
-        args={"--output-file": {"metavar": "FILE"}}, argv=("--output-file", "o.jsonl"),
-        theirs={"output_file": "o.jsonl"}, we={"records.results": "o.jsonl"}),
+        args={"--output-file": {"metavar": "FILE"}}),
     Row("--disable-tqdm", (SG, VL), "no progress bars (the results and notes still print)",
-        args={"--disable-tqdm": {"action": "store_true"}}, argv=("--disable-tqdm",),
-        theirs={"disable_tqdm": True}),
+        args={"--disable-tqdm": {"action": "store_true"}}),
     Row("--disable-stream", (SG,), "--disable-stream: one JSON answer per request", SAME,
-        note="TTFT is then the whole request, and there is no ITL", argv=("--disable-stream",),
-        theirs={"disable_stream": True}, we={"connection.stream": False}),
+        note="TTFT is then the whole request, and there is no ITL"),
     Row("--no-stream", (VL,), "(refused)", REFUSED,
         note="vLLM's --no-stream loads a Hugging Face dataset without streaming it; for one "
-        "JSON answer per request use --disable-stream (sglang.bench_serving's name)",
-        argv=("--no-stream",)),
+        "JSON answer per request use --disable-stream (sglang.bench_serving's name)"),
     Row("--disable-ignore-eos", (SG,), "--respect-eos",
-        args={"--disable-ignore-eos": {"action": "store_true"}}, argv=("--disable-ignore-eos",),
-        theirs={"disable_ignore_eos": True}, we={"requests.respect_eos": True}),
+        args={"--disable-ignore-eos": {"action": "store_true"}}),
     Row("--extra-request-body J", (SG,), "--extra-body J (vLLM's name)",
-        args={"--extra-request-body": {"metavar": "JSON"}},
-        argv=("--extra-request-body", '{"top_p": 0.5}'),
-        theirs={"extra_request_body": '{"top_p": 0.5}'},
-        we={"connection.extra_body": {"top_p": 0.5}}),
+        args={"--extra-request-body": {"metavar": "JSON"}}),
     Row("--flush-cache", (SG,), "the default: the prefix cache is flushed before every level",
         note="theirs flushes once after the warm-up, only when asked (or in SGLang's CI); "
         "--no-flush-cache keeps it here",
-        args={"--flush-cache": {"action": "store_true"}}, argv=("--flush-cache",),
-        theirs={"flush_cache": True}, we={"sweep.flush_cache": True}),
+        args={"--flush-cache": {"action": "store_true"}}),
     Row("--percentile-metrics M --metric-percentiles P", (VL,),
         "those percentiles of those metrics, printed per level and recorded "
         "(metric_percentiles)",
         note="vLLM's defaults ttft,tpot,itl and 99; without them ours prints p50/p90/p99",
         args={"--percentile-metrics": {"metavar": "M,..."},
-              "--metric-percentiles": {"metavar": "P,..."}},
-        argv=("--percentile-metrics", "ttft,e2el", "--metric-percentiles", "25,75"),
-        we={"sweep.metric_percentiles": (("ttft", "e2el"), (25.0, 75.0))}),
+              "--metric-percentiles": {"metavar": "P,..."}}),
     Row("--ready-check-timeout-sec S", (SG, VL), "wait up to S s for the server (0: ask once)",
         note="their default waits (bench_serving 60 s); ours asks once unless given",
-        args=_int("--ready-check-timeout-sec"), argv=("--ready-check-timeout-sec", "0"),
-        theirs={"ready_check_timeout_sec": 0}, we={"connection.ready_timeout": 0}),
+        args=_int("--ready-check-timeout-sec")),
     Row("--ramp-up-strategy {linear,exponential} --ramp-up-start-rps A --ramp-up-end-rps B",
         (VL,), "one open-loop level whose rate goes from A to B req/s over its requests",
         note="vLLM's formula (request i of n at A+(B-A)i/(n-1), or A(B/A)^(i/(n-1))); "
         "not with --request-rate or --duration",
         args={"--ramp-up-strategy": {"choices": ("linear", "exponential")},
               "--ramp-up-start-rps": {"type": float, "metavar": "A"},
-              "--ramp-up-end-rps": {"type": float, "metavar": "B"}},
-        argv=("--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
-              "--ramp-up-end-rps", "8"),
-        we={"sweep.ramp_up": ("linear", 1.0, 8.0), "sweep.request_rate": "8"}),
+              "--ramp-up-end-rps": {"type": float, "metavar": "B"}}),
     # the names our parser has already
     Row("--request-rate R", (SG, VL), "--request-rate R", SAME,
-        note="a list 1,2,4 sweeps; default here a closed-loop sweep (theirs inf)",
-        argv=("--request-rate", "inf"), theirs={"request_rate": "inf"},
-        we={"sweep.request_rate": "inf"}),
+        note="a list 1,2,4 sweeps; default here a closed-loop sweep (theirs inf)"),
     Row("--max-concurrency N", (SG, VL), "--max-concurrency N", SAME,
         note="alone: --request-rate inf --max-concurrency N (theirs), exactly --num-prompts "
-        "requests at most N in flight; with --duration: --concurrency N",
-        argv=("--max-concurrency", "8"), theirs={"max_concurrency": 8, "request_rate": "inf"},
-        we={"sweep.max_concurrency": 8, "sweep.request_rate": "inf"}),
+        "requests at most N in flight; with --duration: --concurrency N"),
     Row("--num-prompts N", (SG, VL), "--num-prompts N", SAME,
         note="per level; a closed-loop level sends at least 5 x concurrency unless "
-        "--prompts-per-concurrency 0 (their default 1000)",
-        argv=("--num-prompts", "7"), theirs={"num_prompts": 7}, we={"sweep.num_prompts": 7}),
-    Row("--seed S", (SG, VL), "--seed S", SAME, note="default 0 (bench_serving 42, vLLM 0)",
-        argv=("--seed", "5"), theirs={"seed": 5}, we={"requests.seed": 5}),
+        "--prompts-per-concurrency 0 (their default 1000)"),
+    Row("--seed S", (SG, VL), "--seed S", SAME, note="default 0 (bench_serving 42, vLLM 0)"),
     Row("--temperature T", (SG, VL), "--temperature T", SAME,
         note="default 0, sent on every request as bench_serving; vLLM sends none unless "
-        "given (the server's default applies)",
-        argv=("--temperature", "0.5"), theirs={"temperature": 0.5},
-        we={"requests.temperature": 0.5}),
+        "given (the server's default applies)"),
     Row("--header K=V K2=V2", (SG, VL), "--header K=V K2=V2", SAME,
-        note="'K: V' too, or the flag repeated", argv=("--header", "X-A=1", "X-B=2"),
-        theirs={"header": ["X-A=1", "X-B=2"]},
-        we={"connection.headers": {"X-A": "1", "X-B": "2"}}),
+        note="'K: V' too, or the flag repeated"),
     Row("--goodput ttft:500 tpot:50 e2el:900", (SG, VL), "--goodput (or --slo ttft=500,...)",
-        SAME, note="keys ttft, tpot, e2el (e2e), itl; prints the attainment per metric as theirs",
-        argv=("--goodput", "ttft:500", "tpot:50"), we={"sweep.slo.ttft_ms": 500.0}),
+        SAME, note="keys ttft, tpot, e2el (e2e), itl; prints the attainment per metric as theirs"),
     Row("--burstiness B", (VL,), "--burstiness B", SAME,
-        note="inf: even gaps (--arrival constant)",
-        argv=("--request-rate", "4", "--burstiness", "2"), we={"sweep.burstiness": 2.0}),
+        note="inf: even gaps (--arrival constant)"),
     Row("--endpoint PATH", (VL,), "--endpoint PATH or chat, completions, generate", SAME,
-        note="vLLM's paths /v1/chat/completions, /v1/completions, /generate; our names too",
-        argv=("--endpoint", "/v1/completions"), we={"connection.endpoint": "completions"}),
+        note="vLLM's paths /v1/chat/completions, /v1/completions, /generate; our names too"),
     Row("--label L", (VL,), "--label L: the arm name in the records and plots", SAME,
-        note="vLLM's labels the result file, defaulting to --backend: so does ours",
-        argv=("--label", "x"), we={"records.label": "x"}),
+        note="vLLM's labels the result file, defaulting to --backend: so does ours"),
 )
 
-# Defaults that differ: (what, theirs, ours, bench_serving's namespace with no flags,
-# our typed options with no flags); the test reads both parsers
+# Defaults that differ: (what, theirs, ours); tests/test_bench_field_flags.py reads both
+# parsers with no flags
 DEFAULTS = (
     ("load", "inf (all at once), --num-prompts 1000",
-     "a closed-loop sweep, concurrency 1,2,5,10,30,70,100,250, 5 x concurrency prompts each",
-     {"request_rate": "inf", "num_prompts": 1000, "max_concurrency": None},
-     {"sweep.request_rate": None, "sweep.concurrency": None, "sweep.num_prompts": 0}),
-    ("seed", "42 (vLLM 0)", "0", {"seed": 42}, {"requests.seed": 0}),
+     "a closed-loop sweep, concurrency 1,2,5,10,30,70,100,250, 5 x concurrency prompts each"),
+    ("seed", "42 (vLLM 0)", "0"),
     ("warm-up", "1 request, its first prompt at min(output, 32) tokens (vLLM 0)",
-     "2 full-length requests, distinct prompts", {"warmup_requests": 1}, {"sweep.warmup": 2}),
+     "2 full-length requests, distinct prompts"),
     ("prefix cache", "kept (flushed once after the warm-up with --flush-cache)",
-     "flushed before every level", {"flush_cache": False}, {"sweep.flush_cache": True}),
+     "flushed before every level"),
     ("dataset", "sharegpt, downloaded; random: 1024/1024 tokens, range ratio 0",
-     "the shipped prompts; nothing is downloaded",
-     {"dataset_name": "sharegpt", "random_input_len": 1024, "random_output_len": 1024,
-      "random_range_ratio": 0.0}, {"workload.dataset": "shipped"}),
+     "the shipped prompts; nothing is downloaded"),
     ("request", "backend sglang: /generate (vLLM: /v1/completions), temperature 0",
-     "/v1/chat/completions, 256 tokens, EOS ignored, temperature 0",
-     {"backend": "sglang", "temperature": 0.0, "disable_ignore_eos": False},
-     {"connection.endpoint": "chat", "requests.max_tokens": 256, "requests.temperature": 0.0,
-      "requests.respect_eos": False}),
-)
-# What the figures mean beside theirs (docs only)
-FIGURES = (
-    ("TTFT, TPOT, E2E", "the same definitions"),
-    ("ITL", "per token: each chunk's gap over the tokens it carries. bench_serving's is the "
-     "same on /generate and on sglang-oai(-chat) when the server reports an accept length; "
-     "elsewhere one ITL per chunk. Printed: p50/p90/p99 and std, p95, max"),
-    ("input / output / total tok/s", "the same; input counts the prompts' text as theirs "
-     "(prompt_tok_s beside it: the server's templated count)"),
-    ("Peak output tok/s, peak concurrent requests", "the same one-second buckets "
-     "(tokens by each chunk's count; theirs one per chunk on the OpenAI endpoints)"),
-    ("Concurrency", "concurrency_mean (request time / duration); `concurrency` is the cap"),
-    ("Accept length", "accept_length, decode-only over exactly the level, as /server_info; "
-     "equal to theirs when the cache is flushed before (both reset SGLang's counters)"),
-    ("Goodput", "goodput_req_s and goodput_tok_s (theirs: request goodput only); SLO "
-     "attainment and per metric, over requests sent, as theirs"),
+     "/v1/chat/completions, 256 tokens, EOS ignored, temperature 0"),
 )
 # fmt: on
 
@@ -299,10 +210,10 @@ def register(p: argparse.ArgumentParser) -> None:
 def register_refusals(p: argparse.ArgumentParser) -> None:
     """The field's flags that mean something else here: one clear refusal each."""
     for row in ROWS:
-        if row.kind == REFUSED and len(row.argv) == 1:  # a bare flag (--no-stream)
+        if row.kind == REFUSED and " " not in row.field:  # a bare flag (--no-stream)
             p.add_argument(
-                row.argv[0],
-                dest=_dest(row.argv[0]),
+                row.field,
+                dest=_dest(row.field),
                 nargs=0,
                 action=_Refuse,
                 help=argparse.SUPPRESS,
@@ -316,12 +227,8 @@ class _Refuse(argparse.Action):
 
 
 def refuse(flag: str, value: str = "") -> None:
-    row = next(
-        r
-        for r in ROWS
-        if r.kind == REFUSED and r.argv[0] == flag and (not value or value in r.argv)
-    )
-    raise UserError(f"{' '.join(row.argv)}: {row.note}.", fix="see docs/bench-serving.md")
+    row = next(r for r in ROWS if r.kind == REFUSED and r.field.split() in ([flag], [flag, value]))
+    raise UserError(f"{row.field}: {row.note}.", fix="see docs/bench-serving.md")
 
 
 def _read_flag(args, flag: str):
@@ -584,7 +491,5 @@ def markdown() -> str:
         who = ", ".join("SGLang" if t == SG else "vLLM" for t in r.tools)
         out.append(f"| `{r.field}` | {who} | {r.ours} | {r.note or 'the same'} |")
     out += ["", "| default | theirs | ours |", "|---|---|---|"]
-    out += [f"| {d[0]} | {d[1]} | {d[2]} |" for d in DEFAULTS]
-    out += ["", "| figure | here |", "|---|---|"]
-    out += [f"| {a} | {b} |" for a, b in FIGURES]
+    out += [f"| {what} | {theirs} | {ours} |" for what, theirs, ours in DEFAULTS]
     return "\n".join(out) + "\n"
