@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from fakes.fake_sglang import Background, FakeSGLang
 
+from sgl_eagle_ext.common import figures
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import (
@@ -123,6 +124,30 @@ SHAREGPT = [
     {"id": "c2", "conversations": [{"from": "gpt", "value": "orphan answer"}]},
     {"conversations": [{"from": "user", "value": "Name a prime."}]},
 ]
+
+
+def test_a_sharegpt_file_is_parsed_once_while_unchanged(tmp_path, monkeypatch):
+    """The plan, the server's attach and each growing take read the dataset: one parse
+    (and one digest) while the file is unchanged, a fresh one once it changes."""
+    from sgl_eagle_ext.common import safe_files
+    from sgl_eagle_ext.tools.bench import workload
+
+    reads = []
+    real = safe_files.read_text
+    monkeypatch.setattr(safe_files, "read_text", lambda *a, **k: reads.append(a) or real(*a, **k))
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps(SHAREGPT))
+    opts = workload.WorkloadOptions(dataset=f"sharegpt:{f}")
+    w = workload.WorkloadSet(opts, None, 16, seed=0, prompt_set="mixed")
+    w.attach(None)
+    first = w.take(2, 0)
+    assert len(w.take(9, 0)) == 9 and w.take(2, 0) == first
+    assert len(reads) == 1, reads
+    mine = datasets.load_sharegpt(str(f))
+    mine.reverse()  # a caller's copy: the kept list is not touched
+    assert datasets.load_sharegpt(str(f)) == mine[::-1]
+    f.write_text(json.dumps(SHAREGPT[:1]))
+    assert [c.id for c in datasets.load_sharegpt(str(f))] == ["c1"] and len(reads) == 2
 
 
 def test_sharegpt_json_and_jsonl_give_the_same_conversations(tmp_path):
@@ -444,7 +469,7 @@ def test_acceptance_by_input_length_and_draft_position(tmp_path):
     rates = spec_view.position_rates(h)
     assert [r.position for r in rates] == [1, 2]
     assert rates[0].rate == pytest.approx(13 / 20) and rates[1].rate == pytest.approx(5 / 20)
-    assert spec_view.mean_accept_length(h) == pytest.approx((7 + 16 + 15) / 20)
+    assert figures.from_histogram(h) == pytest.approx((7 + 16 + 15) / 20)
     # the profiler's windows: accept_hist keys count the bonus token
     # a v=1 line as an earlier release of the profiler wrote it (still read)
     line = (

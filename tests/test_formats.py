@@ -178,7 +178,7 @@ def test_every_user_computes_the_same_accept_length():
     assert request_log.accept_length(r) == 2.5
     rows = [{"ok": True, "prompt_tokens": 5, "completion_tokens": 10, "verify_ct": 4}]
     assert spec_view.by_input_bucket(rows)[0].accept_length == 2.5
-    assert spec_view.mean_accept_length(Counter({1: 2, 0: 2})) == 1.5
+    assert accept_length.from_histogram(Counter({1: 2, 0: 2})) == 1.5
 
 
 # -- bench CSV (tools/bench/records.py) -------------------------------------------------

@@ -28,7 +28,6 @@ except ImportError:  # pragma: no cover
 
 CHAT, COMPLETIONS, GENERATE = "chat", "completions", "generate"
 ENDPOINTS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions", GENERATE: "/generate"}
-CHAT_PATH = ENDPOINTS[CHAT]
 DEFAULT_TIMEOUT = 600.0
 _IGNORED_PREFIXES = (b":", b"event:", b"id:", b"retry:")
 

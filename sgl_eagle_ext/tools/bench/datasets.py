@@ -22,6 +22,8 @@ workload whose context grows. A bad file is one UserError naming file, line and 
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import random
 from dataclasses import dataclass
@@ -187,6 +189,28 @@ def _json_items(text: str, source: str):
         yield obj, line
 
 
+def _once_per_file(read):
+    """`read(path)` once while the file is unchanged: a sweep reads its dataset when it
+    plans, when it attaches to the server and whenever a level needs more requests.
+    A failed read is not kept; each call gets its own copy of a list."""
+
+    @functools.lru_cache(maxsize=8)
+    def kept(path: str, _where: tuple):
+        return read(path)
+
+    @functools.wraps(read)
+    def once(path: str):
+        p = Path(path).expanduser()
+        try:
+            st = p.stat()
+        except OSError:
+            return read(path)  # its own message
+        return copy.copy(kept(path, (str(p.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)))
+
+    return once
+
+
+@_once_per_file
 def load_sharegpt(path: str) -> list[Conversation]:
     p = Path(path).expanduser()
     if not p.is_file():
@@ -224,6 +248,7 @@ def load_sharegpt(path: str) -> list[Conversation]:
     return convs
 
 
+@_once_per_file
 def file_sha256(path: str) -> str:
     import hashlib
 

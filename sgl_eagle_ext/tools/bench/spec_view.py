@@ -117,10 +117,6 @@ CONVENTION = {
 position_rates = figures.position_rates  # cumulative and conditional, per position
 
 
-def mean_accept_length(hist: Counter) -> float | None:
-    return accept.from_histogram(hist)
-
-
 def bucket_table(buckets: list[Bucket]) -> tuple[Table, list[tuple]]:
     """Accept length per input-length bucket (printed, and the HTML report's)."""
     t = Table(
