@@ -407,7 +407,9 @@ def test_the_sweep_and_bench_goodput_share_one_goodput_rule(tmp_path, goals):
     log = request_log.RequestLog(tmp_path / "req.jsonl")
     log.write_level(live, 0.0, 2.0, {"run_id": "r", "arm": "B", "concurrency": 1})
     rows, _ = request_log.read(tmp_path / "req.jsonl")
-    recorded = [goodput.meets(records.decode(r, records.Request), goals) for r in rows]
+    recorded = [
+        goodput.meets(records.decode(r, records.Request), loads.SLO.of(goals)) for r in rows
+    ]
     assert [loads.SLO.of(goals).met(r) for r in live] == recorded
     assert recorded[3] is False  # an unanswered request meets no goal
 

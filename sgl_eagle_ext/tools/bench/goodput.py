@@ -83,9 +83,9 @@ def _pname(p: float) -> str:
     return f"p{p:g}"
 
 
-def meets(row: Request, slo: dict[str, float]) -> bool:
+def meets(row: Request, slo: SLO) -> bool:
     """The sweep's goodput rule (loads.SLO.met_by) on a per-request record."""
-    return SLO.of(slo).met_by(row.ok, row.ttft_ms, row.tpot_ms, row.e2e_ms, row.itl_ms or [])
+    return slo.met_by(row.ok, row.ttft_ms, row.tpot_ms, row.e2e_ms, row.itl_ms or [])
 
 
 def group_key(row: Request) -> tuple:
@@ -144,7 +144,8 @@ def level_figures(rows: list[Request], slo: dict, percentiles) -> Figures:
     tokens, cycles = _tokens(acc), sum(r.verify_ct for r in acc)
     good = {}
     if slo:
-        met = [r for r in rows if meets(r, slo)]
+        goals = SLO.of(slo)
+        met = [r for r in rows if meets(r, goals)]
         good = {
             "slo_met": len(met),
             "slo_met_share": len(met) / len(rows) if rows else None,
