@@ -298,3 +298,36 @@ def test_live_servers_resolved_by_sglang_batch_every_level_alike(pair, tmp_path,
         UserError, match=r"--levels 16: max_running_requests resolves to 8 \(by SGLang"
     ):
         live.check_servers(plans, levels)
+
+
+def test_tune_live_reaches_its_server_as_the_launcher_trusts_it(tmp_path):
+    """A server started with its own --ssl-certfile (self-signed) serves https: tune live
+    connects and measures over it with that certificate alone (the launcher's trust)."""
+    import asyncio
+    import ssl
+
+    from fakes.fake_sglang import Background, FakeSGLang
+
+    from sgl_eagle_ext.common import http
+    from sgl_eagle_ext.tools.bench import prompts
+    from sgl_eagle_ext.tools.tune.live_driver import Driver, ProfileTail
+    from sgl_eagle_ext.tools.tune.live_options import LiveOptions
+    from tests.test_http_origin_tls import make_cert
+
+    cert, key = make_cert(tmp_path)
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+
+    class Started:  # a launcher process whose server is up
+        api_key = None
+        tls = http.tls_context(cafile=str(cert), pinned=True)
+
+    with Background(FakeSGLang(accept_length=2.0), tls=served) as bg:
+        Started.url = bg.url
+        assert bg.url.startswith("https://")
+        server = live.connect(Started())
+        opts = LiveOptions(model_path="m", draft_model_path="d", max_tokens=4, warmup_tokens=0)
+        driver = Driver(server, opts, prompts.load("mixed"), ProfileTail(None))
+        rec = asyncio.run(driver.measure(2, rounds_at_most=1))
+    got = rec["client"]
+    assert (got["requests"], got["failed"], got["output_tokens"]) == (2, 0, 8), rec
