@@ -5,8 +5,7 @@ bench's commands/, the flags the launcher and preflight share in launch_flags.py
 reader of declared flags in common/declared_flags.py) maps
 it onto one frozen options object, and every other function takes that object or plain
 values, so a renamed flag or a missing attribute fails where the namespace is mapped,
-not deep inside a run. In bench's commands/, only the `read*` functions (and groups.py,
-the shared flag groups) read it. A wrapper's positional `args` (wrapt's `(wrapped,
+not deep inside a run. In bench's commands/, only the `read*` functions read it. A wrapper's positional `args` (wrapt's `(wrapped,
 instance, args, kwargs)`, `*args`) is no namespace: only attribute use counts.
 And benchmarks and the launcher start servers from the launch plan in process
 (launcher/running.py), never through a `python -m sgl_eagle_ext.launch` child.
@@ -114,12 +113,11 @@ def test_only_the_edge_reads_the_namespace():
 
 
 def test_each_bench_command_reads_its_flags_once():
-    """In bench's commands/, only the `read*` functions (and groups.py, the shared
-    groups) read the namespace: the runs and reports take the command's typed options."""
+    """In bench's commands/, only the `read*` functions read the namespace: the runs and
+    reports take the command's typed options."""
     bad = [
         f"commands/{path.name}:{line} {name}"
         for path in sorted(BENCH_COMMANDS.glob("*.py"))
-        if path.name != "groups.py"
         for name, line in namespace_readers(path.read_text())
         if not name.lstrip("_").startswith("read")
     ]

@@ -66,12 +66,12 @@ class Options:
 
     kind: str  # "ab" or "compare": how it was asked for (the logs' name, the title)
     presets: list[str]  # ab: --preset-a, --preset-b; compare: each --arm, in order
-    connection: options.ConnectionOptions
-    requests: options.RequestOptions
-    records: options.RecordOptions
-    sweep: options.SweepOptions
+    connection: options.ConnectionOptions  # the groups' checks run in this order
     workload: workload.WorkloadOptions
+    requests: options.RequestOptions
+    sweep: options.SweepOptions
     launch: LaunchOptions
+    records: options.RecordOptions
 
 
 @dataclass

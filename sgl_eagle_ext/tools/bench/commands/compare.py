@@ -20,7 +20,6 @@ from sgl_eagle_ext.common.declared_flags import add_flags, read_options
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import options, workload
 from sgl_eagle_ext.tools.bench.arm_runs import LaunchOptions, Options, run_arms
-from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.compare_report import report
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -64,27 +63,14 @@ def register(sub) -> None:
     c.set_defaults(read=read_compare, run=run, takes_extra=True)
 
 
-def _read(args: argparse.Namespace, kind: str, presets: list[str]) -> Options:
-    return Options(  # the groups' checks run in this order
-        kind=kind,
-        presets=presets,
-        connection=groups.connection(args),
-        workload=groups.workload(args),
-        requests=groups.requests(args),
-        sweep=groups.sweep(args),
-        launch=read_options(LaunchOptions, args),
-        records=groups.records(args),
-    )
-
-
 def read_ab(args: argparse.Namespace) -> Options:
-    opts = _read(args, "ab", [args.preset_a, args.preset_b])
+    opts = read_options(Options, args, kind="ab", presets=[args.preset_a, args.preset_b])
     check_presets(args.preset_a, args.preset_b)
     return opts
 
 
 def read_compare(args: argparse.Namespace) -> Options:
-    opts = _read(args, "compare", list(args.arm))
+    opts = read_options(Options, args, kind="compare", presets=list(args.arm))
     check_arms(args.arm)
     return opts
 

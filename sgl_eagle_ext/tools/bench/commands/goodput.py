@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from sgl_eagle_ext.common.declared_flags import add_flags, as_path, flag, read_options
 from sgl_eagle_ext.tools.bench.progress import Console
+
+
+@dataclass(frozen=True)
+class Options:
+    file: Path = flag("FILE", check=as_path, help="JSONL written by --save-requests")
+    slo: list[str] | None = flag(  # as given (goodput.parse_slo)
+        "--slo",
+        "--goodput",
+        nargs="+",
+        action="extend",
+        metavar="KEY=MS",
+        help="goals in ms a request must meet, e.g. ttft=500,tpot=50 or ttft:500 tpot:50 "
+        "(keys ttft, tpot, itl, e2e or e2el)",
+    )
+    percentiles: str = flag(  # as given (goodput.parse_percentiles)
+        "--percentiles", default="50,90,99", help="latency percentiles (default 50,90,99)"
+    )
+    run_id: str | None = flag("--run-id", help="only this run (default: every run in the file)")
+    json: bool = flag(
+        "--json", default=False, action="store_true", help="also print the figures as JSON"
+    )
 
 
 def register(sub) -> None:
@@ -14,42 +36,8 @@ def register(sub) -> None:
         "goodput",
         help="recompute percentiles and goodput at an SLO from --save-requests records",
     )
-    g.add_argument("file", help="JSONL written by --save-requests")
-    g.add_argument(
-        "--slo",
-        "--goodput",
-        dest="slo",
-        nargs="+",
-        action="extend",
-        metavar="KEY=MS",
-        help="goals in ms a request must meet, e.g. ttft=500,tpot=50 or ttft:500 tpot:50 "
-        "(keys ttft, tpot, itl, e2e or e2el)",
-    )
-    g.add_argument(
-        "--percentiles", default="50,90,99", help="latency percentiles (default 50,90,99)"
-    )
-    g.add_argument("--run-id", help="only this run (default: every run in the file)")
-    g.add_argument("--json", action="store_true", help="also print the figures as JSON")
-    g.set_defaults(read=read, run=run)
-
-
-@dataclass(frozen=True)
-class Options:
-    file: Path  # FILE: --save-requests records
-    slo: list[str] | None  # --slo/--goodput words, as given (goodput.parse_slo)
-    percentiles: str  # --percentiles, as given (goodput.parse_percentiles)
-    run_id: str | None  # --run-id (None: every run)
-    json: bool  # --json
-
-
-def read(args: argparse.Namespace) -> Options:
-    return Options(
-        file=Path(args.file),
-        slo=args.slo,
-        percentiles=args.percentiles,
-        run_id=args.run_id,
-        json=args.json,
-    )
+    add_flags(g, Options)
+    g.set_defaults(read=partial(read_options, Options), run=run)
 
 
 def run(opts: Options, extra: list[str], console: Console) -> int:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass
+from functools import partial
 
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import integer
 from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.tools.bench import lossless, options, prompts, provenance, session
 from sgl_eagle_ext.tools.bench import sweep as sw
-from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -21,7 +20,7 @@ def register(sub) -> None:
     )
     options.add_common(ll, lossless.DEFAULT_MAX_TOKENS, url=False)
     add_flags(ll, Options)
-    ll.set_defaults(read=read, run=run)
+    ll.set_defaults(read=partial(read_options, Options), run=run)
 
 
 @dataclass(frozen=True)
@@ -37,16 +36,6 @@ class Options:
         type=integer(),
         check=above(0, zero_ok=True),
         help=None,
-    )
-
-
-def read(args: argparse.Namespace) -> Options:
-    return read_options(
-        Options,
-        args,
-        connection=groups.connection(args),
-        requests=groups.requests(args),
-        records=groups.records(args),
     )
 
 

@@ -2,34 +2,31 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from sgl_eagle_ext.common.declared_flags import add_flags, as_path, flag, read_options
 from sgl_eagle_ext.tools.bench.progress import Console
-
-
-def register(sub) -> None:
-    pl = sub.add_parser("plot", help="PNG of tok/s and p50/p99 latency against concurrency")
-    pl.add_argument("results", help="JSONL file written by sweep, ab or compare")
-    pl.add_argument("-o", "--output", help="PNG path (default: next to the JSONL)")
-    pl.add_argument("--run-id", help="plot this run (default: the latest run with sweep records)")
-    pl.set_defaults(read=read, run=run)
 
 
 @dataclass(frozen=True)
 class Options:
-    results: Path  # RESULTS: the JSONL
-    output: Path | None  # -o/--output (None: next to the JSONL)
-    run_id: str | None  # --run-id (None: the latest run with sweep records)
-
-
-def read(args: argparse.Namespace) -> Options:
-    return Options(
-        results=Path(args.results),
-        output=Path(args.output) if args.output else None,
-        run_id=args.run_id,
+    results: Path = flag(
+        "RESULTS", check=as_path, help="JSONL file written by sweep, ab or compare"
     )
+    output: Path | None = flag(
+        "-o", "--output", check=as_path, help="PNG path (default: next to the JSONL)"
+    )
+    run_id: str | None = flag(
+        "--run-id", help="plot this run (default: the latest run with sweep records)"
+    )
+
+
+def register(sub) -> None:
+    pl = sub.add_parser("plot", help="PNG of tok/s and p50/p99 latency against concurrency")
+    add_flags(pl, Options)
+    pl.set_defaults(read=partial(read_options, Options), run=run)
 
 
 def run(opts: Options, extra: list[str], console: Console) -> int:

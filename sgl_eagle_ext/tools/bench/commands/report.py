@@ -2,11 +2,41 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from sgl_eagle_ext.common.declared_flags import add_flags, as_path, flag, read_options
 from sgl_eagle_ext.tools.bench.progress import Console
+
+
+@dataclass(frozen=True)
+class Options:
+    results: Path = flag(
+        "RESULTS", check=as_path, help="JSONL file written by sweep, ab, single or lossless"
+    )
+    output: Path | None = flag(
+        "-o", "--output", check=as_path, help="HTML path (default: the JSONL's name, .html)"
+    )
+    run_id: str | None = flag("--run-id", help="only this run (default: every run, latest first)")
+    requests: Path | None = flag(
+        "--requests", check=as_path, help="per-request records (--save-requests) to add"
+    )
+    slo: str | None = flag(  # as given (goodput.parse_slo)
+        "--slo", help="goodput goals in ms for the per-request table, e.g. ttft=500"
+    )
+    percentiles: str = flag(  # as given (goodput.parse_percentiles)
+        "--percentiles", default="50,90,99", help="latency percentiles (50,90,99)"
+    )
+    profile_logs: tuple[str, ...] = flag(
+        "--profile-log",
+        default=(),
+        cli_default=None,
+        check=lambda _flag, logs: tuple(logs or ()),
+        action="append",
+        metavar="LOG",
+        help="server log with EAGLE3_PROFILE lines: acceptance per draft position (repeatable)",
+    )
 
 
 def register(sub) -> None:
@@ -14,42 +44,8 @@ def register(sub) -> None:
         "report",
         help="self-contained HTML report (tables, plots, provenance) of a results file",
     )
-    r.add_argument("results", help="JSONL file written by sweep, ab, single or lossless")
-    r.add_argument("-o", "--output", help="HTML path (default: the JSONL's name, .html)")
-    r.add_argument("--run-id", help="only this run (default: every run, latest first)")
-    r.add_argument("--requests", help="per-request records (--save-requests) to add")
-    r.add_argument("--slo", help="goodput goals in ms for the per-request table, e.g. ttft=500")
-    r.add_argument("--percentiles", default="50,90,99", help="latency percentiles (50,90,99)")
-    r.add_argument(
-        "--profile-log",
-        action="append",
-        metavar="LOG",
-        help="server log with EAGLE3_PROFILE lines: acceptance per draft position (repeatable)",
-    )
-    r.set_defaults(read=read, run=run)
-
-
-@dataclass(frozen=True)
-class Options:
-    results: Path  # RESULTS: the JSONL
-    output: Path | None  # -o/--output (None: the JSONL's name, .html)
-    run_id: str | None  # --run-id (None: every run)
-    requests: Path | None  # --requests: per-request records
-    slo: str | None  # --slo, as given (goodput.parse_slo)
-    percentiles: str  # --percentiles, as given (goodput.parse_percentiles)
-    profile_logs: tuple[str, ...]  # --profile-log LOG ...
-
-
-def read(args: argparse.Namespace) -> Options:
-    return Options(
-        results=Path(args.results),
-        output=Path(args.output) if args.output else None,
-        run_id=args.run_id,
-        requests=Path(args.requests) if args.requests else None,
-        slo=args.slo,
-        percentiles=args.percentiles,
-        profile_logs=tuple(args.profile_log or ()),
-    )
+    add_flags(r, Options)
+    r.set_defaults(read=partial(read_options, Options), run=run)
 
 
 def run(opts: Options, extra: list[str], console: Console) -> int:

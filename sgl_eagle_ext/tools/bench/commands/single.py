@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass
+from functools import partial
 
 from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.common.cli_args import integer, number
 from sgl_eagle_ext.common.declared_flags import add_flags, flag, read_options
 from sgl_eagle_ext.tools.bench import level_view, options, prompts, session, single
 from sgl_eagle_ext.tools.bench import sweep as sw
-from sgl_eagle_ext.tools.bench.commands import groups
 from sgl_eagle_ext.tools.bench.levels import above
 from sgl_eagle_ext.tools.bench.progress import Console
 
@@ -19,7 +18,7 @@ def register(sub) -> None:
     s = sub.add_parser("single", help="single-stream fixed-length runs with spread and 95%% CI")
     options.add_common(s, 512, records=("label", "run_id"))
     add_flags(s, Options)
-    s.set_defaults(read=read, run=run)
+    s.set_defaults(read=partial(read_options, Options), run=run)
 
 
 @dataclass(frozen=True)
@@ -48,16 +47,6 @@ class Options:
         default=0.05,
         type=number(0),
         help="steady-state warning above this stdev/mean (default 0.05)",
-    )
-
-
-def read(args: argparse.Namespace) -> Options:
-    return read_options(
-        Options,
-        args,
-        connection=groups.connection(args),
-        requests=groups.requests(args),
-        records=groups.records(args),
     )
 
 

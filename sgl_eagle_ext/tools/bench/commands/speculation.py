@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from sgl_eagle_ext.common.declared_flags import add_flags, as_path, as_paths, flag, read_options
 from sgl_eagle_ext.tools.bench.progress import Console
+
+
+@dataclass(frozen=True)
+class Options:
+    file: Path = flag("FILE", check=as_path, help="JSONL written by --save-requests")
+    profile_logs: tuple[Path, ...] = flag(
+        "--profile-log",
+        default=(),
+        cli_default=None,
+        check=as_paths,
+        action="append",
+        metavar="LOG",
+        help="server log with EAGLE3_PROFILE lines: the profiler's accept_hist too (repeatable)",
+    )
+    output: Path | None = flag(
+        "-o", "--output", check=as_path, help="PNG path (default: next to the file)"
+    )
 
 
 def register(sub) -> None:
@@ -14,33 +32,11 @@ def register(sub) -> None:
         "speculation",
         help="accept length per input-length bucket and per draft position (table and PNG)",
     )
-    s.add_argument("file", help="JSONL written by --save-requests")
-    s.add_argument(
-        "--profile-log",
-        action="append",
-        metavar="LOG",
-        help="server log with EAGLE3_PROFILE lines: the profiler's accept_hist too (repeatable)",
-    )
-    s.add_argument("-o", "--output", help="PNG path (default: next to the file)")
-    s.set_defaults(read=read, run=run)
-
-
-@dataclass(frozen=True)
-class Options:
-    file: Path  # FILE: --save-requests records
-    profile_logs: list[Path]  # --profile-log LOG ...
-    output: Path | None  # -o/--output (None: next to the file)
-
-
-def read(args: argparse.Namespace) -> Options:
-    return Options(
-        file=Path(args.file),
-        profile_logs=[Path(p) for p in args.profile_log or ()],
-        output=Path(args.output) if args.output else None,
-    )
+    add_flags(s, Options)
+    s.set_defaults(read=partial(read_options, Options), run=run)
 
 
 def run(opts: Options, extra: list[str], console: Console) -> int:
     from sgl_eagle_ext.tools.bench import spec_view
 
-    return spec_view.show(opts.file, opts.output, opts.profile_logs, console)
+    return spec_view.show(opts.file, opts.output, list(opts.profile_logs), console)

@@ -6,8 +6,9 @@ import argparse
 from dataclasses import dataclass
 
 from sgl_eagle_ext.common import interrupts
+from sgl_eagle_ext.common.declared_flags import read_options
 from sgl_eagle_ext.tools.bench import loads, options, session, workload
-from sgl_eagle_ext.tools.bench.commands import field_flags, groups
+from sgl_eagle_ext.tools.bench.commands import field_flags
 from sgl_eagle_ext.tools.bench.progress import Console
 
 
@@ -29,23 +30,17 @@ def _defaults(p) -> dict:
 
 
 @dataclass(frozen=True)
-class Options:
+class Options:  # the groups' checks run in this order
     connection: options.ConnectionOptions
-    requests: options.RequestOptions
-    records: options.RecordOptions
-    sweep: options.SweepOptions
     workload: workload.WorkloadOptions
+    requests: options.RequestOptions
+    sweep: options.SweepOptions
+    records: options.RecordOptions
 
 
 def read(args: argparse.Namespace) -> Options:
     field_flags.read(args, args.defaults)  # the field's names, read into ours
-    return Options(  # the groups' checks run in this order
-        connection=groups.connection(args),
-        workload=groups.workload(args),
-        requests=groups.requests(args),
-        sweep=groups.sweep(args),
-        records=groups.records(args),
-    )
+    return read_options(Options, args)
 
 
 def run(opts: Options, extra: list[str], console: Console) -> int:
