@@ -30,6 +30,7 @@ from sgl_eagle_ext.tools.bench import (
     multiturn,
     records,
     request_log,
+    session,
     spec_view,
     tokens,
 )
@@ -138,11 +139,13 @@ def test_a_sharegpt_file_is_parsed_once_while_unchanged(tmp_path, monkeypatch):
     f = tmp_path / "sg.json"
     f.write_text(json.dumps(SHAREGPT))
     opts = workload.WorkloadOptions(dataset=f"sharegpt:{f}")
-    w = workload.WorkloadSet(opts, None, 16, seed=0, prompt_set="mixed")
+    w = workload.WorkloadSet(opts, 16, seed=0, prompt_set="mixed")
     w.attach(None)
     first = w.take(2, 0)
     assert len(w.take(9, 0)) == 9 and w.take(2, 0) == first
     assert len(reads) == 1, reads
+    # its provenance counts the file's conversations (not the one request it probed)
+    assert session.prompt_facts(w, 0)["count"] == 2
     mine = datasets.load_sharegpt(str(f))
     mine.reverse()  # a caller's copy: the kept list is not touched
     assert datasets.load_sharegpt(str(f)) == mine[::-1]

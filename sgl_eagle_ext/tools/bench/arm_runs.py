@@ -188,8 +188,7 @@ def run_arms(opts: Options, extra: list[str], console: Console):
     opts = replace(opts, connection=replace(opts.connection, api_key=api_key))
     conn, req = opts.connection, opts.requests
     # --dataset/--input-len/...: checked now, before any server starts
-    levels, open_loop, ps, wl = workload.plan(sweep, opts.workload, req)
-    workload.check_paths(opts.workload.save_requests, opts.records.results)
+    levels, open_loop, ps, wl = workload.plan(sweep, opts.workload, req, opts.records.results)
     rec = session.recorder(opts.records, conn)
     log_dir = launch.log_dir
     # outside the kernel's ephemeral range: no outgoing connection (health probes

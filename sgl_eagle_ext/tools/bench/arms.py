@@ -85,6 +85,7 @@ def plan_arm(
     p, release, how, env = plan.preset, plan.release, plan.how, plan.env
     ours = launcher_args(request, plan)
     server_args = list(plan.argv)
+    args = [*ours, "--log-file", str(log_file), "--quiet", "--no-spec-check", "--", *server_extra]
     facts = {
         "preset": p.name,
         "preset_chain": p.chain,
@@ -93,23 +94,9 @@ def plan_arm(
         "args": provenance.redact_args(server_args),
         "preset_env": provenance.redact_env(env, keep_all=True),
         "env": provenance.redact_env({**os.environ, **env}),
-        "launch_command": provenance.redact_args(
-            [
-                "python",
-                "-m",
-                "sgl_eagle_ext.launch",
-                *ours,
-                "--log-file",
-                str(log_file),
-                "--quiet",
-                "--no-spec-check",
-                "--",
-                *server_extra,
-            ]
-        ),
+        "launch_command": provenance.redact_args(["python", "-m", "sgl_eagle_ext.launch", *args]),
         "log_file": str(log_file),
     }
-    args = [*ours, "--log-file", str(log_file), "--quiet", "--no-spec-check", "--", *server_extra]
     return ArmPlan(label, p.name.split("+")[0], args, facts, launch=plan, log_file=log_file)
 
 

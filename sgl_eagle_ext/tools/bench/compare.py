@@ -304,27 +304,22 @@ def best_arm_line(rows: list[Best], axis: Axis = CONCURRENCY) -> str:
 MIN_REQUESTS = 30
 
 
-def thin_levels(
-    levels: list[float], per_arm: dict[str, dict[float, dict]], minimum: int = MIN_REQUESTS
-) -> list[tuple[float, int]]:
-    """(level, fewest completed requests of any arm there) where that is below `minimum`."""
-    out = []
+def sample_size_warning(
+    levels: list[float], per_arm: dict[str, dict[float, dict]], axis: Axis = CONCURRENCY
+) -> str | None:
+    """The warning when a level's fewest completed requests of any arm is below
+    MIN_REQUESTS (None: every level has enough)."""
+    thin = []
     for lv in levels:
         n = min(view(f.get(lv) or {}).completed or 0 for f in per_arm.values())
-        if n < minimum:
-            out.append((lv, n))
-    return out
-
-
-def sample_size_warning(
-    thin: list[tuple[float, int]], axis: Axis = CONCURRENCY, minimum: int = MIN_REQUESTS
-) -> str | None:
+        if n < MIN_REQUESTS:
+            thin.append((lv, n))
     if not thin:
         return None
     where = ", ".join(f"{axis.tag(lv)}: {n}" for lv, n in thin)
     return (
         f"the verdict rests on too few requests ({where} completed per arm). Rule: a "
-        f"throughput ratio, best arm or crossover needs >= {minimum} completed requests "
+        f"throughput ratio, best arm or crossover needs >= {MIN_REQUESTS} completed requests "
         f"per arm at each level, else run-to-run noise can flip it; raise --num-prompts "
         f"(or give --duration)"
     )

@@ -57,18 +57,6 @@ def _summary_provenance(run: Run, preset: str) -> dict:
     }
 
 
-def sample_size(console: Console, run: Run) -> str | None:
-    """Warn (and return the warning for the record) when a verdict rests on fewer
-    completed requests per arm and level than compare.MIN_REQUESTS."""
-    per_arm = {a.plan.preset: a.fields for a in run.arms}
-    text = compare.sample_size_warning(
-        compare.thin_levels(run.levels, per_arm), run.axis, compare.MIN_REQUESTS
-    )
-    if text:
-        console.warn(text)
-    return text
-
-
 def _plot_hint(console: Console, rec: records.Recorder) -> None:
     if rec.written:
         console.info(
@@ -143,7 +131,10 @@ def report(opts: Options, console: Console, run: Run) -> int:
     for x in others:
         out(f"recommendation ({x.name} vs {ref}): {x.advice}")
     settings_lines(out, run)
-    thin = sample_size(console, run)
+    per_arm = {a.plan.preset: a.fields for a in run.arms}
+    thin = compare.sample_size_warning(run.levels, per_arm, run.axis)
+    if thin:
+        console.warn(thin)
     prov = _summary_provenance(run, " vs ".join(names))
     for x in others:
         if x.lossless:

@@ -26,7 +26,7 @@ import copy
 import functools
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sgl_eagle_ext.common import nesting, safe_files
@@ -79,8 +79,6 @@ class WorkRequest:
     messages: tuple[tuple[str, str], ...]
     output_len: int | None = None
     input_len: int | None = None  # target prompt tokens (content), when fitted
-    conversation: str = ""
-    turn: int = 0
 
     def as_messages(self) -> list[dict[str, str]]:
         return [{"role": r, "content": c} for r, c in self.messages]
@@ -261,10 +259,8 @@ class Workload:
     name: str
     requests: list[WorkRequest]  # single-turn (or every conversation's first turn)
     conversations: list[Conversation]  # for --multi-turn
-    input_len: LengthSpec
-    output_len: LengthSpec
-    counter: Counter
     sha256: str = ""
+    source_count: int | None = None  # the file's conversations or rows (None: generated)
 
 
 def _out_len(spec: LengthSpec, rng, counter: Counter, reply: str, default: int) -> int:
@@ -307,7 +303,7 @@ def build(
                     target,
                 )
             )
-        return Workload(kind, reqs, [], input_len, output_len, counter)
+        return Workload(kind, reqs, [])
     if kind == SHARED_PREFIX:
         return _shared_prefix(
             int(path),
@@ -315,17 +311,17 @@ def build(
             input_len,
             output_len,
             default_output,
-            counter,
             rng,
             seed,
             prompt_set,
             builder,
         )
     if kind == TRACE:
-        return _trace(path, n, output_len, counter, builder)
+        return _trace(path, n, output_len, builder)
     if kind in CONVERSATIONS:
         convs = load_sharegpt(path) if kind == SHAREGPT else load_hf(path)
         rng.shuffle(convs)
+        source_count = len(convs)
         convs = [convs[i % len(convs)] for i in range(n)]
         reqs, seen = [], {}
         for c in convs:
@@ -337,9 +333,6 @@ def build(
                     c.id if seen[c.id] == 1 else f"{c.id}#{seen[c.id]}",
                     msgs,
                     _out_len(output_len, rng, counter, t.reply, default_output),
-                    None,
-                    c.id,
-                    0,
                 )
             )
         if not input_len.own:
@@ -348,10 +341,8 @@ def build(
             f"{kind}:{Path(path).name}",
             reqs,
             convs,
-            input_len,
-            output_len,
-            counter,
             file_sha256(path) if Path(path).is_file() else "",
+            source_count,
         )
     ps = prompts_mod.load(prompt_set)
     reqs = [
@@ -360,11 +351,11 @@ def build(
     ]
     if not input_len.own:
         reqs = _refit(reqs, input_len, rng, builder)
-    return Workload(ps.name, reqs, [], input_len, output_len, counter, ps.sha256)
+    return Workload(ps.name, reqs, [], ps.sha256, len(ps.prompts))
 
 
 def _shared_prefix(
-    prefix_len, n, input_len, output_len, default_output, counter, rng, seed, prompt_set, builder
+    prefix_len, n, input_len, output_len, default_output, rng, seed, prompt_set, builder
 ) -> Workload:
     """The same `prefix_len`-token system prompt on every request, then its own question:
     --input-len tokens of source text, else the next prompt of the --prompts set."""
@@ -385,10 +376,10 @@ def _shared_prefix(
         )
         for qid, text, q in qs
     ]
-    return Workload(f"shared-prefix:{prefix_len}", reqs, [], input_len, output_len, counter)
+    return Workload(f"shared-prefix:{prefix_len}", reqs, [])
 
 
-def _trace(path: str, n: int, output_len: LengthSpec, counter, builder) -> Workload:
+def _trace(path: str, n: int, output_len: LengthSpec, builder) -> Workload:
     """The trace's first `n` rows (cycling when it has fewer), each at its own input and
     output length; a Mooncake row's prompt is made of one text block per hash id, so
     rows sharing leading ids share that prefix (as the trace's own requests did)."""
@@ -417,9 +408,7 @@ def _trace(path: str, n: int, output_len: LengthSpec, counter, builder) -> Workl
                 row.input_len,
             )
         )
-    return Workload(
-        f"trace:{Path(path).name}", reqs, [], LengthSpec(), output_len, counter, file_sha256(path)
-    )
+    return Workload(f"trace:{Path(path).name}", reqs, [], file_sha256(path), len(rows))
 
 
 def trace_times(path: str) -> list[float]:
@@ -438,14 +427,5 @@ def _refit(reqs, spec: LengthSpec, rng, builder: PromptBuilder | None) -> list[W
         own = builder.counter.count(last)
         fill = builder.build(i, max(1, target - own)) if target > own else None
         text = (fill.text.rsplit("\n\n", 1)[0] + "\n\n" + last) if fill else last
-        out.append(
-            WorkRequest(
-                r.id,
-                (*r.messages[:-1], ("user", text)),
-                r.output_len,
-                target,
-                r.conversation,
-                r.turn,
-            )
-        )
+        out.append(replace(r, messages=(*r.messages[:-1], ("user", text)), input_len=target))
     return out

@@ -68,8 +68,11 @@ def load_shape(
     }
 
 
-def prompt_facts(ps: prompts.PromptSet, seed: int) -> dict:
-    return {"set": ps.name, "sha256": ps.sha256, "count": len(ps.prompts), "seed": seed}
+def prompt_facts(ps, seed: int) -> dict:
+    """A prompt set's (its size) or a workload's (its file's conversations or rows; None:
+    generated per request)."""
+    count = len(ps.prompts) if isinstance(ps, prompts.PromptSet) else ps.count
+    return {"set": ps.name, "sha256": ps.sha256, "count": count, "seed": seed}
 
 
 def connect(url: str, conn: options.ConnectionOptions) -> probe.Server:

@@ -108,17 +108,8 @@ class WorkloadOptions:
         )
 
 
-def check_paths(save_requests: str | None, results: Path | None) -> None:
-    """--save-requests: writable and not the results file (None: --no-records), checked
-    before anything runs."""
-    if save_requests:
-        request_log.check_writable(Path(save_requests), results)
-
-
 class WorkloadSet:
-    def __init__(
-        self, opts: WorkloadOptions, server, default_output: int, *, seed: int, prompt_set: str
-    ):
+    def __init__(self, opts: WorkloadOptions, default_output: int, *, seed: int, prompt_set: str):
         self.kind, self.path = datasets.parse_spec(opts.dataset)
         self.input_len = LengthSpec.parse(opts.input_len, "--input-len")
         self.output_len = LengthSpec.parse(opts.output_len, "--output-len")
@@ -151,26 +142,18 @@ class WorkloadSet:
             else tokens.shipped_paragraphs()
         )
         self._turn_lens: list[list[int]] | None = None
-        self.attach(server)
+        self.attach(None)  # a bad dataset fails here, before any server is asked
 
     def attach(self, server) -> None:
         """Count tokens as `server` does (None: estimate). `bench ab`/`compare` check the
         dataset before any server starts, then attach the first arm's server."""
         self.server = server
-        info = server.info if server is not None else {}
-        self.counter = tokens.pick_counter(
-            getattr(server, "tokenizer", None)  # bench sweep --tokenizer
-            or info.get("tokenizer_path")
-            or info.get("model_path"),
-            server.base_url if server is not None else None,
-            server.model_id if server is not None else "default",
-            getattr(server, "api_key", None),
-        )
+        self.counter = server.token_counter() if server is not None else tokens.Counter()
         self.builder = tokens.PromptBuilder(self.paragraphs, self.counter, self.seed)
         self._built: datasets.Workload | None = None
         probe = self._build(1)  # fails early on a bad dataset file; fitted by this counter
         self.name, self.sha256 = probe.name, probe.sha256
-        self.prompts = probe.requests  # for len() in provenance
+        self.count = probe.source_count  # for provenance
 
     def _build(self, n: int) -> datasets.Workload:
         return datasets.build(
@@ -291,17 +274,23 @@ def trace_replay(
 
 
 def plan(
-    sweep: options.SweepOptions, work: WorkloadOptions, req: options.RequestOptions, server=None
+    sweep: options.SweepOptions,
+    work: WorkloadOptions,
+    req: options.RequestOptions,
+    results: Path | None,
 ):
-    """What a sweep run sends, checked before any request (or, bench compare, before any
-    server starts: `server` None, the workload attached to the first arm's): the levels,
-    the prompt set, the workload of --dataset/--input-len/... (None without one), a trace
-    replayed at its own times. Returns (levels, open_loop, prompt set, workload)."""
+    """What a sweep run sends, checked before any server is asked (the workload is
+    attached to the server later): the levels, the prompt set, the workload of
+    --dataset/--input-len/... (None without one), a trace replayed at its own times; and
+    --save-requests writable and not the results file (None: --no-records).
+    Returns (levels, open_loop, prompt set, workload)."""
+    if work.save_requests:
+        request_log.check_writable(Path(work.save_requests), results)
     levels, open_loop = options.load_levels(sweep)
     ps = prompts.load(req.prompts)
     wl = None
     if work.wanted():
-        wl = WorkloadSet(work, server, req.max_tokens, seed=req.seed, prompt_set=req.prompts)
+        wl = WorkloadSet(work, req.max_tokens, seed=req.seed, prompt_set=req.prompts)
     if wl is not None and wl.multi_turn and (open_loop is not None or sweep.duration is not None):
         raise UserError(
             "--multi-turn replays conversations in closed loop, a request count each.",

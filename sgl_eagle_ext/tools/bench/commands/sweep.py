@@ -49,8 +49,7 @@ def run(opts: Options, extra: list[str], console: Console) -> int:
 
 async def _run(opts: Options, console: Console) -> int:
     conn, req, sweep, work = opts.connection, opts.requests, opts.sweep, opts.workload
-    levels, open_loop, ps, wl = workload.plan(sweep, work, req)
-    workload.check_paths(work.save_requests, opts.records.results)
+    levels, open_loop, ps, wl = workload.plan(sweep, work, req, opts.records.results)
     rec = session.recorder(opts.records, conn)
     server = session.connect(conn.url, conn)
     load = session.load(req)
