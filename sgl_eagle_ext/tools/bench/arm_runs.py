@@ -139,25 +139,18 @@ async def _arm(
         outcome = await session.warm_and_sweep(
             client,
             server,
-            req,
-            opts.sweep,
+            opts,
             ps,
             levels,
             console,
-            lambda c, f: rec.write("sweep", {**common, **loads.level_key(c, open_loop), **f}, prov),
+            rec,
+            common,
+            prov,
             arm=f"{plan.label}: {plan.preset}",
             slo=slo,
             derive_slo=derive_slo,
             open_loop=open_loop,
             hook=hook,
-            shape=session.load_shape(
-                open_loop,
-                ps if hasattr(ps, "facts") else None,
-                dataset=opts.workload.dataset,
-                max_tokens=req.max_tokens,
-                stream=conn.stream,
-                duration=opts.sweep.duration,
-            ),
         )
         outputs = []
         if check_prompts and not outcome.stopped:
@@ -256,7 +249,7 @@ def run_arms(opts: Options, extra: list[str], console: Console):
                 wl,
                 {"run_id": rec.run_id, "arm": plan.preset},
                 console,
-                key=lambda c: loads.level_key(c, open_loop),
+                open_loop,
             )
             outcome, outputs = interrupts.run(
                 _arm(

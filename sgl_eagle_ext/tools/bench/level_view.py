@@ -41,10 +41,6 @@ def level_table(axis: Axis = CONCURRENCY, goodput: bool = False, arm: bool = Fal
     )
 
 
-def table_head(axis: Axis = CONCURRENCY, goodput: bool = False) -> str:
-    return level_table(axis, goodput).header()
-
-
 def view(f: dict | records.Level) -> records.Level:
     """A level's fields as the typed record view the tables and notes read."""
     return records.decode(f, records.Level)

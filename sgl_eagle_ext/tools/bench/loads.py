@@ -20,14 +20,13 @@ class Axis:
     key: str  # record field holding the level
     short: str  # in messages: c=4, rate=2/s
     unit: str
-    title: str  # table column and plot axis
 
     def tag(self, value: float) -> str:
         return f"{self.short}={value:g}{self.unit}"
 
 
-CONCURRENCY = Axis("concurrency", "c", "", "concurrency")
-RATE = Axis("request_rate", "rate", "/s", "request rate (req/s)")
+CONCURRENCY = Axis("concurrency", "c", "")
+RATE = Axis("request_rate", "rate", "/s")
 
 
 @dataclass

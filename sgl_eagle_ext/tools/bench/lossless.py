@@ -10,6 +10,7 @@ several tokens per forward), an early one a real bug.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from sgl_eagle_ext.tools.bench import client as cl
@@ -29,14 +30,6 @@ async def generate(
     load = Load(max_tokens=max_tokens, temperature=0.0, ignore_eos=False)
     results, _, interrupted = await run_requests(client, prompts, 1, load, console, desc)
     return results, interrupted
-
-
-def common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass(frozen=True)
@@ -89,7 +82,7 @@ def compare(prompts: list[Prompt], a: list[cl.RequestResult], b: list[cl.Request
         if ra.text == rb.text:
             identical += 1
             continue
-        k = common_prefix(ra.text, rb.text)
+        k = len(os.path.commonprefix((ra.text, rb.text)))
         lo = max(0, k - SNIPPET // 3)
         diffs.append(
             Difference(
@@ -105,14 +98,7 @@ def compare(prompts: list[Prompt], a: list[cl.RequestResult], b: list[cl.Request
             )
         )
     compared = identical + len(diffs)
-    if failed and not compared:
-        verdict = "INCOMPLETE"
-    elif diffs:
-        verdict = "DIFFERS"
-    elif failed:
-        verdict = "INCOMPLETE"
-    else:
-        verdict = "IDENTICAL"
+    verdict = "DIFFERS" if diffs else "INCOMPLETE" if failed else "IDENTICAL"
     return Verdict(verdict, len(prompts), compared, identical, diffs, failed)
 
 

@@ -318,10 +318,6 @@ def summarized(problems: list[str], path) -> list[str]:
 # The flat CSV view: one fixed column set for every record kind (blank when n/a),
 # each column with where its value comes from in a record. csv_row() and the header
 # both come from this one table.
-def _field(key: str):
-    return lambda rec: rec.get(key)
-
-
 def _at(*path: str):
     def get(rec: dict):
         for key in path:
@@ -341,10 +337,6 @@ def _errors(rec: dict):
     return sum(errors.values()) if isinstance(errors, dict) else None
 
 
-def _tok_s(key: str):
-    return lambda rec: rec["tok_s"].get(key) if isinstance(rec.get("tok_s"), dict) else None
-
-
 def _request_rate(rec: dict):
     # JSON cannot hold infinity: a burst is recorded as arrival "burst", rate null
     return "inf" if rec.get("arrival") == "burst" else rec.get("request_rate")
@@ -353,10 +345,10 @@ def _request_rate(rec: dict):
 _SERVER = ("provenance", "server")
 COLUMNS = (
     ("date", _at("provenance", "host", "date")),
-    ("run_id", _field("run_id")),
-    ("kind", _field("kind")),
-    ("arm", _field("arm")),
-    ("status", _field("status")),
+    ("run_id", _at("run_id")),
+    ("kind", _at("kind")),
+    ("arm", _at("arm")),
+    ("status", _at("status")),
     ("url", _at(*_SERVER, "url")),
     ("preset", _at(*_SERVER, "preset")),
     ("sglang_version", _at(*_SERVER, "sglang_version")),
@@ -366,14 +358,14 @@ COLUMNS = (
     ("gpus", _gpus),
     ("prompt_set", _at("provenance", "prompts", "set")),
     ("prompt_sha256", _at("provenance", "prompts", "sha256")),
-    *((k, _field(k)) for k in ("max_tokens", "temperature", "concurrency")),
+    *((k, _at(k)) for k in ("max_tokens", "temperature", "concurrency")),
     ("request_rate", _request_rate),
-    *((k, _field(k)) for k in LOAD_COLUMNS[1:]),
+    *((k, _at(k)) for k in LOAD_COLUMNS[1:]),
     # concurrency_mean: sglang.bench_serving's "Concurrency" (request time / duration)
-    *((k, _field(k)) for k in ("requests", "completed", "concurrency_mean")),
+    *((k, _at(k)) for k in ("requests", "completed", "concurrency_mean")),
     ("errors", _errors),
     *(
-        (k, _field(k))
+        (k, _at(k))
         for k in (
             "short",
             "malformed_chunks",
@@ -391,7 +383,7 @@ COLUMNS = (
     ),
     *((f"{m}_{p}_ms", _at(f"{m}_ms", p)) for m in LATENCIES for p in ("mean", "p50", "p90", "p99")),
     *(
-        (k, _field(k))
+        (k, _at(k))
         for k in (
             "tokens_per_chunk",
             "accept_length",  # decode-only: SGLang's /server_info avg_spec_accept_length
@@ -400,12 +392,12 @@ COLUMNS = (
         )
     ),
     *(
-        (f"tok_s_{k}", _tok_s(k))
+        (f"tok_s_{k}", _at("tok_s", k))
         for k in ("mean", "median", "min", "max", "stdev", "ci95_low", "ci95_high")
     ),
-    ("overall_tok_s", _field("overall_tok_s")),
-    ("runs", _tok_s("n")),
-    *((k, _field(k)) for k in ("steady", "compared", "identical", "verdict")),
+    ("overall_tok_s", _at("overall_tok_s")),
+    ("runs", _at("tok_s", "n")),
+    *((k, _at(k)) for k in ("steady", "compared", "identical", "verdict")),
 )
 CSV_COLUMNS = tuple(name for name, _ in COLUMNS)
 

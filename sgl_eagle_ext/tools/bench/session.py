@@ -42,23 +42,16 @@ def load_fields(ld: loads.Load, conn: options.ConnectionOptions) -> dict:
 
 
 def load_shape(
-    open_loop: loads.OpenLoop | None,
-    wl=None,
-    *,
-    dataset: str,
-    max_tokens: int,
-    stream: bool,
-    duration: float | None,
+    open_loop: loads.OpenLoop | None, wl=None, *, max_tokens: int, duration: float | None
 ) -> dict:
     """Every option that shapes the load, as sent, for each record of the run (the
     level's own value, concurrency or request rate, is added per level)."""
     facts = wl.facts() if wl is not None else {}
     return {
-        "dataset": facts.get("dataset", dataset or "shipped"),
+        "dataset": facts.get("dataset", "shipped"),
         "input_len": facts.get("input_len", "dataset"),
         # what each request asked for: --output-len, else --max-tokens
         "output_len": facts.get("output_len") if wl is not None else str(max_tokens),
-        "stream": stream,
         "arrival": open_loop.arrival if open_loop else "closed loop",
         "burstiness": open_loop.shape if open_loop else None,
         "max_concurrency": open_loop.max_concurrency if open_loop else None,
@@ -135,23 +128,31 @@ def server_provenance(server: probe.Server, ps: prompts.PromptSet, seed: int) ->
 async def warm_and_sweep(
     client: cl.Client,
     server: probe.Server,
-    req: options.RequestOptions,
-    sweep: options.SweepOptions,
+    opts,
     ps,
     levels: list[float],
     console,
-    write,
+    rec: records.Recorder,
+    common: dict,
+    prov: dict,
     *,
     arm: str,
     slo,
     open_loop,
     hook,
-    shape: dict,
     derive_slo: bool = False,
 ) -> sw.SweepOutcome:
-    """The warm-up, then every level: the part of a run that sweep, ab and compare share.
-    `write(level, fields)` records a level."""
+    """The warm-up, then every level: the part of a run that sweep, ab and compare share
+    (`opts` theirs: its requests and sweep). Each level's record holds `common`, the
+    load's shape and the level's own fields."""
+    req, sweep = opts.requests, opts.sweep
     ld = load(req)
+    wl = ps if hasattr(ps, "facts") else None
+    shape = load_shape(open_loop, wl, max_tokens=req.max_tokens, duration=sweep.duration)
+
+    def write(c: float, f: dict) -> None:
+        rec.write("sweep", {**common, **loads.level_key(c, open_loop), **f}, prov)
+
     await sw.warm_up(client, ps, sweep.warmup, ld, console)
     return await sw.run_sweep(
         server,

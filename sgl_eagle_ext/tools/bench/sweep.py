@@ -42,7 +42,7 @@ from sgl_eagle_ext.tools.bench.level_metrics import (
 from sgl_eagle_ext.tools.bench.level_view import (
     field_line,
     level_notes,
-    table_head,
+    level_table,
     table_row,
     view,
 )
@@ -270,10 +270,6 @@ async def warm_up(
     return results
 
 
-def per_level_prompts(num_prompts: int, per_concurrency: int, concurrency: int) -> int:
-    return max(num_prompts, per_concurrency * concurrency, 1)
-
-
 async def run_level(
     server: probe.Server,
     client: cl.Client,
@@ -438,16 +434,16 @@ async def run_sweep(
     done: list[Level] = []
     slo = slo or SLO()
     if levels:
-        head = table_head(axis, goodput=slo.set or derive_slo)
+        head = level_table(axis, slo.set or derive_slo).header()
         console.out(head if not arm else f"[{arm}]\n{head}")
     for c in sorted(levels):
         if c == math.inf:  # a burst: --num-prompts, else enough for a steady state
             cap = open_loop.max_concurrency if open_loop else None
             n = num_prompts or per_concurrency * (cap or BURST_LEVEL) or BURST_LEVEL
         elif open_loop is not None and open_loop.ramp is not None:  # vLLM's: --num-prompts
-            n = num_prompts or per_level_prompts(0, per_concurrency, math.ceil(c))
+            n = num_prompts or max(per_concurrency * math.ceil(c), 1)
         else:
-            n = per_level_prompts(num_prompts, per_concurrency, math.ceil(c))
+            n = max(num_prompts, per_concurrency * math.ceil(c), 1)
         level = await run_level(
             server,
             client,

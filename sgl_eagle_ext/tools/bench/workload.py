@@ -26,7 +26,15 @@ from pathlib import Path
 from sgl_eagle_ext.common.cli_args import integer, number
 from sgl_eagle_ext.common.declared_flags import add_flags, flag
 from sgl_eagle_ext.common.errors import UserError
-from sgl_eagle_ext.tools.bench import datasets, multiturn, options, prompts, request_log, tokens
+from sgl_eagle_ext.tools.bench import (
+    datasets,
+    loads,
+    multiturn,
+    options,
+    prompts,
+    request_log,
+    tokens,
+)
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
 from sgl_eagle_ext.tools.bench.levels import above
 
@@ -305,9 +313,9 @@ class LevelHook:
     prompt tokens the server counted against the lengths asked for."""
 
     def __init__(
-        self, path: str | None, workload: WorkloadSet | None, common: dict, console, key=None
+        self, path: str | None, workload: WorkloadSet | None, common: dict, console, open_loop
     ):
-        self.key = key or (lambda c: {"concurrency": c})  # the level's record key
+        self.open_loop = open_loop  # the level's record key: a concurrency or a rate
         self.log = request_log.RequestLog(path)
         self.workload = workload
         self.common = common
@@ -347,6 +355,6 @@ class LevelHook:
             results,
             start,
             level.duration,
-            {**self.common, **self.key(level.concurrency)},
+            {**self.common, **loads.level_key(level.concurrency, self.open_loop)},
             per,
         )

@@ -96,9 +96,7 @@ async def _run(opts: Options, console: Console) -> int:
             write=lambda c, f: rec.write("sweep", {**common, "concurrency": c, **f}, prov),
             flush=False,  # as the warm-up left it: every run alike
             on_level=runs,
-            shape=session.load_shape(
-                None, dataset="", max_tokens=req.max_tokens, stream=conn.stream, duration=None
-            ),
+            shape=session.load_shape(None, max_tokens=req.max_tokens, duration=None),
             max_cv=opts.max_cv,
         )
     (level,) = outcome.levels

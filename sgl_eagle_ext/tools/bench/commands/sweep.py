@@ -73,34 +73,23 @@ async def _run(opts: Options, console: Console) -> int:
     if wl is not None:
         common["workload"] = wl.facts()
     hook = workload.LevelHook(
-        work.save_requests,
-        wl,
-        {"run_id": rec.run_id, "arm": arm},
-        console,
-        key=lambda c: loads.level_key(c, open_loop),
+        work.save_requests, wl, {"run_id": rec.run_id, "arm": arm}, console, open_loop
     )
     async with session.client(server, conn, req) as client:
         outcome = await session.warm_and_sweep(
             client,
             server,
-            req,
-            sweep,
+            opts,
             ps,
             levels,
             console,
-            lambda c, f: rec.write("sweep", {**common, **loads.level_key(c, open_loop), **f}, prov),
+            rec,
+            common,
+            prov,
             arm="",
             slo=sweep.slo,
             open_loop=open_loop,
             hook=hook,
-            shape=session.load_shape(
-                open_loop,
-                wl,
-                dataset=work.dataset,
-                max_tokens=req.max_tokens,
-                stream=conn.stream,
-                duration=sweep.duration,
-            ),
         )
     if rec.written:
         console.info(f"{rec.written} record(s) appended to {rec.jsonl} (and {rec.csv})")
