@@ -95,7 +95,7 @@ class Run:
     levels: list[float]
     open_loop: loads.OpenLoop | None
     slo: loads.SLO
-    ps: prompts.PromptSet
+    ps: prompts.PromptSet | workload.WorkloadSet  # what every arm is sent
     host: dict
     check_prompts: list
     arms: list[ArmRun]  # the arms that ran to the end, in order
@@ -109,50 +109,35 @@ class Run:
         return loads.RATE if self.open_loop else loads.CONCURRENCY
 
 
-async def _arm(
-    server,
-    opts: Options,
-    console,
-    rec,
-    prov,
-    plan,
-    ps,
-    levels,
-    open_loop,
-    slo,
-    derive_slo,
-    check_prompts,
-    hook=None,
-    settings=None,
-):
+async def _arm(server, opts: Options, console, run: Run, prov, plan, hook):
     """One arm's warm-up, sweep and lossless-check generations."""
     conn, req = opts.connection, opts.requests
-    load = session.load(req)
     common = {
         "arm": plan.preset,
         "arm_label": plan.label,
         "url": server.base_url,
-        **session.load_fields(load, conn),
-        **settings_fields(settings),
+        **session.load_fields(session.load(req), conn),
+        **settings_fields(run.settings),
     }
     async with session.client(server, conn, req) as client:
         outcome = await session.warm_and_sweep(
             client,
             server,
             opts,
-            ps,
-            levels,
+            run.ps,
+            run.levels,
             console,
-            rec,
+            run.rec,
             common,
             prov,
             arm=f"{plan.label}: {plan.preset}",
-            slo=slo,
-            derive_slo=derive_slo,
-            open_loop=open_loop,
+            slo=run.slo,
+            derive_slo=not run.arms,  # the first arm that runs sets the default SLO (ab)
+            open_loop=run.open_loop,
             hook=hook,
         )
         outputs = []
+        check_prompts = run.check_prompts
         if check_prompts and not outcome.stopped:
             console.info(
                 f"[{plan.label}] lossless-check generations: {len(check_prompts)} "
@@ -213,10 +198,8 @@ def run_arms(opts: Options, extra: list[str], console: Console):
         + (wl.describe() if wl is not None else f"{req.max_tokens} tokens per request")
         + f"; prompts {ps.name}"
     )
-    done: list[ArmRun] = []
-    failed: dict[str, str] = {}
-    kinds: dict[str, str] = {}
-    refused = False
+    run = Run(rec, levels, open_loop, slo, wl or ps, host, check_prompts, [], settings=settings)
+    failed = run.failed
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
         plan.api_key = conn.api_key
@@ -252,27 +235,12 @@ def run_arms(opts: Options, extra: list[str], console: Console):
                 open_loop,
             )
             outcome, outputs = interrupts.run(
-                _arm(
-                    server,
-                    replace(opts, connection=arm_conn),
-                    console,
-                    rec,
-                    prov,
-                    plan,
-                    wl or ps,
-                    levels,
-                    open_loop,
-                    slo,
-                    not done,  # the first arm that runs sets the default SLO (ab)
-                    check_prompts,
-                    hook,
-                    settings,
-                )
+                _arm(server, replace(opts, connection=arm_conn), console, run, prov, plan, hook)
             )
         except ARM_FAILURES as e:
             if isinstance(e, arms.ArmFailed) and e.code == EXIT_USAGE:
-                refused = True  # the launcher refused its input: the run exits 2
-            failed[plan.preset], kinds[plan.preset] = arm_error(e), failure_kind(e)
+                run.refused = True  # the launcher refused its input: the run exits 2
+            failed[plan.preset], run.failed_kinds[plan.preset] = arm_error(e), failure_kind(e)
             console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
             continue
         finally:
@@ -284,20 +252,19 @@ def run_arms(opts: Options, extra: list[str], console: Console):
                 )
         if outcome.stopped:
             failed[plan.preset] = f"{outcome.stopped} (its finished levels are recorded)"
-            kinds[plan.preset] = "stopped"
+            run.failed_kinds[plan.preset] = "stopped"
             console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
             continue
-        done.append(ArmRun(plan, server, prov, outcome, outputs))
+        run.arms.append(ArmRun(plan, server, prov, outcome, outputs))
+    done = run.arms
     if len(done) < 2:
         ran = f"only {done[0].plan.preset} ran" if done else "no arm ran"
         console.error(
             f"{len(failed)} of {len(plans)} arm(s) failed and {ran}: nothing to compare"
             + ("; its sweep is recorded" if done else "")
         )
-        return EXIT_USAGE if refused else session.EXIT_FAILED
-    return Run(
-        rec, levels, open_loop, slo, ps, host, check_prompts, done, failed, kinds, refused, settings
-    )
+        return EXIT_USAGE if run.refused else session.EXIT_FAILED
+    return run
 
 
 def settings_fields(settings: dict | None) -> dict:
