@@ -307,7 +307,7 @@ def test_prometheus_counters_are_summed_over_labels():
     assert got == {"sglang:generation_tokens_total": 65.0}
     assert probe.parse_prometheus("not a metric {{{ page", {"x"}) == {}
     acc = probe.accept_from_counters(probe.Counters(52, 30, 3), probe.Counters(152, 70, 13))
-    assert acc == probe.Delta(generation_tokens=100, verify_calls=40, requests=10)
+    assert acc == probe.Counters(generation_tokens=100, verify_calls=40, requests=10)
     assert acc.accept_length == 2.5  # prefill-inclusive
     assert acc.decode_only(past_end=0, finished=99) == 90 / 40  # the 10 requests' prefill off
     assert acc.decode_only(past_end=4, finished=99) == 94 / 40

@@ -26,8 +26,8 @@ from sgl_eagle_ext.tools.bench import (
     goodput,
     level_metrics,
     level_view,
+    levels,
     loads,
-    options,
     records,
 )
 
@@ -356,10 +356,10 @@ def test_readme_rows_in_both_spellings(fake, tmp_path, tiny_models):
     (rate, cap, num, fixed, ranged, hdr, slo, flags, body, warm, slow, sg, gsp, trace) = theirs
 
     assert rate["args"]["request_rate"] == "inf"
-    assert options.load_levels(ours("--request-rate", "inf").sweep)[0] == [math.inf]
+    assert levels.load_levels(ours("--request-rate", "inf").sweep)[0] == [math.inf]
     assert cap["args"]["max_concurrency"] == 8
     assert (
-        options.load_levels(ours("--request-rate", "4", "--max-concurrency", "8").sweep)[
+        levels.load_levels(ours("--request-rate", "4", "--max-concurrency", "8").sweep)[
             1
         ].max_concurrency
         == 8

@@ -29,7 +29,7 @@ from sgl_eagle_ext.common.cli_args import split_extra
 from sgl_eagle_ext.common.errors import UserError, cli
 from sgl_eagle_ext.common.interrupts import sigterm_as_sigint
 from sgl_eagle_ext.common.redaction import redact_args
-from sgl_eagle_ext.tools.bench import options, session
+from sgl_eagle_ext.tools.bench import session
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import (
     compare,
@@ -60,8 +60,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _console(args: argparse.Namespace) -> Console:
     """--quiet and --progress-every (the commands that send requests have them)."""
-    every = getattr(args, "progress_every", DEFAULT_EVERY)
-    options.positive("--progress-every", every, zero_ok=True)
+    every = getattr(args, "progress_every", DEFAULT_EVERY)  # number(0) checked it
     return Console(getattr(args, "quiet", False), every, bars=not getattr(args, "disable_tqdm", 0))
 
 

@@ -94,7 +94,7 @@ def arrival_kind(kind: str | None, burst: float | None) -> tuple[str, float]:
 
 def load_levels(sweep) -> tuple[list[float], loads.OpenLoop | None]:
     """The sweep's levels: concurrencies (closed loop) or request rates (open loop)."""
-    rate_flag, text = sweep.rate_flag, sweep.request_rate
+    rate_flag, text = "--request-rate", sweep.request_rate
     if sweep.duration is not None:
         positive("--duration", sweep.duration)
     if text is None:

@@ -31,14 +31,7 @@ from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import flag_values, loads, progress, prompts, records
 from sgl_eagle_ext.tools.bench import sweep as sw
 from sgl_eagle_ext.tools.bench.commands import field_flags
-from sgl_eagle_ext.tools.bench.levels import (  # noqa: F401  (options.X spellings kept)
-    ARRIVALS,
-    DEFAULT_CONCURRENCY,
-    INF,
-    above,
-    load_levels,
-    positive,
-)
+from sgl_eagle_ext.tools.bench.levels import ARRIVALS, DEFAULT_CONCURRENCY, above
 
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
 
@@ -312,10 +305,6 @@ class SweepOptions:
             object.__setattr__(
                 self, "slo", flag_values.slo(self.slo, self.slo_ttft_ms, self.slo_tpot_ms)
             )
-
-    @property
-    def rate_flag(self) -> str:  # for messages
-        return "--request-rate"
 
 
 def add_sweep(p: argparse.ArgumentParser) -> None:

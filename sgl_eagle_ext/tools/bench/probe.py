@@ -23,11 +23,28 @@ PROBE_TIMEOUT = 10.0
 TEXT_FIELDS = ("version", "model_path", "tokenizer_path", "served_model_name", "launch_command")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Counters:
-    generation_tokens: float
-    spec_verify_calls: float | None  # None: the release or the server has no such counter
-    requests: float | None = None  # finished requests (None: no such counter)
+    """SGLang's counters: a snapshot, or the window between two (None: not counted, the
+    release or the server has no such counter)."""
+
+    generation_tokens: float | None = None
+    verify_calls: float | None = None
+    requests: float | None = None  # finished requests: one prefill token each
+
+    @property
+    def accept_length(self) -> float | None:
+        """Prefill-inclusive: generated tokens / verify calls."""
+        return figures.from_counts(self.generation_tokens, self.verify_calls)
+
+    def decode_only(self, past_end: int, finished: int) -> float | None:
+        """SGLang's /server_info figure: each finished request's prefill token left out
+        (`finished` when the server has no request counter), and the drafts it accepted
+        past a request's end (`past_end`, counted by the server, not in the client's
+        tokens) kept in."""
+        gen = self.generation_tokens
+        done = self.requests if self.requests is not None else finished
+        return figures.decode_only(None if gen is None else gen + past_end, self.verify_calls, done)
 
 
 def parse_prometheus(text: str, names: set[str]) -> dict[str, float]:
@@ -223,36 +240,13 @@ class Server:
             time.sleep(0.1)
 
 
-@dataclass(frozen=True)
-class Delta:
-    """SGLang's counters over a window between two snapshots (None: not counted)."""
-
-    generation_tokens: float | None = None
-    verify_calls: float | None = None
-    requests: float | None = None  # finished requests: one prefill token each
-
-    @property
-    def accept_length(self) -> float | None:
-        """Prefill-inclusive: generated tokens / verify calls."""
-        return figures.from_counts(self.generation_tokens, self.verify_calls)
-
-    def decode_only(self, past_end: int, finished: int) -> float | None:
-        """SGLang's /server_info figure: each finished request's prefill token left out
-        (`finished` when the server has no request counter), and the drafts it accepted
-        past a request's end (`past_end`, counted by the server, not in the client's
-        tokens) kept in."""
-        gen = self.generation_tokens
-        done = self.requests if self.requests is not None else finished
-        return figures.decode_only(None if gen is None else gen + past_end, self.verify_calls, done)
-
-
-def accept_from_counters(before: Counters | None, after: Counters | None) -> Delta:
+def accept_from_counters(before: Counters | None, after: Counters | None) -> Counters:
     """The counters' window between two snapshots."""
     if before is None or after is None:
-        return Delta()
+        return Counters()
 
     def diff(name):
         a, b = getattr(before, name), getattr(after, name)
         return None if a is None or b is None else b - a
 
-    return Delta(diff("generation_tokens"), diff("spec_verify_calls"), diff("requests"))
+    return Counters(diff("generation_tokens"), diff("verify_calls"), diff("requests"))

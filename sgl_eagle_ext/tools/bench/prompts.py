@@ -43,15 +43,11 @@ class PromptSet:
     prompts: tuple[Prompt, ...]
     sha256: str  # of the canonical JSON of every prompt, in file order
 
-    def ordered(self, seed: int) -> list[Prompt]:
-        """The prompts in a seeded order (the same for every arm of an A/B)."""
-        out = list(self.prompts)
-        random.Random(seed).shuffle(out)
-        return out
-
     def take(self, n: int, seed: int, offset: int = 0) -> list[Prompt]:
-        """`n` prompts from the seeded order, cycling when the set is smaller."""
-        order = self.ordered(seed)
+        """`n` prompts in a seeded order (the same for every arm of an A/B), cycling when
+        the set is smaller."""
+        order = list(self.prompts)
+        random.Random(seed).shuffle(order)
         return [order[(offset + i) % len(order)] for i in range(n)]
 
 

@@ -61,6 +61,9 @@ def redact_info(info: dict, secrets: tuple[str, ...] = ()) -> dict:
     return redact_tree({k: v for k, v in info.items() if k != "internal_states"}, secrets)
 
 
+GPU_FIELDS = ("index", "name", "memory_mib", "driver", "bus_id")  # as nvidia-smi is asked
+
+
 def gpus() -> dict:
     """GPU names, memory and driver (nvidia-smi), or why there are none."""
     smi = shutil.which("nvidia-smi")
@@ -84,16 +87,8 @@ def gpus() -> dict:
     rows = []
     for line in out.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 5:
-            rows.append(
-                {
-                    "index": parts[0],
-                    "name": parts[1],
-                    "memory_mib": parts[2],
-                    "driver": parts[3],
-                    "bus_id": parts[4],
-                }
-            )
+        if len(parts) >= len(GPU_FIELDS):
+            rows.append(dict(zip(GPU_FIELDS, parts)))
     return {"gpus": rows, "note": ""}
 
 

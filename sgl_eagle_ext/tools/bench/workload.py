@@ -36,7 +36,7 @@ from sgl_eagle_ext.tools.bench import (
     tokens,
 )
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
-from sgl_eagle_ext.tools.bench.levels import above
+from sgl_eagle_ext.tools.bench.levels import above, load_levels
 
 DEFAULT = "shipped"
 
@@ -294,7 +294,7 @@ def plan(
     Returns (levels, open_loop, prompt set, workload)."""
     if work.save_requests:
         request_log.check_writable(Path(work.save_requests), results)
-    levels, open_loop = options.load_levels(sweep)
+    levels, open_loop = load_levels(sweep)
     ps = prompts.load(req.prompts)
     wl = None
     if work.wanted():
