@@ -263,7 +263,8 @@ class Workload:
     source_count: int | None = None  # the file's conversations or rows (None: generated)
 
 
-def _out_len(spec: LengthSpec, rng, counter: Counter, reply: str, default: int) -> int:
+def out_len(spec: LengthSpec, rng, counter: Counter, reply: str, default: int) -> int:
+    """A request's output length: drawn from the spec, else its reply's, else `default`."""
     n = spec.sample(rng)
     if n is not None:
         return n
@@ -298,7 +299,7 @@ def build(
             reqs.append(
                 WorkRequest(
                     f"{kind}-{i}",
-                    (("user", fitted.text),),
+                    (("user", fitted),),
                     output_len.sample(rng) or default_output,
                     target,
                 )
@@ -332,7 +333,7 @@ def build(
                 WorkRequest(
                     c.id if seen[c.id] == 1 else f"{c.id}#{seen[c.id]}",
                     msgs,
-                    _out_len(output_len, rng, counter, t.reply, default_output),
+                    out_len(output_len, rng, counter, t.reply, default_output),
                 )
             )
         if not input_len.own:
@@ -359,14 +360,14 @@ def _shared_prefix(
 ) -> Workload:
     """The same `prefix_len`-token system prompt on every request, then its own question:
     --input-len tokens of source text, else the next prompt of the --prompts set."""
-    prefix = strip_question(builder.build(PREFIX_INDEX, prefix_len).text)
+    prefix = strip_question(builder.build(PREFIX_INDEX, prefix_len))
     if input_len.own:
         qs = [(p.id, p.messages[-1][1], None) for p in prompts_mod.load(prompt_set).take(n, seed)]
     else:
         qs = []
         for i in range(n):
             q = input_len.sample(rng)
-            qs.append((f"q-{i}", builder.build(1_000_000 + i, q).text, q))
+            qs.append((f"q-{i}", builder.build(1_000_000 + i, q), q))
     reqs = [
         WorkRequest(
             f"shared-{qid}",
@@ -392,14 +393,13 @@ def _trace(path: str, n: int, output_len: LengthSpec, builder) -> Workload:
         if row.hash_ids:
             full = row.hash_ids[:-1]
             blocks = [
-                strip_question(builder.build(BLOCK_INDEX + h, traces.MOONCAKE_BLOCK).text)
-                for h in full
+                strip_question(builder.build(BLOCK_INDEX + h, traces.MOONCAKE_BLOCK)) for h in full
             ]
             tail = max(1, row.input_len - traces.MOONCAKE_BLOCK * len(full))
-            blocks.append(builder.build(BLOCK_INDEX + row.hash_ids[-1], tail).text)
+            blocks.append(builder.build(BLOCK_INDEX + row.hash_ids[-1], tail))
             text = "\n\n".join(blocks)
         else:
-            text = builder.build(2_000_000 + i, row.input_len).text
+            text = builder.build(2_000_000 + i, row.input_len)
         reqs.append(
             WorkRequest(
                 f"trace-{i}",
@@ -426,6 +426,6 @@ def _refit(reqs, spec: LengthSpec, rng, builder: PromptBuilder | None) -> list[W
         last = r.messages[-1][1]
         own = builder.counter.count(last)
         fill = builder.build(i, max(1, target - own)) if target > own else None
-        text = (fill.text.rsplit("\n\n", 1)[0] + "\n\n" + last) if fill else last
+        text = (strip_question(fill) + "\n\n" + last) if fill else last
         out.append(replace(r, messages=(*r.messages[:-1], ("user", text)), input_len=target))
     return out

@@ -15,7 +15,7 @@ import random
 import time
 
 from sgl_eagle_ext.tools.bench import client as cl
-from sgl_eagle_ext.tools.bench.datasets import Conversation
+from sgl_eagle_ext.tools.bench.datasets import Conversation, out_len
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
 from sgl_eagle_ext.tools.bench.tokens import Counter
 
@@ -26,21 +26,13 @@ def plan_turns(
     counter: Counter,
     default_output: int,
     seed: int,
-    max_turns: int = 0,
 ) -> list[list[int]]:
     """Output length of every turn of every conversation (drawn once, same for every arm)."""
     rng = random.Random(seed)
-    out = []
-    for c in convs:
-        turns = c.turns[:max_turns] if max_turns else c.turns
-        lens = []
-        for t in turns:
-            n = output_len.sample(rng)
-            if n is None:
-                n = counter.count(t.reply) if t.reply.strip() else default_output
-            lens.append(max(1, n))
-        out.append(lens)
-    return out
+    return [
+        [max(1, out_len(output_len, rng, counter, t.reply, default_output)) for t in c.turns]
+        for c in convs
+    ]
 
 
 async def replay(

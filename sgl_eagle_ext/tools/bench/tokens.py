@@ -15,7 +15,6 @@ the server's prefix cache could reuse.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_eagle_ext.common import http, safe_files
@@ -125,13 +124,6 @@ def file_paragraphs(path: str) -> list[str]:
     return paras
 
 
-@dataclass
-class Fitted:
-    text: str
-    tokens: int  # as counted by the counter
-    target: int
-
-
 class PromptBuilder:
     """Prompts of `target` tokens (content, without the chat template) from paragraphs."""
 
@@ -143,9 +135,9 @@ class PromptBuilder:
         self.seed = seed
         total = "\n\n".join(paragraphs)
         self.chars_per_token = len(total) / max(1, counter.count(total))
-        self._fitted: dict[tuple[int, int], Fitted] = {}  # levels reuse the same prompts
+        self._fitted: dict[tuple[int, int], str] = {}  # levels reuse the same prompts
 
-    def build(self, index: int, target: int) -> Fitted:
+    def build(self, index: int, target: int) -> str:
         """A prompt of `target` counted tokens (QUESTION included), unique per index."""
         key = (index, target)
         if key not in self._fitted:
@@ -165,7 +157,7 @@ class PromptBuilder:
                     break
         return "\n\n".join(out)
 
-    def _fit(self, index: int, target: int) -> Fitted:
+    def _fit(self, index: int, target: int) -> str:
         body_target = max(1, target - self.counter.count(QUESTION))
         source = self._stream(index, int(body_target * self.chars_per_token * 1.3) + 64)
         chars = int(body_target * self.chars_per_token)
@@ -176,8 +168,7 @@ class PromptBuilder:
             if abs(n - body_target) <= max(FIT_SLACK, FIT_TOLERANCE * body_target):
                 break
             chars = max(1, min(len(source), int(chars * body_target / max(1, n))))
-        text = source[:chars].rstrip() + QUESTION
-        return Fitted(text, self.counter.count(text), target)
+        return source[:chars].rstrip() + QUESTION
 
 
 def content_tokens(prompt, counter: Counter) -> int:

@@ -149,7 +149,6 @@ class WorkloadSet:
             if self.long_text
             else tokens.shipped_paragraphs()
         )
-        self._turn_lens: list[list[int]] | None = None
         self.attach(None)  # a bad dataset fails here, before any server is asked
 
     def attach(self, server) -> None:
@@ -218,28 +217,18 @@ class WorkloadSet:
     async def run_requests(self, client, n, concurrency, load, console, desc):
         firsts = self.take(n, self.seed)
         conversations = [  # a conversation replayed twice is two conversations: own ids
-            datasets.Conversation(q.id, c.turns, c.system)
+            datasets.Conversation(q.id, c.turns[: self.max_turns or None], c.system)
             for q, c in zip(firsts, self._built.conversations)
         ]
-        self._turn_lens = multiturn.plan_turns(
-            conversations,
-            self.output_len,
-            self.counter,
-            self.default_output,
-            self.seed,
-            self.max_turns,
+        turn_lens = multiturn.plan_turns(
+            conversations, self.output_len, self.counter, self.default_output, self.seed
         )
-        if self.max_turns:
-            conversations = [
-                datasets.Conversation(c.id, c.turns[: self.max_turns], c.system)
-                for c in conversations
-            ]
-        bar = console.bar(sum(len(t) for t in self._turn_lens), desc)
+        bar = console.bar(sum(len(t) for t in turn_lens), desc)
         try:
             results, meta, took, interrupted = await multiturn.replay(
                 client,
                 conversations,
-                self._turn_lens,
+                turn_lens,
                 concurrency,
                 temperature=load.temperature,
                 ignore_eos=load.ignore_eos,
