@@ -231,19 +231,19 @@ def refuse(flag: str, value: str = "") -> None:
     raise UserError(f"{row.field}: {row.note}.", fix="see docs/bench-serving.md")
 
 
+# the field's flags that are one of ours by another name: (theirs, our dest, ours)
+RENAMED = (
+    ("--num-warmups", "warmup", "--warmup"),
+    ("--warmup-requests", "warmup", "--warmup"),
+    ("--output-file", "results", "--results"),
+    ("--disable-ignore-eos", "respect_eos", "--respect-eos"),
+    ("--extra-request-body", "extra_body", "--extra-body"),
+    ("--flush-cache", "flush_cache", "--no-flush-cache"),
+)
+
+
 def _read_flag(args, flag: str):
     return getattr(args, _dest(flag), None)
-
-
-def _read_into(args, dest: str, value, flag: str, ours: str, default) -> None:
-    """Set our option from the field's flag; both given and disagreeing is an error."""
-    have = getattr(args, dest, default)
-    if have != default and have != value:
-        raise UserError(
-            f"{flag} and {ours} disagree ({have!r} vs {value!r}).",
-            fix=f"give one of them ({flag} is {ours} here)",
-        )
-    setattr(args, dest, value)
 
 
 def read(args: argparse.Namespace, defaults: dict) -> None:
@@ -252,7 +252,14 @@ def read(args: argparse.Namespace, defaults: dict) -> None:
         return
 
     def put(dest, value, flag, ours):
-        _read_into(args, dest, value, flag, ours, defaults.get(dest))
+        """Set our option from the field's flag; both given and disagreeing is an error."""
+        have = getattr(args, dest, defaults.get(dest))
+        if have != defaults.get(dest) and have != value:
+            raise UserError(
+                f"{flag} and {ours} disagree ({have!r} vs {value!r}).",
+                fix=f"give one of them ({flag} is {ours} here)",
+            )
+        setattr(args, dest, value)
 
     backend = _read_flag(args, "--backend")
     if backend is not None:
@@ -265,32 +272,10 @@ def read(args: argparse.Namespace, defaults: dict) -> None:
         put("endpoint", BACKENDS[backend], "--backend", "--endpoint")
         if not args.label:  # vLLM's --label defaults to the backend
             args.label = backend
-    for flag in ("--num-warmups", "--warmup-requests"):
-        if _read_flag(args, flag) is not None:
-            put("warmup", _read_flag(args, flag), flag, "--warmup")
     _read_url(args, put, backend)
-    for flag, dest, ours, value in (
-        ("--output-file", "results", "--results", _read_flag(args, "--output-file")),
-        (
-            "--disable-ignore-eos",
-            "respect_eos",
-            "--respect-eos",
-            True if _read_flag(args, "--disable-ignore-eos") else None,
-        ),
-        (
-            "--extra-request-body",
-            "extra_body",
-            "--extra-body",
-            _read_flag(args, "--extra-request-body"),
-        ),
-        (
-            "--flush-cache",
-            "flush_cache",
-            "--no-flush-cache",
-            True if _read_flag(args, "--flush-cache") else None,
-        ),
-    ):
-        if value is not None:
+    for flag, dest, ours in RENAMED:
+        value = _read_flag(args, flag)
+        if value is not None and value is not False:  # a store_true flag not given: False
             put(dest, value, flag, ours)
     _read_dataset(args, put)
     _read_load(args, put)
