@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -23,7 +22,6 @@ from sgl_eagle_ext.common import figures, paths
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.common.table import text as _n
-from sgl_eagle_ext.profiling import names as profile_names
 from sgl_eagle_ext.tools.bench import goodput, level_view, plot, records, request_log, spec_view
 from sgl_eagle_ext.tools.bench.records import Level, Request
 
@@ -57,10 +55,7 @@ def _sweep_figure(run_id: str, sweeps: list[Level]) -> str:
     if plot.single_level(arms):  # one point per arm: the table says it all
         return '<p class="note">one level only: no curve over load to draw</p>'
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "sweep.png"
-        plot.render(run_id, arms, out)
-        png = out.read_bytes()
+    png = plot.render(run_id, arms)
     note = (
         f'<p class="note">left out (partial): {escape(", ".join(skipped))}</p>' if skipped else ""
     )
@@ -159,22 +154,12 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
     rows = [records.decode(r, Request) for r in rows]  # once, for every view below
     t, cells = goodput.table(goodput.compute(rows, slo, percentiles), slo, percentiles)
     parts.append(f"<p>SLO: {escape(goodput.describe_slo(slo))}</p>" + t.html(cells))
-    buckets = spec_view.by_input_bucket(rows)
-    positions = {"SGLang per request": spec_view.position_rates(spec_view.hist_from_requests(rows))}
-    if profile_logs:
-        positions[profile_names.TAG] = spec_view.position_rates(
-            spec_view.hist_from_profile([Path(p) for p in profile_logs])
-        )
+    buckets, positions = spec_view.views(rows, profile_logs)
     if buckets or any(positions.values()):
         parts.append("<h3>Speculation by workload</h3>")
-        if buckets:
-            t, cells = spec_view.bucket_table(buckets)
-            parts.append(t.html(cells))
-        for source, rates in positions.items():
-            if rates:
-                t, cells = spec_view.position_table(rates)
-                title = escape(spec_view.position_title(source)).replace("\n", "<br>")
-                parts.append(f"<p>{title}</p>" + t.html(cells))
+        for title, t, cells in spec_view.sections(buckets, positions):
+            title = escape(title).replace("\n", "<br>")
+            parts.append((f"<p>{title}</p>" if title else "") + t.html(cells))
         parts.append(_img(spec_view.render_spec(buckets, positions), "speculation by workload"))
     return "\n".join(parts)
 

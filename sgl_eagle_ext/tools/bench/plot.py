@@ -8,6 +8,7 @@ interrupted or during which the server died are left out and listed.
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from pathlib import Path
 
@@ -115,13 +116,33 @@ def require_matplotlib(who: str = "bench plot") -> None:
         ) from None
 
 
-def render(run_id: str, arms: dict[str, list[Level]], out: Path) -> None:
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def image(fig, out: Path | None = None, dpi: int = 100) -> bytes:
+    """The figure's image (PNG, or the format `out`'s suffix names), written to `out`
+    when given; the figure is closed."""
+    buf = io.BytesIO()
+    fmt = out.suffix[1:] if out is not None and out.suffix else "png"
+    fig.savefig(buf, format=fmt, dpi=dpi)
+    pyplot().close(fig)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+def render(run_id: str, arms: dict[str, list[Level]], out: Path | None = None) -> bytes:
     import matplotlib.ticker
 
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     ax_tok = axes[0][0]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -177,9 +198,7 @@ def render(run_id: str, arms: dict[str, list[Level]], out: Path) -> None:
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.94))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return image(fig, out, dpi=110)
 
 
 def plot_run(src: Path, out: Path | None, run_id: str | None, console: Console) -> int:

@@ -19,16 +19,16 @@ Plots use matplotlib's Agg backend (no display needed).
 
 from __future__ import annotations
 
-import io
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_eagle_ext.common import accept_length as accept
 from sgl_eagle_ext.common import figures
+from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import Col, Table
 from sgl_eagle_ext.profiling import names as profile_names
-from sgl_eagle_ext.tools.bench import plot, records
+from sgl_eagle_ext.tools.bench import plot, records, request_log
 from sgl_eagle_ext.tools.bench.records import Level, Request
 
 DEFAULT_EDGES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -117,39 +117,53 @@ CONVENTION = {
 position_rates = figures.position_rates  # cumulative and conditional, per position
 
 
-def bucket_table(buckets: list[Bucket]) -> tuple[Table, list[tuple]]:
-    """Accept length per input-length bucket (printed, and the HTML report's)."""
-    t = Table(
-        Col("input tokens", 14), Col("requests", 8), Col("verify", 8), Col("accept", 7, ".2f")
-    )
-    return t, [(b.bucket, b.requests, b.verify_cycles, b.accept_length) for b in buckets]
+def views(rows: list[Request], profile_logs) -> tuple[list[Bucket], dict]:
+    """Accept length per input-length bucket, and acceptance per draft position by
+    source (SGLang's per-request histograms; the profile logs' when given)."""
+    positions = {"SGLang per request": position_rates(hist_from_requests(rows))}
+    if profile_logs:
+        logs = [Path(p) for p in profile_logs]
+        positions[profile_names.TAG] = position_rates(hist_from_profile(logs))
+    return by_input_bucket(rows), positions
 
 
-def position_title(source: str) -> str:
-    return (
-        f"acceptance per draft position ({source}):\n  {CONVENTION[CUMULATIVE]}\n"
-        f"  {CONVENTION[CONDITIONAL]}"
-    )
-
-
-def position_table(rates: list[figures.PositionRate]) -> tuple[Table, list[tuple]]:
-    t = Table(
-        Col("position", 8),
-        Col("cycles accepting it", 19),
-        Col(CUMULATIVE, 10),
-        Col(CONDITIONAL, 11),
-    )
-    return t, [(r.position, r.accepted_cycles, _pct(r.rate), _pct(r.conditional)) for r in rates]
+def sections(
+    buckets: list[Bucket], positions: dict[str, list[figures.PositionRate]]
+) -> list[tuple[str, Table, list[tuple]]]:
+    """The tables (bench speculation's, and the HTML report's): (title, table, rows)."""
+    out = []
+    if buckets:
+        t = Table(
+            Col("input tokens", 14), Col("requests", 8), Col("verify", 8), Col("accept", 7, ".2f")
+        )
+        out.append(
+            ("", t, [(b.bucket, b.requests, b.verify_cycles, b.accept_length) for b in buckets])
+        )
+    for source, rates in positions.items():
+        if rates:
+            title = (
+                f"acceptance per draft position ({source}):\n  {CONVENTION[CUMULATIVE]}\n"
+                f"  {CONVENTION[CONDITIONAL]}"
+            )
+            t = Table(
+                Col("position", 8),
+                Col("cycles accepting it", 19),
+                Col(CUMULATIVE, 10),
+                Col(CONDITIONAL, 11),
+            )
+            cells = [
+                (r.position, r.accepted_cycles, _pct(r.rate), _pct(r.conditional)) for r in rates
+            ]
+            out.append((title, t, cells))
+    return out
 
 
 def tables(buckets: list[Bucket], positions: dict[str, list[figures.PositionRate]]) -> list[str]:
-    t, rows = bucket_table(buckets)
-    lines = t.render(rows) if buckets else []
-    for source, rates in positions.items():
-        if rates:
-            t, rows = position_table(rates)
-            lines += [*position_title(source).splitlines(), *t.render(rows)]
-    return lines
+    return [
+        line
+        for title, t, rows in sections(buckets, positions)
+        for line in [*title.splitlines(), *t.render(rows)]
+    ]
 
 
 def _pct(v) -> str:
@@ -157,29 +171,10 @@ def _pct(v) -> str:
 
 
 # ---------------------------------------------------------------- plots
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, out: Path | None) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    data = buf.getvalue()
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(data)
-    return data
-
-
 def render_spec(
     buckets: list[Bucket], positions: dict[str, list[figures.PositionRate]], out=None
 ) -> bytes:
-    plt = _plt()
+    plt = plot.pyplot()
     from matplotlib.ticker import MaxNLocator
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -210,9 +205,7 @@ def render_spec(
     for ax in (a, b):
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    data = _save(fig, out)
-    plt.close(fig)
-    return data
+    return plot.image(fig, out)
 
 
 def pareto_points(sweeps: list[Level]) -> dict[str, list[Point]]:
@@ -236,8 +229,7 @@ def pareto_points(sweeps: list[Level]) -> dict[str, list[Point]]:
 
 
 def render_pareto(points: dict[str, list[Point]], out=None) -> bytes:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    fig, ax = plot.pyplot().subplots(figsize=(7.5, 5.5))
     for arm, pts in points.items():
         ax.plot([p.total_tok_s for p in pts], [p.user_tok_s for p in pts], "o-", label=arm)
         for p in pts:
@@ -255,32 +247,22 @@ def render_pareto(points: dict[str, list[Point]], out=None) -> bytes:
     if points:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    data = _save(fig, out)
-    plt.close(fig)
-    return data
+    return plot.image(fig, out)
 
 
 def show(src: Path, out: Path | None, profile_logs: list[Path], console) -> int:
     """bench speculation REQUESTS.jsonl [--profile-log LOG ...] [-o PNG]: the tables,
     and the PNG at `out` (None: next to `src`)."""
-    from sgl_eagle_ext.common.errors import UserError
-    from sgl_eagle_ext.tools.bench import request_log
-    from sgl_eagle_ext.tools.bench.plot import require_matplotlib
-
     rows, problems = request_log.read(src)
     for p in problems:
         console.warn(p)
-    rows = [records.decode(r, Request) for r in rows]  # once, for both views
-    buckets = by_input_bucket(rows)
-    positions = {"SGLang per request": position_rates(hist_from_requests(rows))}
-    if profile_logs:
-        positions[profile_names.TAG] = position_rates(hist_from_profile(profile_logs))
+    buckets, positions = views([records.decode(r, Request) for r in rows], profile_logs)
     if not buckets and not any(positions.values()):
         raise UserError(
             f"{src}: no request carries speculation figures (verify cycles).",
             fix="benchmark a speculative server (SGLang streams them per request)",
         )
-    require_matplotlib("bench speculation")  # after the input checks: they need none
+    plot.require_matplotlib("bench speculation")  # after the input checks: they need none
     for line in tables(buckets, positions):
         console.out(line)
     out = out or src.with_name(f"{src.stem}-speculation.png")
