@@ -21,6 +21,7 @@ This module is the loop; what a level's load is (loads.py), its figures
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -131,32 +132,25 @@ async def run_requests(
     results: list[cl.RequestResult] = []
     bar = console.bar(len(prompts), desc) if until is None else console.bar(until, desc, True)
     state = Dispatch(server)
-    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext()
 
     async def send(i: int, p: Prompt) -> None:
-        if slots is not None:
-            async with slots:
-                r = await _one(i, p)
-        else:
-            r = await _one(i, p)
+        async with slots:
+            r = await client.chat(
+                p.as_messages(),
+                getattr(p, "output_len", None) or load.max_tokens,  # a workload's own length
+                index=i,
+                prompt_id=p.id,
+                temperature=load.temperature,
+                ignore_eos=load.ignore_eos,
+                seed=load.request_seed(i),
+            )
+        r.prompt = p  # counted after the level (count_inputs), off the measured time
         results.append(r)
         if until is None:
             bar.update(1)
         if not r.ok:
             await state.check(r)
-
-    async def _one(i: int, p: Prompt) -> cl.RequestResult:
-        r = await client.chat(
-            p.as_messages(),
-            getattr(p, "output_len", None) or load.max_tokens,  # a workload's own length
-            index=i,
-            prompt_id=p.id,
-            temperature=load.temperature,
-            ignore_eos=load.ignore_eos,
-            seed=load.request_seed(i),
-        )
-        r.prompt = p  # counted after the level (count_inputs), off the measured time
-        return r
 
     order = iter(enumerate(prompts))
     counter = iter(range(1 << 62))
