@@ -131,8 +131,7 @@ def report(opts: Options, console: Console, run: Run) -> int:
     for x in others:
         out(f"recommendation ({x.name} vs {ref}): {x.advice}")
     settings_lines(out, run)
-    per_arm = {a.plan.preset: a.fields for a in run.arms}
-    thin = compare.sample_size_warning(run.levels, per_arm, run.axis)
+    thin = compare.sample_size_warning(levels, per_arm, axis)
     if thin:
         console.warn(thin)
     prov = _summary_provenance(run, " vs ".join(names))
