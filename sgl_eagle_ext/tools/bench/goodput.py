@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.tools.bench import records, request_log
+from sgl_eagle_ext.tools.bench.commands.goodput import Options as GoodputOptions
 from sgl_eagle_ext.tools.bench.loads import SLO
 from sgl_eagle_ext.tools.bench.records import Request
 
@@ -229,33 +229,25 @@ def describe_slo(slo: dict) -> str:
     return " and ".join(f"{k.upper()} <= {v:g} ms" for k, v in slo.items()) or "none"
 
 
-def report(
-    src: Path,
-    console,
-    *,
-    slo_text: list[str] | None,
-    percentiles_text: str,
-    run_id: str | None,
-    as_json: bool,
-) -> int:
-    """bench goodput: the file's requests (those of `run_id` when given) against the
-    goals of --slo, at --percentiles (both parsed here, after the file's problems are
-    printed)."""
+def report(opts: GoodputOptions, console) -> int:
+    """bench goodput: FILE's requests (those of --run-id when given) against the goals
+    of --slo, at --percentiles (both parsed here, after the file's problems are printed)."""
+    src = opts.file
     rows, problems = request_log.read(src)
     for p in problems:
         console.warn(p)
-    slo = parse_slo(slo_text)
-    ps = parse_percentiles(percentiles_text)
-    if run_id:
-        rows = [r for r in rows if r.get("run_id") == run_id]
+    slo = parse_slo(opts.slo)
+    ps = parse_percentiles(opts.percentiles)
+    if opts.run_id:
+        rows = [r for r in rows if r.get("run_id") == opts.run_id]
         if not rows:
-            raise UserError(f"{src}: no requests of run {run_id}.", fix="check --run-id")
+            raise UserError(f"{src}: no requests of run {opts.run_id}.", fix="check --run-id")
     results = compute(rows, slo, ps)
     console.out(f"{len(rows)} request(s) from {src}; SLO: {describe_slo(slo)}")
     t, cells = table(results, slo, ps)
     for line in t.render(cells):
         console.out(line)
-    if as_json:
+    if opts.json:
         import json
 
         console.out(

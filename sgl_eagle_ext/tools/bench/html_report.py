@@ -13,16 +13,15 @@ from __future__ import annotations
 import base64
 import json
 from collections import defaultdict
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
-from pathlib import Path
 
 from sgl_eagle_ext.common import figures, paths
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.table import Col, L, Table
 from sgl_eagle_ext.common.table import text as _n
 from sgl_eagle_ext.tools.bench import goodput, level_view, plot, records, request_log, spec_view
+from sgl_eagle_ext.tools.bench.commands.report import Options as ReportOptions
 from sgl_eagle_ext.tools.bench.records import Level, Request
 
 STYLE = """
@@ -164,80 +163,47 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
     return "\n".join(parts)
 
 
-def build(
-    recs: list[dict],
-    source: str,
-    *,
-    run_id: str | None = None,
-    request_rows: list[dict] | None = None,
-    slo: dict | None = None,
-    percentiles=goodput.DEFAULT_PERCENTILES,
-    profile_logs=(),
-    problems=(),
-) -> str:
-    runs = defaultdict(list)
-    for r in recs:
-        runs[r.get("run_id")].append(r)
-    if run_id is not None:
-        if run_id not in runs:
-            raise UserError(f"{source}: no records of run {run_id}.", fix="check --run-id")
-        runs = {run_id: runs[run_id]}
-    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = [
-        "<h1>sgl-eagle-ext benchmark report</h1>",
-        f"<p>source: <code>{escape(source)}</code>; {len(recs)} record(s), "
-        f"{len(runs)} run(s); written {now}</p>",
-    ]
-    if problems:
-        body.append(
-            '<p class="note">skipped lines: ' + escape("; ".join(list(problems)[:10])) + "</p>"
-        )
-    for rid in reversed(list(runs)):  # the latest run first
-        body.append(run_section(rid, runs[rid]))
-    if request_rows:
-        body.append(requests_section(request_rows, slo or {}, percentiles, profile_logs))
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>benchmark report: {escape(Path(source).name)}</title>"
-        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
-
-
-def write_report(
-    src: Path,
-    out: Path | None,
-    console,
-    *,
-    run_id: str | None,
-    requests: Path | None,
-    slo_text: str | None,
-    percentiles_text: str,
-    profile_logs: Sequence[str],
-) -> int:
-    """bench report: `src`'s records (and the per-request records in `requests`) as one
-    HTML file at `out` (None: next to `src`, .html)."""
+def write_report(opts: ReportOptions, console) -> int:
+    """bench report: the records of RESULTS (and the per-request records of --requests)
+    as one HTML file at -o (default: next to RESULTS, .html)."""
+    src = opts.results
     recs, problems = records.read_jsonl(src)
     for p in problems:
         console.warn(p)
     if not recs:
         raise UserError(f"{src}: no bench records.", fix="give the JSONL `bench` wrote")
     rows = None
-    if requests is not None:
-        rows, more = request_log.read(requests)
+    if opts.requests is not None:
+        rows, more = request_log.read(opts.requests)
         for p in more:
             console.warn(p)
     plot.require_matplotlib("bench report")  # after the input checks: they need none
-    html = build(
-        recs,
-        str(src),
-        run_id=run_id,
-        request_rows=rows,
-        slo=goodput.parse_slo(slo_text),
-        percentiles=goodput.parse_percentiles(percentiles_text),
-        profile_logs=profile_logs,
-        problems=problems,
+    slo, percentiles = goodput.parse_slo(opts.slo), goodput.parse_percentiles(opts.percentiles)
+    runs = defaultdict(list)
+    for r in recs:
+        runs[r.get("run_id")].append(r)
+    if opts.run_id is not None:
+        if opts.run_id not in runs:
+            raise UserError(f"{src}: no records of run {opts.run_id}.", fix="check --run-id")
+        runs = {opts.run_id: runs[opts.run_id]}
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = [
+        "<h1>sgl-eagle-ext benchmark report</h1>",
+        f"<p>source: <code>{escape(str(src))}</code>; {len(recs)} record(s), "
+        f"{len(runs)} run(s); written {now}</p>",
+    ]
+    if problems:
+        body.append('<p class="note">skipped lines: ' + escape("; ".join(problems[:10])) + "</p>")
+    for rid in reversed(list(runs)):  # the latest run first
+        body.append(run_section(rid, runs[rid]))
+    if rows:
+        body.append(requests_section(rows, slo or {}, percentiles, opts.profile_logs))
+    html = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>benchmark report: {escape(src.name)}</title>"
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
-    out = out or src.with_suffix(".html")
+    out = opts.output or src.with_suffix(".html")
     # a non-UTF-8 label: its own bytes back (surrogateescape)
     paths.write_text("-o", out, html, errors="surrogateescape")
     console.out(f"wrote {out} ({len(html) // 1024} KiB, self-contained: open it in a browser)")

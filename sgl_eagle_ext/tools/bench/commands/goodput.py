@@ -43,11 +43,4 @@ def register(sub) -> None:
 def run(opts: Options, extra: list[str], console: Console) -> int:
     from sgl_eagle_ext.tools.bench import goodput
 
-    return goodput.report(
-        opts.file,
-        console,
-        slo_text=opts.slo,
-        percentiles_text=opts.percentiles,
-        run_id=opts.run_id,
-        as_json=opts.json,
-    )
+    return goodput.report(opts, console)

@@ -51,13 +51,4 @@ def register(sub) -> None:
 def run(opts: Options, extra: list[str], console: Console) -> int:
     from sgl_eagle_ext.tools.bench import html_report
 
-    return html_report.write_report(
-        opts.results,
-        opts.output,
-        console,
-        run_id=opts.run_id,
-        requests=opts.requests,
-        slo_text=opts.slo,
-        percentiles_text=opts.percentiles,
-        profile_logs=opts.profile_logs,
-    )
+    return html_report.write_report(opts, console)
