@@ -325,8 +325,9 @@ class LevelHook:
             check = tokens.check_against_usage(pairs)
             level.fields["input_tokens_check"] = check
             if not check["ok"]:
+                axis = loads.RATE if self.open_loop else loads.CONCURRENCY
                 self.console.warn(
-                    f"c={level.concurrency}: the server counted prompts "
+                    f"{axis.tag(level.concurrency)}: the server counted prompts "
                     f"{check['worst_relative_error'] * 100:+.0f}% off the --input-len asked "
                     f"for (tokens counted by {self.workload.counter.name})"
                 )

@@ -18,6 +18,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sgl_eagle_ext.common.cli_args import integer, number, port_number
 from sgl_eagle_ext.common.errors import UserError
 
 SG, VL = "sglang.bench_serving", "vllm bench serve"
@@ -59,8 +60,8 @@ class Row:
     args: dict = field(default_factory=dict)
 
 
-def _int(name: str):
-    return {name: {"type": int, "metavar": "N"}}
+def _int(name: str, low: int = 0):
+    return {name: {"type": integer(low), "metavar": "N"}}
 
 
 # fmt: off
@@ -75,7 +76,7 @@ ROWS = (
     Row("--host H --port P", (SG, VL), "--url http://H:P",
         note="host default here 127.0.0.1 (theirs 0.0.0.0, the same machine); port default "
         "30000 (8000 for the vllm backends, as bench_serving)",
-        args={"--host": {"metavar": "H"}, **_int("--port")}),
+        args={"--host": {"metavar": "H"}, "--port": {"type": port_number, "metavar": "P"}}),
     Row("--model M", (SG, VL), "the model name sent in every request",
         note="default: the server's own (/v1/models), as theirs; the tokenizer is --tokenizer",
         args={"--model": {"metavar": "M"}}),
@@ -89,12 +90,12 @@ ROWS = (
         args={"--dataset-name": {"metavar": "NAME"}, "--dataset-path": {"metavar": "PATH"}}),
     Row("--random-input-len I --random-output-len O", (SG, VL), "--input-len I --output-len O",
         note="with --dataset-name random only; their default 1024 each",
-        args={**_int("--random-input-len"), **_int("--random-output-len")}),
+        args={**_int("--random-input-len", 1), **_int("--random-output-len", 1)}),
     Row("--random-range-ratio R", (SG, VL), "--input-len max(1,int(I*R)):I (and output)",
         note="bench_serving's formula: its default 0 draws each length from 1..N "
         "(--input-len 1:N), 1 is fixed lengths. vLLM's R means I(1-R)..I(1+R), its default "
         "0 fixed lengths: from vLLM give R 1 (or --input-len I)",
-        args={"--random-range-ratio": {"type": float, "metavar": "R"}}),
+        args={"--random-range-ratio": {"type": number(0, maximum=1), "metavar": "R"}}),
     Row("--dataset-name sharegpt --dataset-path F", (SG, VL), "--dataset sharegpt:F",
         note="a file on this host (nothing is downloaded). Both shuffle with the seed "
         "(different orders); theirs drops prompts or replies under 2 tokens (and over "
@@ -108,7 +109,7 @@ ROWS = (
         "text of each row's input_length, theirs built from hash_ids",
         args={"--use-trace-timestamps": {"action": "store_true"}}),
     Row("--mooncake-slowdown-factor K", (SG,), "--trace-speed 1/K",
-        args={"--mooncake-slowdown-factor": {"type": float, "metavar": "K"}}),
+        args={"--mooncake-slowdown-factor": {"type": number(0, strict=True), "metavar": "K"}}),
     Row("--dataset-name generated-shared-prefix", (SG,), "(refused)", REFUSED,
         note="theirs is 64 groups of 16 prompts, each group its own system prompt; our "
         "--dataset shared-prefix:N puts one N-token prefix on every request"),
@@ -148,8 +149,8 @@ ROWS = (
         note="vLLM's formula (request i of n at A+(B-A)i/(n-1), or A(B/A)^(i/(n-1))); "
         "not with --request-rate or --duration",
         args={"--ramp-up-strategy": {"choices": ("linear", "exponential")},
-              "--ramp-up-start-rps": {"type": float, "metavar": "A"},
-              "--ramp-up-end-rps": {"type": float, "metavar": "B"}}),
+              "--ramp-up-start-rps": {"type": number(0, strict=True), "metavar": "A"},
+              "--ramp-up-end-rps": {"type": number(0, strict=True), "metavar": "B"}}),
     # the names our parser has already
     Row("--request-rate R", (SG, VL), "--request-rate R", SAME,
         note="a list 1,2,4 sweeps; default here a closed-loop sweep (theirs inf)"),
@@ -290,11 +291,6 @@ def read(args: argparse.Namespace, defaults: dict) -> None:
             "server's own tokenizer counts)",
         )
     args.ready_timeout = _read_flag(args, "--ready-check-timeout-sec") or 0
-    if args.ready_timeout < 0:
-        raise UserError(
-            f"--ready-check-timeout-sec {args.ready_timeout}: must be >= 0.",
-            fix="0 asks the server once; S waits up to S seconds",
-        )
     args.disable_tqdm = bool(_read_flag(args, "--disable-tqdm"))
 
 
@@ -314,14 +310,7 @@ def _read_url(args, put, backend) -> None:
         )
 
 
-def _lens(full: int, ratio: float, flag: str) -> str:
-    if full < 1:
-        raise UserError(f"{flag} {full}: a token count >= 1.", fix=f"e.g. {flag} 128")
-    if not 0 <= ratio <= 1:
-        raise UserError(
-            f"--random-range-ratio {ratio:g}: between 0 and 1.",
-            fix="1: fixed lengths; 0: each length drawn from 1..N",
-        )
+def _lens(full: int, ratio: float) -> str:
     low = max(int(full * ratio), 1)  # bench_serving's compute_random_lens
     return str(full) if low == full else f"{low}:{full}"
 
@@ -351,18 +340,9 @@ def _read_dataset(args, put) -> None:
     if name == "random":
         ratio = lens["--random-range-ratio"] or 0.0
         put("dataset", "random", "--dataset-name", "--dataset")
-        put(
-            "input_len",
-            _lens(lens["--random-input-len"] or 1024, ratio, "--random-input-len"),
-            "--random-input-len",
-            "--input-len",
-        )
-        put(
-            "output_len",
-            _lens(lens["--random-output-len"] or 1024, ratio, "--random-output-len"),
-            "--random-output-len",
-            "--output-len",
-        )
+        for io in ("input", "output"):
+            theirs = f"--random-{io}-len"
+            put(f"{io}_len", _lens(lens[theirs] or 1024, ratio), theirs, f"--{io}-len")
         return
     stray = [f for f, v in lens.items() if v is not None]
     if stray:
@@ -380,13 +360,9 @@ def _read_dataset(args, put) -> None:
         )
     kind = "sharegpt" if name == "sharegpt" else "trace"
     put("dataset", f"{kind}:{path}", "--dataset-name", "--dataset")
-    if _read_flag(args, "--sharegpt-output-len") is not None:
-        put(
-            "output_len",
-            str(_read_flag(args, "--sharegpt-output-len")),
-            "--sharegpt-output-len",
-            "--output-len",
-        )
+    out = _read_flag(args, "--sharegpt-output-len")
+    if out is not None:
+        put("output_len", str(out), "--sharegpt-output-len", "--output-len")
     timed = _read_flag(args, "--use-trace-timestamps")
     if name == "mooncake" and not timed and not args.concurrency:
         args.request_rate = args.request_rate or "inf"  # theirs: --request-rate (default inf)
@@ -395,10 +371,6 @@ def _read_dataset(args, put) -> None:
 def _read_load(args, put) -> None:
     factor = _read_flag(args, "--mooncake-slowdown-factor")
     if factor is not None:
-        if not factor > 0:
-            raise UserError(
-                f"--mooncake-slowdown-factor {factor:g}: must be > 0.", fix="e.g. 2 (twice as slow)"
-            )
         put("trace_speed", 1.0 / factor, "--mooncake-slowdown-factor", "--trace-speed")
     strategy = _read_flag(args, "--ramp-up-strategy")
     start, end = _read_flag(args, "--ramp-up-start-rps"), _read_flag(args, "--ramp-up-end-rps")
@@ -409,7 +381,7 @@ def _read_load(args, put) -> None:
             fix="add --ramp-up-strategy linear (or exponential)",
         )
     if strategy is not None:
-        if start is None or end is None or not (start > 0 and end > 0):
+        if start is None or end is None:
             raise UserError(
                 f"--ramp-up-strategy {strategy} needs --ramp-up-start-rps A and "
                 "--ramp-up-end-rps B, both > 0.",
