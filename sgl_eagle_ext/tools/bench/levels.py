@@ -13,19 +13,19 @@ from sgl_eagle_ext.tools.bench import sweep as sw
 DEFAULT_CONCURRENCY = ",".join(map(str, sw.DEFAULT_LEVELS))
 
 
-def levels(text: str, flag: str = "--concurrency") -> list[int]:
+def _values(text, flag: str, parse, what: str, fix: str) -> list:
+    """A comma-separated list of `parse`d values, sorted and without repeats."""
     try:
-        values = sorted({int(v) for v in text.split(",") if v.strip()})
+        return sorted({parse(v) for v in str(text).split(",") if v.strip()})
     except ValueError:
-        raise UserError(
-            f"{flag} {text}: not a comma-separated list of integers.",
-            fix=f"e.g. {flag} 1,2,5,10,30",
-        ) from None
+        raise UserError(f"{flag} {text}: not a comma-separated list of {what}.", fix=fix) from None
+
+
+def levels(text: str, flag: str = "--concurrency") -> list[int]:
+    fix = f"e.g. {flag} 1,2,5,10,30"
+    values = _values(text, flag, int, "integers", fix)
     if not values or values[0] < 1:
-        raise UserError(
-            f"{flag} {text}: levels must be integers >= 1.",
-            fix=f"e.g. {flag} 1,2,5,10,30",
-        )
+        raise UserError(f"{flag} {text}: levels must be integers >= 1.", fix=fix)
     limits.check_concurrency(values[-1], flag)
     return values
 
@@ -37,10 +37,7 @@ ARRIVALS = ("poisson", "gamma", "constant")
 def rates(text: str, flag: str = "--request-rate") -> list[float]:
     """Request rates (req/s); `inf` is a burst: every request sent at once."""
     fix = f"e.g. {flag} 4, {flag} 1,2,4,8 or {flag} inf (a burst)"
-    try:
-        values = sorted({float(v) for v in str(text).split(",") if v.strip()})
-    except ValueError:
-        raise UserError(f"{flag} {text}: not a comma-separated list of numbers.", fix=fix) from None
+    values = _values(text, flag, float, "numbers", fix)
     if not values or values[0] <= 0 or math.isnan(values[0]) or math.isnan(values[-1]):
         raise UserError(
             f"{flag} {text}: request rates must be positive numbers (req/s) or inf.", fix=fix

@@ -88,7 +88,7 @@ class SLO:
 
     @property
     def set(self) -> bool:
-        return any(v is not None for v in (self.tpot_ms, self.ttft_ms, self.e2e_ms, self.itl_ms))
+        return bool(self.goals())
 
     @classmethod
     def of(cls, goals: dict[str, float]) -> SLO:
@@ -121,15 +121,13 @@ class SLO:
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
     def describe(self) -> str:
-        parts = []
-        if self.tpot_ms is not None:
-            parts.append(f"TPOT <= {self.tpot_ms:.1f} ms")
-        if self.ttft_ms is not None:
-            parts.append(f"TTFT <= {self.ttft_ms:.0f} ms")
-        if self.e2e_ms is not None:
-            parts.append(f"E2E <= {self.e2e_ms:.0f} ms")
-        if self.itl_ms is not None:
-            parts.append(f"every ITL <= {self.itl_ms:.1f} ms")
+        words = {
+            "tpot_ms": "TPOT <= {:.1f} ms",
+            "ttft_ms": "TTFT <= {:.0f} ms",
+            "e2e_ms": "E2E <= {:.0f} ms",
+            "itl_ms": "every ITL <= {:.1f} ms",
+        }
+        parts = [words[k].format(v) for k, v in self.goals().items()]
         return " and ".join(parts) + (f" ({self.source})" if self.source else "")
 
     def record(self) -> dict:
