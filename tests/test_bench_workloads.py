@@ -152,6 +152,24 @@ def test_a_sharegpt_file_is_parsed_once_while_unchanged(tmp_path, monkeypatch):
     assert [c.id for c in datasets.load_sharegpt(str(f))] == ["c1"] and len(reads) == 2
 
 
+def test_a_trace_file_is_read_once_while_unchanged(tmp_path, monkeypatch):
+    """A replayed trace is read for its times (the plan) and for its requests (each
+    build): one read while the file is unchanged."""
+    from sgl_eagle_ext.tools.bench import traces, workload
+
+    reads = []
+    real = traces.load
+    monkeypatch.setattr(traces, "load", lambda p: reads.append(p) or real(p))
+    f = tmp_path / "t.jsonl"
+    rows = [{"timestamp": t, "input_length": 40, "output_length": 3} for t in (0, 500, 900)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert datasets.trace_times(str(f)) == [0.0, 0.5, 0.9]
+    opts = workload.WorkloadOptions(dataset=f"trace:{f}")
+    w = workload.WorkloadSet(opts, 16, seed=0, prompt_set="mixed")
+    assert len(w.take(5, 0)) == 5 and session.prompt_facts(w, 0)["count"] == 3
+    assert len(reads) == 1, reads
+
+
 def test_sharegpt_json_and_jsonl_give_the_same_conversations(tmp_path):
     j = tmp_path / "sg.json"
     j.write_text(json.dumps(SHAREGPT, indent=2))

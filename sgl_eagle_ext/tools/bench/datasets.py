@@ -247,6 +247,14 @@ def load_sharegpt(path: str) -> list[Conversation]:
 
 
 @_once_per_file
+def trace_rows(path: str) -> list:
+    """A trace's rows (tools/bench/traces.py), read once while the file is unchanged."""
+    from sgl_eagle_ext.tools.bench import traces
+
+    return traces.load(path)
+
+
+@_once_per_file
 def file_sha256(path: str) -> str:
     import hashlib
 
@@ -386,7 +394,7 @@ def _trace(path: str, n: int, output_len: LengthSpec, builder) -> Workload:
     rows sharing leading ids share that prefix (as the trace's own requests did)."""
     from sgl_eagle_ext.tools.bench import traces
 
-    rows = traces.load(path)
+    rows = trace_rows(path)
     reqs = []
     for i in range(n):
         row = rows[i % len(rows)]
@@ -413,9 +421,8 @@ def _trace(path: str, n: int, output_len: LengthSpec, builder) -> Workload:
 
 def trace_times(path: str) -> list[float]:
     """Arrival times (seconds from the first) of a trace's rows, in order."""
-    from sgl_eagle_ext.tools.bench import traces
 
-    return [r.at for r in traces.load(path)]
+    return [r.at for r in trace_rows(path)]
 
 
 def _refit(reqs, spec: LengthSpec, rng, builder: PromptBuilder | None) -> list[WorkRequest]:
