@@ -108,6 +108,11 @@ class Run:
     def axis(self) -> loads.Axis:
         return loads.RATE if self.open_loop else loads.CONCURRENCY
 
+    def fail(self, plan: arms.ArmPlan, why: str, kind: str, console: Console) -> None:
+        """An arm that did not run to the end: recorded, and said on one error line."""
+        self.failed[plan.preset], self.failed_kinds[plan.preset] = why, kind
+        console.error(f"[{plan.label}] {plan.preset} failed: {why}")
+
 
 async def _arm(server, opts: Options, console, run: Run, prov, plan, hook):
     """One arm's warm-up, sweep and lossless-check generations."""
@@ -199,7 +204,6 @@ def run_arms(opts: Options, extra: list[str], console: Console):
         + f"; prompts {ps.name}"
     )
     run = Run(rec, levels, open_loop, slo, wl or ps, host, check_prompts, [], settings=settings)
-    failed = run.failed
     for plan in plans:
         console.info(f"[{plan.label}] starting {plan.preset}: {shlex.join(plan.command)}")
         plan.api_key = conn.api_key
@@ -240,8 +244,7 @@ def run_arms(opts: Options, extra: list[str], console: Console):
         except ARM_FAILURES as e:
             if isinstance(e, arms.ArmFailed) and e.code == EXIT_USAGE:
                 run.refused = True  # the launcher refused its input: the run exits 2
-            failed[plan.preset], run.failed_kinds[plan.preset] = arm_error(e), failure_kind(e)
-            console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
+            run.fail(plan, arm_error(e), failure_kind(e), console)
             continue
         finally:
             if proc is not None:
@@ -251,17 +254,15 @@ def run_arms(opts: Options, extra: list[str], console: Console):
                     f"({'cleanly' if proc.stopped_cleanly else f'exit code {code}'})"
                 )
         if outcome.stopped:
-            failed[plan.preset] = f"{outcome.stopped} (its finished levels are recorded)"
-            run.failed_kinds[plan.preset] = "stopped"
-            console.error(f"[{plan.label}] {plan.preset} failed: {failed[plan.preset]}")
+            why = f"{outcome.stopped} (its finished levels are recorded)"
+            run.fail(plan, why, "stopped", console)
             continue
         run.arms.append(ArmRun(plan, server, prov, outcome, outputs))
-    done = run.arms
-    if len(done) < 2:
-        ran = f"only {done[0].plan.preset} ran" if done else "no arm ran"
+    if len(run.arms) < 2:
+        ran = f"only {run.arms[0].plan.preset} ran" if run.arms else "no arm ran"
         console.error(
-            f"{len(failed)} of {len(plans)} arm(s) failed and {ran}: nothing to compare"
-            + ("; its sweep is recorded" if done else "")
+            f"{len(run.failed)} of {len(plans)} arm(s) failed and {ran}: nothing to compare"
+            + ("; its sweep is recorded" if run.arms else "")
         )
         return EXIT_USAGE if run.refused else session.EXIT_FAILED
     return run
