@@ -197,7 +197,7 @@ def write_report(opts: ReportOptions, console) -> int:
     for rid in reversed(list(runs)):  # the latest run first
         body.append(run_section(rid, runs[rid]))
     if rows:
-        body.append(requests_section(rows, slo or {}, percentiles, opts.profile_logs))
+        body.append(requests_section(rows, slo, percentiles, opts.profile_logs))
     html = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>benchmark report: {escape(src.name)}</title>"

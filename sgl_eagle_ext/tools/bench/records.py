@@ -406,7 +406,7 @@ def new_run_id() -> str:
     return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def _append_bytes(path: Path, data: bytes, header: bytes = b"") -> None:
+def append_bytes(path: Path, data: bytes, header: bytes = b"") -> None:
     """Append `data` whole, or nothing: a failed write is cut back to the file's size
     before it. `header` first when the file is empty, decided under the lock so that
     parallel writers to one file never write it twice. Not a regular file (a FIFO,
@@ -470,7 +470,7 @@ def encode_line(record: dict) -> bytes:
 
 
 def append_jsonl(path: Path, record: dict) -> None:
-    _append_bytes(path, encode_line(record))
+    append_bytes(path, encode_line(record))
 
 
 def _csv_line(values: list) -> str:
@@ -497,7 +497,7 @@ def append_csv(path: Path, row: dict) -> None:
     values = ["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS]
     header = _csv_line(list(CSV_COLUMNS)).encode("utf-8")
     # surrogateescape: a non-UTF-8 path goes back to its own bytes, never an exception
-    _append_bytes(path, _csv_line(values).encode("utf-8", "surrogateescape"), header)
+    append_bytes(path, _csv_line(values).encode("utf-8", "surrogateescape"), header)
 
 
 def read_lines(path: Path, fix: str, not_json: str, check) -> tuple[list[dict], list[str]]:
@@ -598,16 +598,26 @@ class Recorder:
         return record
 
     def _rescue(self, record: dict, error: OSError) -> None:
-        self.rescued = Path(tempfile.gettempdir()) / f"bench-rescued-{self.run_id}.jsonl"
-        try:
-            append_jsonl(self.rescued, record)
-            where = f"written to {self.rescued} instead"
-        except OSError:
-            self.rescued = None
-            where = "here it is:\n" + json.dumps(clean(record), default=str)
-        print(
-            f"warning: cannot write {self.jsonl} ({error.strerror or error}); the record is "
-            f"{where}",
-            file=sys.stderr,
-            flush=True,
-        )
+        shown = "here it is:\n" + json.dumps(clean(record), default=str)
+        name = f"bench-rescued-{self.run_id}.jsonl"
+        self.rescued, where = rescue(encode_line(record), name, shown)
+        warn_unwritten(self.jsonl, error, f"the record is {where}")
+
+
+def rescue(data: bytes, name: str, otherwise: str) -> tuple[Path | None, str]:
+    """Lines a file did not take go to NAME in the temporary folder: (that file, or None
+    and `otherwise`; where they went, for the warning)."""
+    path = Path(tempfile.gettempdir()) / name
+    try:
+        append_bytes(path, data)
+        return path, f"written to {path} instead"
+    except OSError:
+        return None, otherwise
+
+
+def warn_unwritten(path: Path, error: OSError, what: str) -> None:
+    print(
+        f"warning: cannot write {path} ({error.strerror or error}); {what}",
+        file=sys.stderr,
+        flush=True,
+    )

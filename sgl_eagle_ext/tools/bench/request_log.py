@@ -11,8 +11,6 @@ locked write, like the results file.
 
 from __future__ import annotations
 
-import sys
-import tempfile
 from pathlib import Path
 
 from sgl_eagle_ext.common import accept_length as accept
@@ -103,28 +101,15 @@ class RequestLog:
             lines.append(records.encode_line(rec))
         data = b"".join(lines)
         try:
-            records._append_bytes(self.path, data)
+            records.append_bytes(self.path, data)
         except OSError as e:  # full disk, file-size limit: the run goes on, its lines kept
-            self._rescue(data, e, common.get("run_id") or records.new_run_id())
+            run_id = common.get("run_id") or records.new_run_id()
+            lost = "lost (the rescue file could not be written either)"
+            rescued, where = records.rescue(data, f"bench-rescued-{run_id}-requests.jsonl", lost)
+            self.rescued = self.rescued or rescued
+            what = f"this level's {len(lines)} per-request line(s) are {where}"
+            records.warn_unwritten(self.path, e, what)
         self.written += len(lines)
-
-    def _rescue(self, data: bytes, error: OSError, run_id: str) -> None:
-        """A level's lines that FILE did not take (cut back to its last whole line)
-        go to a rescue file, named on stderr; the run and its results go on."""
-        if self.rescued is None:
-            self.rescued = Path(tempfile.gettempdir()) / f"bench-rescued-{run_id}-requests.jsonl"
-        try:
-            records._append_bytes(self.rescued, data)
-            where = f"written to {self.rescued} instead"
-        except OSError:
-            where = "lost (the rescue file could not be written either)"
-        n = data.count(b"\n")
-        print(
-            f"warning: cannot write {self.path} ({error.strerror or error}); this level's "
-            f"{n} per-request line(s) are {where}",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def read(path: Path) -> tuple[list[dict], list[str]]:

@@ -156,7 +156,7 @@ class Results:
         """One whole line, or none (a full disk cuts the file back: records.py)."""
         rec = {**rec, "setup": self.setup}
         line = json.dumps(rec, separators=(",", ":"), default=str) + "\n"
-        records._append_bytes(self.path, line.encode("utf-8", "surrogateescape"))
+        records.append_bytes(self.path, line.encode("utf-8", "surrogateescape"))
         self.records[key_of(rec)] = rec
 
     def of_kind(self, kind: str) -> list[dict]:
