@@ -220,10 +220,14 @@ class TimelineCuda(FakeCuda):
     def __init__(self):
         super().__init__()
         self.streams = [TimelineStream(self)]
+        self.idle_ms: list[float] = []  # each time a kernel found its stream run dry
 
     def kernel(self, ms: float) -> None:
         s = self.current_stream()
-        s.busy_until = max(time.perf_counter(), s.busy_until) + ms / 1000
+        now = time.perf_counter()
+        if now > s.busy_until:
+            self.idle_ms.append((now - s.busy_until) * 1e3)
+        s.busy_until = max(now, s.busy_until) + ms / 1000
 
     def Event(self, enable_timing=False):
         return TimelineEvent(self, enable_timing)
