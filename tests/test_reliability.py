@@ -568,6 +568,25 @@ def test_a_failed_append_is_cut_back_and_the_lines_rescued(tmp_path, monkeypatch
     assert path.read_bytes() == b'{"kind":"request"}\n'
 
 
+def test_every_levels_rescued_lines_go_to_one_file(tmp_path, monkeypatch, capsys):
+    """Without a run id, each level's rescue names a file of its own run id: the lines of
+    every level still go to the first rescue file, the one the log names."""
+    from sgl_eagle_ext.tools.bench import client as cl
+    from sgl_eagle_ext.tools.bench import request_log
+
+    monkeypatch.setattr(records.tempfile, "gettempdir", lambda: str(tmp_path / "rescue"))
+    (tmp_path / "rescue").mkdir()
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / "req.jsonl").mkdir()  # a write there fails (even as root)
+    log = request_log.RequestLog(tmp_path / "gone" / "req.jsonl")
+    r = cl.RequestResult(index=0, prompt_id="p", max_tokens=4)
+    for _ in range(2):
+        log.write_level([r], 0.0, 1.0, {})
+    assert len(list((tmp_path / "rescue").iterdir())) == 1
+    assert len(log.rescued.read_text().splitlines()) == 2
+    assert capsys.readouterr().err.count(str(log.rescued)) == 2
+
+
 def test_children_die_with_their_group():
     """A wrapper that does not `exec` (a shell left waiting on python): on timeout
     and on a normal exit, whatever it started in its group is killed too."""

@@ -103,9 +103,11 @@ class RequestLog:
         try:
             records.append_bytes(self.path, data)
         except OSError as e:  # full disk, file-size limit: the run goes on, its lines kept
+            # every level's lines to the first rescue file (the run id may be missing)
             run_id = common.get("run_id") or records.new_run_id()
+            name = self.rescued.name if self.rescued else f"bench-rescued-{run_id}-requests.jsonl"
             lost = "lost (the rescue file could not be written either)"
-            rescued, where = records.rescue(data, f"bench-rescued-{run_id}-requests.jsonl", lost)
+            rescued, where = records.rescue(data, name, lost)
             self.rescued = self.rescued or rescued
             what = f"this level's {len(lines)} per-request line(s) are {where}"
             records.warn_unwritten(self.path, e, what)
