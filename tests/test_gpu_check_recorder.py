@@ -190,9 +190,9 @@ def test_gpu_bound_verdicts_on_a_device_that_takes_time(gr, monkeypatch):
     regimes = {"gpu-bound": ({p: scale * ms for p, ms in phase_ms.items()}, host_ms)}
     monkeypatch.setattr(gr, "REGIMES", regimes)
     # The regime's premise is that the host keeps ahead of the device: a run in which the
-    # device ran dry (its queue empty for over 1 ms in all: CI at load 7 had phases 30%
-    # long with a 42 ms launch period) or whose launch period says the host fell behind
-    # is run again (TRIES in all, about 2 s each), never judged.
+    # device ran dry (its queue empty for over 1 ms in all; CI at load 7 had phases 30%
+    # long with a 42 ms launch period, within 10% of the step) is run again (TRIES in all,
+    # about 2 s each), never judged. A host that fell behind shows as exactly that.
     loop = gr.overlap_loop
 
     def measured_loop(*a, **k):  # the device's idle spells while the loop runs
@@ -205,7 +205,7 @@ def test_gpu_bound_verdicts_on_a_device_that_takes_time(gr, monkeypatch):
         idle = fake.cuda.idle_ms[1:]  # the first kernel starts the device
         print({k: f[k] for k in ("recorder_cycle_ms", "host_launch_period_ms", "recorder_host_ms")})
         print(f"device idle: {len(idle)} spell(s), {sum(idle):.2f} ms")
-        if sum(idle) <= 1.0 and f["host_launch_period_ms"] <= 1.1 * STEP_MS:
+        if sum(idle) <= 1.0:
             break
     else:
         pytest.fail(f"the host never kept ahead of the simulated device: {f}")
