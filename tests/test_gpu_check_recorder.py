@@ -189,10 +189,12 @@ def test_gpu_bound_verdicts_on_a_device_that_takes_time(gr, monkeypatch):
     scale = STEP_MS / sum(phase_ms.values())
     regimes = {"gpu-bound": ({p: scale * ms for p, ms in phase_ms.items()}, host_ms)}
     monkeypatch.setattr(gr, "REGIMES", regimes)
-    # The regime's premise is that the host keeps ahead of the device: a run in which the
-    # device ran dry (its queue empty for over 1 ms in all; CI at load 7 had phases 30%
-    # long with a 42 ms launch period, within 10% of the step) is run again (TRIES in all,
-    # about 2 s each), never judged. A host that fell behind shows as exactly that.
+    # The regime's premise is that the host keeps ahead of the device. When it falls
+    # behind, the device runs dry and the idle time lands in the phases, as it would on a
+    # GPU (CI at load 7: phases 30% long). A run is judged only when its idle time could
+    # not move the shortest phase's mean by half its tolerance; else it is run again
+    # (TRIES in all, about 2 s each). A host too crowded for any such run cannot judge
+    # these verdicts: the test says so and skips (quiet hosts: 0 idle spells).
     loop = gr.overlap_loop
 
     def measured_loop(*a, **k):  # the device's idle spells while the loop runs
@@ -200,15 +202,20 @@ def test_gpu_bound_verdicts_on_a_device_that_takes_time(gr, monkeypatch):
         return loop(*a, **k)
 
     monkeypatch.setattr(gr, "overlap_loop", measured_loop)
+    cycles = 40
+    budget = 0.5 * gr.PHASE_TOL * min(regimes["gpu-bound"][0].values()) * cycles
     for _ in range(TRIES):
-        f = gr.run_regime(fake, "gpu-bound", n=40)
+        f = gr.run_regime(fake, "gpu-bound", n=cycles)
         idle = fake.cuda.idle_ms[1:]  # the first kernel starts the device
         print({k: f[k] for k in ("recorder_cycle_ms", "host_launch_period_ms", "recorder_host_ms")})
-        print(f"device idle: {len(idle)} spell(s), {sum(idle):.2f} ms")
-        if sum(idle) <= 1.0:
+        print(f"device idle: {len(idle)} spell(s), {sum(idle):.2f} ms (budget {budget:.1f})")
+        if sum(idle) <= budget:
             break
     else:
-        pytest.fail(f"the host never kept ahead of the simulated device: {f}")
+        pytest.skip(
+            f"the host never kept ahead of the simulated device in {TRIES} runs (device "
+            f"idle {sum(idle):.0f} ms > {budget:.1f} in the last): too crowded to judge"
+        )
     c = f["checks"]
     assert f["unit_ms"] == pytest.approx(2.0, rel=0.02)  # calibrated on the device clock
     assert c["no_sync"] and c["all_resolved"] and c["accept_joined"]
