@@ -153,7 +153,11 @@ def test_itl_per_token_and_chunk_gaps(fake, tmp_path):
     assert rc == 0
     (r,), (row,) = read(res)
     gap, itl = r["chunk_gap_ms"]["p50"], r["itl_ms"]["p50"]
-    assert gap >= 18 and itl == pytest.approx(gap / 4, rel=0.05)
+    assert itl == pytest.approx(gap / 4, rel=0.05)
+    # in ms, and between chunks: some gap spans the server's 20 ms pause (a client that
+    # read one chunk late on a busy host shortens the next gap, so not every gap does)
+    assert r["chunk_gap_ms"]["p99"] >= 18
+    assert r["itl_ms"]["mean"] == pytest.approx(r["chunk_gap_ms"]["mean"] / 4)
     assert r["tokens_per_chunk"] == pytest.approx(13 / 4)
     assert r["itl_source"] == "per-chunk token counts"  # usage on every chunk
     assert float(row["chunk_gap_p50_ms"]) == pytest.approx(gap)
