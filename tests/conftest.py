@@ -64,6 +64,9 @@ def xdist_group(item) -> str:
 
 
 def pytest_configure(config):
+    # The test processes too (workers inherit it): torch's idle OpenMP threads spin on a
+    # 2-core box shared by three workers and their servers (launch/overlays/cpu.toml)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     # xdist would reorder the groups by their number of tests (the fast files have most)
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
