@@ -172,6 +172,16 @@ def _force_full_tree_mask(release) -> None:
     say(f"tree mask forced to FULL_MASK for the Triton backend (rebound in {len(rebound)} modules)")
 
 
+def _patch_interpreter_once() -> None:
+    """Triton's interpreter patches the language once per launch, not at every
+    device-function call (cpu/interpreter_patching.py: 13% of a scheduler's CPU)."""
+    from sgl_eagle_ext.cpu import interpreter_patching
+
+    why_not = interpreter_patching.install()
+    if why_not:
+        say(f"anchor missing: {why_not}; the interpreter re-patches at every device call")
+
+
 def install_scheduler() -> None:
     """Scheduler process, before SGLang's run_scheduler_process."""
     if "scheduler" in _done:
@@ -187,6 +197,7 @@ def install_scheduler() -> None:
     _force_full_tree_mask(release)  # imports eagle_utils, hence spec_tree and sgl_kernel
     _check_standin()
     _check_tree_kernels(release)
+    _patch_interpreter_once()
     _done.add("scheduler")  # then the v1 fixes (cpu/v1_fixes.py), their own feature
 
 
