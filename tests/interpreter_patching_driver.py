@@ -33,6 +33,23 @@ def kernel(X, Y, N: tl.constexpr, STEPS: tl.constexpr):
 
 raw = interpreter._patch_lang
 calls = []
+raw_dtype = interpreter._get_np_dtype
+dtype_calls = []
+
+
+def counted_dtype(tt):
+    dtype_calls.append(str(tt))
+    return raw_dtype(tt)
+
+
+semantic = interpreter.interpreter_semantic
+widened = []  # int64 casts: the overflow check's (the kernel has none of its own)
+
+
+def counted_cast(value, dtype, *args, **kwargs):
+    if dtype == tl.int64:
+        widened.append(1)
+    return type(semantic).cast(semantic, value, dtype, *args, **kwargs)
 
 
 def counted(fn):
@@ -40,28 +57,32 @@ def counted(fn):
     return raw(fn)
 
 
-def run() -> tuple[list, int]:
-    """Outputs of LAUNCHES launches and Triton's patch calls."""
+def run() -> tuple[list, int, int, int]:
+    """Outputs of LAUNCHES launches, Triton's patch calls, the int64 casts and Triton's
+    dtype lookups."""
     calls.clear()
+    widened.clear()
+    dtype_calls.clear()
     x = torch.arange(PROGRAMS * N, dtype=torch.float32).reshape(PROGRAMS, N).sin()
     outs = []
     for _ in range(LAUNCHES):
         y = torch.empty_like(x)
         kernel[(PROGRAMS,)](x, y, N=N, STEPS=STEPS)
         outs.append(y.tolist())
-    return outs, len(calls)
+    return outs, len(calls), len(widened), len(dtype_calls)
 
 
 interpreter._patch_lang = counted
-plain, plain_calls = run()
+semantic.cast = counted_cast
+interpreter._get_np_dtype = counted_dtype
+plain, plain_calls, plain_widened, plain_lookups = run()
 assert interpreter_patching.install() is None
 assert interpreter_patching.install() is None  # idempotent: one wrapper
-once, once_calls = run()
+once, once_calls, once_widened, once_lookups = run()
 interpreter_patching.uninstall()
-after, _ = run()  # Triton as shipped, on what the once-patched launches left
-back = interpreter._patch_lang is counted and "__wrapped__" not in dir(
-    vars(interpreter.GridExecutor)["__call__"]
-)
+after, _, after_widened, after_lookups = run()  # Triton as shipped, on what the others left
+back = interpreter._patch_lang is counted and interpreter._get_np_dtype is counted_dtype
+back = back and "__wrapped__" not in dir(vars(interpreter.GridExecutor)["__call__"])
 print(
     json.dumps(
         {
@@ -69,6 +90,8 @@ print(
             "plain_calls": plain_calls,
             "once_calls": once_calls,
             "uninstalled": back,
+            "widened": [plain_widened, once_widened, after_widened],
+            "lookups": [plain_lookups, once_lookups, after_lookups],
             "launches": LAUNCHES,
             "device_calls": PROGRAMS * STEPS * 4 * LAUNCHES,
         }

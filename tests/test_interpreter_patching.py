@@ -1,7 +1,8 @@
-"""The CPU harness's once-per-launch language patching (cpu/interpreter_patching.py)
-against Triton's interpreter as it ships, in a child with TRITON_INTERPRET=1: the same
-outputs bit for bit, Triton's own patch called once per launch and module set instead
-of at every device-function call, and uninstall puts Triton back (whose launches then
+"""The CPU harness's interpreter changes (cpu/interpreter_patching.py) against Triton's
+interpreter as it ships, in a child with TRITON_INTERPRET=1: the same outputs bit for
+bit, no unread overflow check (its int64 casts), Triton's own language patch called once
+per launch and module set instead of at every device-function call, Triton's own dtype
+lookup once per element type, and uninstall puts Triton back (whose launches then
 compute the same again)."""
 
 from __future__ import annotations
@@ -37,3 +38,10 @@ def test_one_patch_per_launch_and_module_set_same_outputs():
     # once: per launch, the kernel's module (tl: the kernel and `twice`) and the
     # standard library's (tl.core: max, sum, cdiv)
     assert got["once_calls"] == 2 * got["launches"]
+    # the int32 offsets' overflow check, widened to int64, as shipped and after uninstall
+    plain, once, after = got["widened"]
+    assert plain > 0 and once == 0 and after == plain
+    # Triton's dtype lookup: at every constant, cast and load as shipped; once per
+    # element type (pointers aside) with the harness's
+    plain, once, after = got["lookups"]
+    assert plain > 100 and 0 < once <= 10 and after == plain

@@ -1,31 +1,41 @@
-"""Triton's interpreter patches `triton.language` once per language module per launch.
+"""Three costs of Triton's interpreter (TRITON_INTERPRET=1) that change nothing it computes.
 
-Under TRITON_INTERPRET=1 a kernel launch (`GridExecutor.__call__`) swaps the language's
-builtins for interpreted ones (`_patch_lang`) and restores them when the grid is done.
-Every call of a `@triton.jit` device function inside the kernel (`tl.max`, `tl.sum`,
-`tl.cdiv`, a module's own helper) patches again, in every program instance and loop
-iteration: the same swaps, found again by `inspect.getmembers` over the modules, never
-restored (the launch's restore undoes what matters). In a tiny-pair EAGLE server that
-repetition was 13% of the scheduler's CPU.
+1. Overflow checks whose result nobody reads. The interpreter's options say
+   `sanitize_overflow=True, debug=False`: every int32 add, sub and mul (each offset and
+   index in a kernel) is redone in int64 and compared with the type's bounds, and the
+   result goes to `device_assert`, which returns at once without `debug` (compiled
+   Triton drops the check without `debug` too). Here it is off while `debug` is off:
+   23% of a tiny-pair EAGLE scheduler's CPU.
+2. The language patched again at every device-function call. A kernel launch
+   (`GridExecutor.__call__`) swaps `triton.language`'s builtins for interpreted ones
+   (`_patch_lang`) and restores them when the grid is done; every call of a `@triton.jit`
+   device function inside the kernel (`tl.max`, `tl.sum`, `tl.cdiv`, a module's own
+   helper) patches again, in every program instance and loop iteration: the same swaps,
+   found again by `inspect.getmembers`, never restored (the launch's restore undoes what
+   matters). Here a launch remembers which language modules it has patched (a function
+   in `triton/language/standard.py` sees `tl.core`, a kernel's module `tl`) and skips a
+   later patch of the same ones: 13% of that scheduler's CPU.
+3. A numpy dtype looked up by building a 19-entry table (`_get_np_dtype`) at every
+   constant, cast, load and broadcast: 7% of the scheduler's CPU once 1 and 2 were gone.
+   Here each element type's answer (one for every pointer type, as Triton gives) is
+   Triton's own, remembered after its first call.
 
-Here a launch remembers which language modules it has patched (a device function in
-`triton/language/standard.py` sees `tl.core`, the kernel's module `tl`), and a later
-patch of the same modules in the same launch is skipped: the swaps are in place until
-the launch restores them. The kernels and what they compute are Triton's and SGLang's,
-unchanged; a launch's first patch of each module set is Triton's own call.
-
-Installed in the scheduler processes by the CPU harness (cpu/harness.py); Triton 3.8
-and 3.9 (the two harnesses). A Triton without these anchors runs as it ships.
+The kernels and what they compute are Triton's and SGLang's, unchanged; a launch's first
+patch of each module set is Triton's own call. Installed in the scheduler processes by
+the CPU harness (cpu/harness.py); Triton 3.8 and 3.9 (the two harnesses). A Triton
+without these anchors runs as it ships.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import wrapt
 
 _state = threading.local()  # .patched: this launch's module sets, None outside one
-ANCHORS = ("_patch_lang", "_LangPatchScope", "GridExecutor")
+ANCHORS = ("_patch_lang", "_LangPatchScope", "GridExecutor", "interpreter_builder", "_get_np_dtype")
+_shipped_options = []  # the builder's options before install (one entry once installed)
 
 
 def missing_anchors(interpreter) -> list[str]:
@@ -47,7 +57,7 @@ def _launch(wrapped, instance, args, kwargs):
 
 
 def install() -> str | None:
-    """Wrap the interpreter (idempotent). None when installed, else why not."""
+    """All three (idempotent). None when installed, else why not."""
     import triton.language as tl
     from triton.runtime import interpreter
 
@@ -56,6 +66,12 @@ def install() -> str | None:
         return f"triton.runtime.interpreter has no {', '.join(missing)}"
     if isinstance(interpreter._patch_lang, wrapt.FunctionWrapper):
         return None
+    builder = interpreter.interpreter_builder
+    opts = builder.options
+    unread = not getattr(opts, "debug", True) and getattr(opts, "sanitize_overflow", False)
+    if unread and dataclasses.is_dataclass(opts):
+        _shipped_options[:] = [opts]
+        builder.options = dataclasses.replace(opts, sanitize_overflow=False)
 
     def patch_lang(wrapped, instance, args, kwargs):
         patched = getattr(_state, "patched", None)
@@ -68,8 +84,20 @@ def install() -> str | None:
         patched.add(key)
         return wrapped(*args, **kwargs)
 
+    known: dict = {}  # element type (every pointer one key) -> Triton's numpy dtype
+
+    def np_dtype(wrapped, instance, args, kwargs):
+        (tt,) = args
+        elem = tt.element_ty if isinstance(tt, tl.block_type) else tt  # a block's: its element's
+        key = tl.pointer_type if isinstance(elem, tl.pointer_type) else elem
+        found = known.get(key)
+        if found is None:
+            found = known[key] = wrapped(tt)
+        return found
+
     wrapt.wrap_function_wrapper(interpreter, "_patch_lang", patch_lang)
     wrapt.wrap_function_wrapper(interpreter, "GridExecutor.__call__", _launch)
+    wrapt.wrap_function_wrapper(interpreter, "_get_np_dtype", np_dtype)
     return None
 
 
@@ -77,8 +105,12 @@ def uninstall() -> None:
     """Put Triton's own functions back (tests)."""
     from triton.runtime import interpreter
 
-    if isinstance(interpreter._patch_lang, wrapt.FunctionWrapper):
-        interpreter._patch_lang = interpreter._patch_lang.__wrapped__
+    for name in ("_patch_lang", "_get_np_dtype"):
+        fn = getattr(interpreter, name)
+        if isinstance(fn, wrapt.FunctionWrapper):
+            setattr(interpreter, name, fn.__wrapped__)
     call = vars(interpreter.GridExecutor).get("__call__")
     if isinstance(call, wrapt.FunctionWrapper):
         interpreter.GridExecutor.__call__ = call.__wrapped__
+    if _shipped_options:
+        interpreter.interpreter_builder.options = _shipped_options.pop()
