@@ -202,6 +202,8 @@ EAGLE_EXT_DRAFT_CATCHUP = "3"
     # (one head: MHA) on its per-head one
     assert "target verify on the decode kernel (1 token(s) per request)" in log
     assert "EAGLE_EXT_DRAFT_CATCHUP: on" in log
+    # the harness's interpreter changes ran in the scheduler (cpu/interpreter_patching.py)
+    assert "Triton's interpreter: overflow checks off" in log
     assert "first catch-up at 3 kept:" in log and "first catch-up as drafting resumes:" in log
     assert "kept positions end at" not in log and "off from now on" not in log
     assert "target verify on verify_shared_kv_fwd (3 token(s) per request)" in log

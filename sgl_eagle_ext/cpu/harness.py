@@ -180,6 +180,11 @@ def _patch_interpreter_once() -> None:
     why_not = interpreter_patching.install()
     if why_not:
         say(f"anchor missing: {why_not}; the interpreter runs as it ships")
+    else:
+        say(
+            "Triton's interpreter: overflow checks off while debug is off, the language "
+            "patched once per launch, dtype lookups remembered (cpu/interpreter_patching.py)"
+        )
 
 
 def install_scheduler() -> None:
