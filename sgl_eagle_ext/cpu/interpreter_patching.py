@@ -73,12 +73,16 @@ def install() -> str | None:
         _shipped_options[:] = [opts]
         builder.options = dataclasses.replace(opts, sanitize_overflow=False)
 
+    modules_of: dict = {}  # function -> _modules(fn): its globals, scanned once
+
     def patch_lang(wrapped, instance, args, kwargs):
         patched = getattr(_state, "patched", None)
         if patched is None:  # not inside a launch: as Triton does
             return wrapped(*args, **kwargs)
         (fn,) = args
-        key = _modules(fn, tl)
+        key = modules_of.get(fn)
+        if key is None:
+            key = modules_of[fn] = _modules(fn, tl)
         if key in patched:
             return interpreter._LangPatchScope()  # nothing to restore: already swapped
         patched.add(key)
