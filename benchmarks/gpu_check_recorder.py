@@ -261,6 +261,7 @@ class LoopRun:
     syncs_raised: str | None = None
     ref_start: object = None  # our own events: first launch, on the forward stream
     ref_end: object = None  # ... and at on_idle, on the schedule stream
+    ref_after_idle: object = None  # ... and just after on_idle returns (brackets its mark)
     copy: str = "to"  # how results reach the CPU (copy_to_host)
 
 
@@ -312,6 +313,8 @@ def overlap_loop(
                 run.ref_end = torch.cuda.Event(enable_timing=True)
                 run.ref_end.record()  # on the schedule stream, as on_idle's mark
                 sched.on_idle()
+                run.ref_after_idle = torch.cuda.Event(enable_timing=True)
+                run.ref_after_idle.record()
             last = batch
     except RuntimeError as e:
         run.syncs_raised = str(e).splitlines()[0] if str(e) else repr(e)
@@ -375,7 +378,7 @@ def loop_figures(
     host_ms: dict,
     n: int,
     span_ms: float | None,
-    last_gap_ms: float | None,
+    last_gap_ms: tuple[float, float] | None,
 ) -> dict:
     """Figures and verdicts of one regime (plain Python: tested on CPU)."""
     from sgl_eagle_ext.common import figures
@@ -409,7 +412,8 @@ def loop_figures(
         "last_cycle": {
             "recorder_ms": last.ms["cycle"] if last else None,
             "recorder_host_ms": last.ms.get("host") if last else None,
-            "independent_gap_ms": last_gap_ms,
+            "independent_gap_ms": last_gap_ms[0] if last_gap_ms else None,
+            "independent_gap_after_idle_ms": last_gap_ms[1] if last_gap_ms else None,
         },
         "recorder_total_ms": total_rec,
         "independent_span_ms": span_ms,
@@ -430,11 +434,17 @@ def loop_figures(
     else:  # the GPU waits for the host: the gap is the host's work
         checks["host_vs_wall_minus_step"] = rel(host, wall_cycle - step) <= TOL
     # the last gap: from the last step's end (forward stream) to on_idle's mark on the
-    # schedule stream; against our own events there (within 5%, or 20 us)
+    # schedule stream; between our own events just before and just after the on_idle call
+    # (5% or 20 us of slack each side), so a host descheduled inside the call (a crowded
+    # CI host) widens the bracket rather than failing a correct mark
     lg = last.ms.get("host", -1.0) if last is not None else -1.0
-    checks["last_gap_closed_from_schedule_stream"] = last_gap_ms is not None and (
-        rel(lg, last_gap_ms) <= TOL or abs(lg - last_gap_ms) <= 0.02
-    )
+    if last_gap_ms is None:
+        checks["last_gap_closed_from_schedule_stream"] = False
+    else:
+        lo, hi = last_gap_ms
+        checks["last_gap_closed_from_schedule_stream"] = (
+            lo - max(TOL * lo, 0.02) <= lg <= hi + max(TOL * hi, 0.02)
+        )
     f["checks"] = checks
     f["ok"] = all(checks.values())
     return f
@@ -457,7 +467,14 @@ def run_regime(torch, name: str, n: int | None = None) -> dict:
         torch.cuda.synchronize()
         done = run.ref_end is not None and run.ref_start is not None
         span = run.ref_start.elapsed_time(run.ref_end) if done else None
-        gap = max(0.0, run.ref_step_end.elapsed_time(run.ref_end)) if done else None
+        gap = (
+            tuple(
+                max(0.0, run.ref_step_end.elapsed_time(e))
+                for e in (run.ref_end, run.ref_after_idle)
+            )
+            if done
+            else None
+        )
         cycles = [c for c in rec.collected.cycles if c.kind == "decode"]
     finally:
         uninstall(rec)
