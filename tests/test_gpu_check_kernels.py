@@ -26,6 +26,8 @@ pytestmark = pytest.mark.harness  # the installed SGLang is the source
 # tokens verify_splitkv leaves a split unwritten and its combine reads that scratch).
 RUN = """
 import json, sys, torch
+from sgl_eagle_ext.cpu import interpreter_patching
+interpreter_patching.install()  # the interpreter's unread work off (the harness's own)
 sys.path.insert(0, sys.argv[2])
 import gpu_check_kernels as gk
 mods, manifest = gk.load(sys.argv[1])
