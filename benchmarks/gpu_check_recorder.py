@@ -467,12 +467,11 @@ def run_regime(torch, name: str, n: int | None = None) -> dict:
         torch.cuda.synchronize()
         done = run.ref_end is not None and run.ref_start is not None
         span = run.ref_start.elapsed_time(run.ref_end) if done else None
+        # no event after the call when on_idle raised (a sync in "error" mode): no bracket
+        ends = (run.ref_end, run.ref_after_idle)
         gap = (
-            tuple(
-                max(0.0, run.ref_step_end.elapsed_time(e))
-                for e in (run.ref_end, run.ref_after_idle)
-            )
-            if done
+            tuple(max(0.0, run.ref_step_end.elapsed_time(e)) for e in ends)
+            if done and run.ref_after_idle is not None
             else None
         )
         cycles = [c for c in rec.collected.cycles if c.kind == "decode"]

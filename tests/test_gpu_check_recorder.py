@@ -118,6 +118,20 @@ def test_a_sync_in_the_loop_is_caught(gr, fake, monkeypatch):
     assert fake.cuda.mode == 0  # reset
 
 
+def test_a_sync_in_the_idle_call_is_caught_and_judged(gr, fake, monkeypatch):
+    """A synchronize inside on_idle raises in "error" mode before our event after the call
+    is recorded: the regime still gives its verdicts (no last gap to judge), not a crash."""
+    small(gr, monkeypatch)
+    monkeypatch.setattr(gr.Scheduler, "on_idle", lambda self: fake.cuda.synchronize())
+    f = gr.run_regime(fake, "host-bound", n=6)
+    assert not f["ok"] and not f["checks"]["no_sync"]
+    assert "torch.cuda.synchronize" in f["sync_error"]
+    assert not f["checks"]["last_gap_closed_from_schedule_stream"]
+    assert f["last_cycle"]["independent_gap_after_idle_ms"] is None
+    assert f["independent_span_ms"] is not None  # our events up to the call still measured
+    assert fake.cuda.mode == 0  # reset
+
+
 def test_capture_drops_the_mark_and_its_cycle(gr, fake, monkeypatch):
     small(gr, monkeypatch)
     f = gr.capture_section(fake)
