@@ -1344,6 +1344,11 @@ def test_sweep_on_cpu_server(spec_server, tiny_models, tmp_path):
             assert isinstance(r["steady"], bool)
         check_provenance(r, tiny_models, speculative=True)
     assert len(read_csv(tmp_path / "r.csv")) == 2
+    # the batch cap the sweep names levels above: real SGLang's resolved value (the CPU
+    # overlay's --max-running-requests)
+    from sgl_eagle_ext.tools.bench import probe, session
+
+    assert session.batch_cap(probe.Server(spec_server.base_url).connect().info) == 8
 
 
 @pytest.mark.server

@@ -71,6 +71,21 @@ def test_burst_capped_by_max_concurrency(fake, tmp_path, capsys):
     assert all(k in r for k in LOAD)
 
 
+def test_levels_above_the_servers_batch_cap_are_named(fake, tmp_path, capsys):
+    """A concurrency above what the server runs at once (its resolved max_running_requests,
+    /server_info) measures a queue, not a batch of that size: the sweep says which."""
+    res = tmp_path / "r.jsonl"
+    bg = fake(max_running=2)
+    assert run(bg.url, res, "--concurrency", "1,2,3,5", "--num-prompts", "2") == 0
+    err = capsys.readouterr().err
+    assert (
+        "concurrency 3, 5: the server runs at most 2 requests at once (its "
+        "max_running_requests); the rest wait in its queue, in TTFT" in err
+    )
+    assert run(fake().url, res, "--concurrency", "1,5", "--num-prompts", "2") == 0
+    assert "max_running_requests" not in capsys.readouterr().err  # not said: nothing said
+
+
 def test_burst_without_a_cap_sends_everything_at_once(fake, tmp_path, capsys):
     bg = fake(delay_ms=50)
     res = tmp_path / "r.jsonl"

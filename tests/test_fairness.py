@@ -341,6 +341,61 @@ def test_bench_ab_stops_unequal_arms_before_any_server(models, tmp_path, capsys,
     assert started == [] and not (tmp_path / "r.jsonl").exists()
 
 
+def test_bench_ab_stops_arms_whose_environment_differs(models, tmp_path, capsys, monkeypatch):
+    """Settings alike, environments not: an NCCL variable set for one arm only (the seeds'
+    62.9 -> 88.8 tok/s came from NCCL variables alone) stops the run like a setting,
+    named with its values, before any server starts."""
+    from sgl_eagle_ext.tools.bench import arms, cli
+
+    started = []
+    monkeypatch.setattr(arms, "LauncherProcess", lambda plan: started.append(plan))
+    path = tmp_path / "simple.toml"
+    path.write_text('extends = "eagle3-3step"\n[env]\nNCCL_PROTO = "Simple"\n')
+    argv = ["ab", "--preset-a", "baseline", "--preset-b", str(path)]
+    argv += ["--model-path", models["target"], "--draft-model-path", models["draft"]]
+    argv += ["--sglang-version", "0.5.21", "--results", str(tmp_path / "r.jsonl")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "arms are not comparable: env NCCL_PROTO differs between arms (baseline LL, "
+        "simple Simple): pin it in every arm's preset [env]" in err
+    ), err
+    assert "give NCCL_PROTO one value in every arm's preset [env]" in err
+    assert "Traceback" not in err and started == [] and not (tmp_path / "r.jsonl").exists()
+
+
+def test_environment_differences_speculative_secret_and_inherent(models):
+    """What an arm's environment may differ in: our speculative switches and SGLang's
+    speculative variables pass; anything else is unequal (recorded with --allow-unequal,
+    a secret's value never shown); a caller's inherent difference is a note."""
+    plans = {p: _plan(p, models, "0.5.23", False) for p in ("baseline", "eagle3-3step")}
+    pred = _predicted(plans)
+    base = dict(plans["baseline"].env)
+    spec = {
+        **base,
+        "EAGLE_EXT_DRAFT_CATCHUP": "8",
+        "EAGLE_EXT_CHAIN_VERIFY": "0",
+        "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1",
+    }
+    envs = {"baseline": base, "eagle3-3step": spec}
+    assert fairness.judge(pred, plans["baseline"].release, envs=envs).fair
+    envs["eagle3-3step"] = {**spec, "OMP_NUM_THREADS": "4", "HF_TOKEN": "hf_notshown12345"}
+    with pytest.raises(UserError) as e:
+        fairness.judge(pred, plans["baseline"].release, envs=envs)
+    assert "env HF_TOKEN differs" in str(e.value) and "(and 1 more)" in str(e.value)
+    verdict = fairness.judge(pred, plans["baseline"].release, True, envs)
+    record = verdict.record()["unequal"]
+    assert record["env OMP_NUM_THREADS"] == {"baseline": None, "eagle3-3step": "4"}
+    assert record["env HF_TOKEN"] == {"baseline": None, "eagle3-3step": "***"}
+    assert "hf_notshown12345" not in "\n".join(verdict.lines())
+    why = {"OMP_NUM_THREADS": "set for the test", "HF_TOKEN": "set for the test"}
+    noted = fairness.judge(pred, plans["baseline"].release, envs=envs, inherent_env=why)
+    assert noted.fair and {d.field for d in noted.inherent} == {
+        "env OMP_NUM_THREADS",
+        "env HF_TOKEN",
+    }
+
+
 def test_allow_unequal_records_the_differences_beside_every_figure(
     models, tmp_path, capsys, monkeypatch
 ):

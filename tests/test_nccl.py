@@ -49,6 +49,14 @@ def test_override_warnings_per_release():
     assert any("NCCL_MAX_NCHANNELS" in w for w in nccl.override_warnings(r23, det, env))
     assert not any("NCCL_MAX_NCHANNELS" in w for w in nccl.override_warnings(r10, det, env))
     assert any(w.startswith("note:") and "NCCL_GRAPH_REGISTER" in w for w in plain)
+    # a value exported in the shell (the server inherits it) is overwritten alike, and
+    # said so; one SGLang only fills in when unset is then left alone (no note)
+    shell = {"CUDA_DEVICE_MAX_CONNECTIONS": "32", "NCCL_GRAPH_REGISTER": "1"}
+    said = nccl.override_warnings(r23, ["--tp-size", "8"], dict(PRESET), shell)
+    assert any(
+        "overwrites CUDA_DEVICE_MAX_CONNECTIONS=32 (exported in this shell)" in w for w in said
+    ), said
+    assert not any("NCCL_GRAPH_REGISTER" in w for w in said)
 
 
 def test_debug_summary(tmp_path):

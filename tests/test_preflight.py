@@ -736,6 +736,27 @@ def test_iommu_and_acs_hints(tmp_path):
     assert host.check_p2p(1, "intel_iommu=on", groups, acs) == []
 
 
+def test_nccl_environment_hints(tmp_path):
+    """An empty NCCL_GRAPH_FILE, and pynccl's library (SGLANG_NCCL_SO_PATH) not the one
+    LD_PRELOAD gives torch: each a warning at TP > 1; the same library by another path
+    (a link) is one library."""
+    lib = tmp_path / "libnccl.so.2.27"
+    lib.write_bytes(b"")
+    (tmp_path / "libnccl.so.2").symlink_to(lib.name)
+    other = str(tmp_path / "other" / "libnccl.so.2")
+    env = {"NCCL_GRAPH_FILE": "", "SGLANG_NCCL_SO_PATH": str(lib), "LD_PRELOAD": f"x.so:{other}"}
+    found = {f.id: f for f in host.check_nccl_env(env, 8)}
+    assert set(found) == {"host.nccl-graph-file", "host.nccl-library"}
+    assert all(f.severity == "warning" for f in found.values())
+    assert other in found["host.nccl-library"].message
+    same = {"SGLANG_NCCL_SO_PATH": str(lib), "LD_PRELOAD": str(tmp_path / "libnccl.so.2")}
+    assert host.check_nccl_env(same, 8) == []
+    assert host.check_nccl_env({**env, "NCCL_GRAPH_FILE": "/etc/topo.xml"}, 8)[0].id == (
+        "host.nccl-library"
+    )
+    assert host.check_nccl_env(env, 1) == []
+
+
 def test_run_includes_host_checks(pair):
     t, d = pair(draft=eagle3_draft(max_position_embeddings=262144))
     with socket.socket() as s:

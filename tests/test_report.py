@@ -85,6 +85,28 @@ def test_break_even_example_of_the_first_kimi_measurements(tmp_path):
     assert "accept length for 120.0 tok/s per stream: 3.60" in text
 
 
+def test_a_one_stream_baseline_gives_break_even_at_batch_size_one_only(tmp_path):
+    """--baseline-tps is one stream's figure: a stream of a batch of 4 is slower than one
+    alone, so it would overstate tau* there. Break-even at bs 1, a note naming why (and
+    what gives it) at bs 4, as tune's model does."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        profile_line(1, 30.0, 28.5, [2] * 20) + "\n" + profile_line(4, 40.0, 38.0, [2] * 20) + "\n"
+    )
+    p = report(str(log), "--baseline-tps", "82", "--json")
+    assert p.returncode == 0, p.stderr
+    one, four = json.loads(p.stdout)["rows"]
+    assert (one["bs"], four["bs"]) == (1, 4)
+    assert one["break_even_accept_len"] == pytest.approx(2.46, abs=0.005)
+    assert "baseline_note" not in one
+    assert "break_even_accept_len" not in four and "speedup" not in four
+    assert "--baseline-log" in four["baseline_note"]
+    text = report(str(log), "--baseline-ms-per-token", "12.2").stdout
+    block = text.split("== batch size 4")[1]
+    assert "break-even" not in block.replace("no break-even", "")
+    assert "no break-even at this batch size: the baseline given is one stream's" in block
+
+
 def test_baseline_log_and_sglang_lines_of_every_format(tmp_path):
     spec = tmp_path / "spec.log"
     spec.write_text(

@@ -290,6 +290,11 @@ def test_live_servers_resolved_by_sglang_batch_every_level_alike(pair, tmp_path,
     settings = live.check_servers(plans, levels)
     said = capsys.readouterr().out
     assert "by SGLang 0.5.23" in said and settings["fair"], said
+    # the environments differ in the profile the live server measures with, and only
+    # there (the schedule file and the adaptive preset's switches are speculative)
+    envs = {k for k in settings["inherent"] if k.startswith("env ")}
+    assert envs == {"env EAGLE3_PROFILE", "env EAGLE3_PROFILE_FILE"}, settings["inherent"]
+    assert "note: env EAGLE3_PROFILE differs (live 1, baseline unset, eagle3-2step unset)" in said
     # the user's own smaller pool is SGLang's answer too, and refused
     small = [*user, "--max-running-requests", "8"]
     extra = live.server_pins(levels, releases.BY_VERSION["0.5.23"], cpu, small)

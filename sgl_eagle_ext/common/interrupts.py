@@ -79,6 +79,21 @@ async def _woken_by_signals(coro):
         wsock.close()
 
 
+async def gather_or_cancel(tasks: list[asyncio.Task]) -> bool:
+    """Await every task; on a cancel (Ctrl-C, or one already pending on this task) cancel
+    them all and wait for them to finish. True: interrupted."""
+    try:
+        if asyncio.current_task().cancelling():
+            raise asyncio.CancelledError
+        await asyncio.gather(*tasks)
+        return False
+    except asyncio.CancelledError:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return True
+
+
 def _drain(sock: socket.socket) -> None:
     try:
         while sock.recv(4096):

@@ -330,7 +330,7 @@ def _main(argv: list[str] | None) -> int:
     env, secrets = running.server_env(
         launch, secret_flags.gather([], args.api_key_file, os.environ)[1]
     )
-    for w in nccl.override_warnings(release, launch.argv, env):
+    for w in nccl.override_warnings(release, launch.argv, env, os.environ):
         print(f"{PROG}: {'' if w.startswith('note:') else 'warning: '}{w}", file=sys.stderr)
     refused, idle = nccl.pcie_allreduce(release, launch.argv, env)
     if refused:

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sgl_eagle_ext.common import releases, render
+from sgl_eagle_ext.common import contract, redaction, releases, render
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.server_argv import ServerArgv
 from sgl_eagle_ext.launcher.resolution import Change, Resolution
@@ -44,6 +44,28 @@ IGNORED = frozenset({"port"})
 def is_speculative(name: str) -> bool:
     top = name.split(".", 1)[0].lstrip("_")
     return top.startswith(SPECULATIVE_PREFIX) or top in SPECULATIVE_FIELDS
+
+
+# The speculative environment variables: ours that only a speculative server reads, and
+# SGLang's own that name speculation (SGLANG_SPEC_*, SGLANG_*_DRAFT_*, ...). Any other
+# variable set differently per arm (NCCL_*, CUDA_*, OMP_*, SGLANG_*) is a condition of
+# the measurement: NCCL settings alone once moved a baseline from 62.9 to 88.8 tok/s.
+SPECULATIVE_ENV = frozenset(
+    {
+        contract.ADAPTIVE_BACKOFF_ENV,
+        contract.CHAIN_VERIFY_ENV,
+        contract.DRAFT_CATCHUP_ENV,
+        contract.SCHEDULE_FILE_ENV,
+    }
+)
+SPECULATIVE_ENV_WORDS = frozenset({"SPEC", "EAGLE", "DRAFT", "MTP", "NEXTN"})
+ENV_FIELD = "env "  # a Difference of an environment variable: "env NCCL_PROTO"
+
+
+def is_speculative_env(name: str) -> bool:
+    if name in SPECULATIVE_ENV:
+        return True
+    return name.startswith("SGLANG_") and bool(SPECULATIVE_ENV_WORDS & set(name.split("_")))
 
 
 # -- the release table's prediction --------------------------------------------------
@@ -197,13 +219,12 @@ class Difference:
 
     def line(self) -> str:
         shown = ", ".join(f"{k} {_short(v)}" for k, v in self.values.items())
+        env = self.field.startswith(ENV_FIELD)
         if self.inherent:
-            return (
-                f"{self.field} differs ({shown}): {self.inherent}; part of what speculation costs"
-            )
-        return (
-            f"{self.field} differs between arms ({shown}): pin it with --{self.flag} for every arm"
-        )
+            tail = "" if env else "; part of what speculation costs"
+            return f"{self.field} differs ({shown}): {self.inherent}{tail}"
+        pin = "in every arm's preset [env]" if env else f"with --{self.flag} for every arm"
+        return f"{self.field} differs between arms ({shown}): pin it {pin}"
 
 
 def _short(v) -> str:
@@ -259,6 +280,24 @@ def differences(resolved: Mapping[str, Resolution], release: releases.Release) -
     return out
 
 
+def env_differences(
+    envs: Mapping[str, Mapping[str, str]], inherent: Mapping[str, str] | None = None
+) -> list[Difference]:
+    """Every server environment variable outside the speculative ones whose value is not
+    the same in all arms (what each arm's plan sets over this process's environment,
+    which every arm inherits alike). `inherent`: variables the caller sets differently on
+    purpose -> why (recorded as notes). Secret values are never shown."""
+    out = []
+    for name in sorted({k for env in envs.values() for k in env}):
+        values = {lb: env.get(name) for lb, env in envs.items()}
+        if is_speculative_env(name) or len(set(values.values())) <= 1:
+            continue
+        if redaction.is_secret_name(name):
+            values = {lb: None if v is None else redaction.REDACTED for lb, v in values.items()}
+        out.append(Difference(ENV_FIELD + name, values, "", (inherent or {}).get(name, "")))
+    return out
+
+
 @dataclass
 class Verdict:
     sources: dict[str, str]  # arm label -> how its settings were known
@@ -297,10 +336,17 @@ class Verdict:
         }
 
 
-def judge(resolved: Mapping[str, Resolution], release, allow_unequal: bool = False) -> Verdict:
-    """The verdict on resolved settings; raises UserError (exit 2) on the first difference
-    outside the speculative settings unless allow_unequal."""
-    diffs = differences(resolved, release)
+def judge(
+    resolved: Mapping[str, Resolution],
+    release,
+    allow_unequal: bool = False,
+    envs: Mapping[str, Mapping[str, str]] | None = None,
+    inherent_env: Mapping[str, str] | None = None,
+) -> Verdict:
+    """The verdict on resolved settings and the arms' environments (env_differences);
+    raises UserError (exit 2) on the first difference outside the speculative ones
+    unless allow_unequal."""
+    diffs = differences(resolved, release) + env_differences(envs or {}, inherent_env)
     verdict = Verdict(
         {lb: r.label for lb, r in resolved.items()},
         [d for d in diffs if not d.inherent],
@@ -310,11 +356,16 @@ def judge(resolved: Mapping[str, Resolution], release, allow_unequal: bool = Fal
     if verdict.unequal and not allow_unequal:
         d = verdict.unequal[0]
         more = f" (and {len(verdict.unequal) - 1} more)" if len(verdict.unequal) > 1 else ""
+        pin = (
+            f"give {d.field[len(ENV_FIELD) :]} one value in every arm's preset [env]"
+            if d.field.startswith(ENV_FIELD)
+            else f"pass -- --{d.flag} VALUE (the same for every arm)"
+        )
         raise UserError(
             f"arms are not comparable: {render.line(d.line())}{more}; resolved "
             f"{'; '.join(sorted(set(verdict.sources.values())))}.",
-            fix=f"pass -- --{d.flag} VALUE (the same for every arm), or --allow-unequal to "
-            "run anyway with the differences recorded beside every figure",
+            fix=f"{pin}, or --allow-unequal to run anyway with the differences recorded "
+            "beside every figure",
         )
     return verdict
 
@@ -323,6 +374,7 @@ def check(plans: Mapping[str, object], allow_unequal: bool = False, python=None)
     """Resolve every arm's launch plan and judge them (before any server starts)."""
     notes: list[str] = []
     resolved = resolve_arms(plans, python or sys.executable, notes)
-    verdict = judge(resolved, next(iter(plans.values())).release, allow_unequal)
+    envs = {label: plan.env for label, plan in plans.items()}
+    verdict = judge(resolved, next(iter(plans.values())).release, allow_unequal, envs)
     verdict.notes = notes
     return verdict

@@ -16,6 +16,7 @@ summarises which settings NCCL says it took from the environment.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,13 +106,19 @@ def triggered(release: Release, server_args) -> list:
     ]
 
 
-def override_warnings(release: Release, server_args, env: dict[str, str]) -> list[str]:
-    """Variables of `env` (the preset's) that SGLang will overwrite for this launch."""
+def override_warnings(
+    release: Release, server_args, env: dict[str, str], exported: Mapping[str, str] | None = None
+) -> list[str]:
+    """Variables SGLang will overwrite for this launch: of `env` (the preset's and the
+    request's), or `exported` in the shell the server inherits (os.environ)."""
     out = []
     for o in triggered(release, server_args):
-        if o.var in env and not o.setdefault:
-            out.append(f"SGLang {release.version} overwrites {o.var}={env[o.var]}: {o.when}")
-        elif o.var not in env and o.setdefault:
+        value, where = env.get(o.var), ""
+        if value is None and o.var in (exported or {}):
+            value, where = exported[o.var], " (exported in this shell)"
+        if value is not None and not o.setdefault:
+            out.append(f"SGLang {release.version} overwrites {o.var}={value}{where}: {o.when}")
+        elif value is None and o.setdefault:
             out.append(f"note: SGLang {release.version} sets {o.var} for you: {o.when}")
     return out
 

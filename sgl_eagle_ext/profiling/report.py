@@ -11,7 +11,8 @@ supported release. Per batch size it prints cycle time (wall time, start to next
 start: the `host` row is the scheduler's work between cycles), per-phase time and
 share, accept length, tokens/s, and the break-even accept length
 
-    tau* = cycle time / baseline time per token (at the same batch size)
+    tau* = cycle time / baseline time per token (at the same batch size: a one-stream
+           baseline, --baseline-tps, gives it at batch size 1 only)
 
 i.e. the tokens a cycle must yield to match the baseline; `--target-tps T`
 adds the accept length a stream needs to reach T tokens/s. Truncated or
@@ -81,10 +82,19 @@ def baseline_ms_per_token(
     baseline: Profile | None, bs: int, one_stream_ms: float | None = None
 ) -> float | None:
     """Per-stream baseline time per token at batch size `bs`: from the baseline log's
-    Decode batch lines there (aggregate.baseline_ms), else the one-stream figure given."""
+    Decode batch lines there (aggregate.baseline_ms), else the one-stream figure given,
+    at batch size 1 only (as tune's model): a stream of a batch is slower than one alone,
+    so at a larger batch it would overstate the break-even accept length."""
     if baseline is not None:
         return baseline_ms([baseline]).get(bs)
-    return one_stream_ms
+    return one_stream_ms if bs == 1 else None
+
+
+ONE_STREAM_ONLY = (
+    "no break-even at this batch size: the baseline given is one stream's "
+    "(--baseline-tps/--baseline-ms-per-token); --baseline-log BASELINE.log gives it at "
+    "every batch size the baseline server ran"
+)
 
 
 def finite_or_null(obj):
@@ -110,6 +120,8 @@ def figures(
         keys = sorted(k for k in prof.by_key if k[0] == bs)
         base = baseline_ms_per_token(baseline, bs, one_stream_ms)
         row = cell_figures(prof.cell(bs), base, target_tps)
+        if base is None and one_stream_ms and baseline is None:
+            row["baseline_note"] = ONE_STREAM_ONLY
         warm = [prof.warmup(k) for k in keys]
         row["warmup_windows_excluded"] = sum(w for w, _ in warm)
         row["warmup_cycles_excluded"] = sum(c for _, c in warm)
@@ -249,6 +261,8 @@ def print_table(rows: list[dict], prof: Profile) -> None:
                 f"  break-even accept length {row['break_even_accept_len']:.2f} "
                 f"(baseline {row['baseline_ms_per_token']:.2f} ms/token per stream){verdict}"
             )
+        elif "baseline_note" in row and row["cycles"]:
+            print(f"  {row['baseline_note']}")
         if "accept_len_for_target" in row:
             print(
                 f"  accept length for {row['target_tps']:.1f} tok/s per stream: "
@@ -368,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline-tps", type=number(0, strict=True), help="baseline tokens/s of one stream"
     )
     base.add_argument(
-        "--baseline-ms-per-token", type=number(0, strict=True), help="baseline ms per token"
+        "--baseline-ms-per-token",
+        type=number(0, strict=True),
+        help="baseline ms per token of one stream",
     )
     base.add_argument(
         "--baseline-log",

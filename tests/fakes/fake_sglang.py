@@ -55,6 +55,7 @@ class FakeSGLang:
         tokens_per_chunk: int = 1,
         chunk_pattern: tuple[int, ...] = (),
         tokenizer_words: bool = False,
+        max_running: int | None = None,
     ):
         self.model = model
         self.tokenizer_path = tokenizer_path or model
@@ -80,6 +81,9 @@ class FakeSGLang:
         # or a cycle of counts, e.g. (2, 3): 2 tokens, then 3, then 2, ...
         self.pattern = tuple(max(1, k) for k in chunk_pattern) or (self.per_chunk,)
         self.tokenizer_words = tokenizer_words  # /v1/tokenize counts words
+        # /server_info's max_running_requests as SGLang's scheduler resolved it (the fake
+        # does not queue: what a client does with it is all a test sees)
+        self.max_running = max_running
         self.last_body: dict | None = None  # the last generation request, as sent
         self.last_headers = {}
 
@@ -139,7 +143,10 @@ class FakeSGLang:
                 "model_path": self.model,
                 "tokenizer_path": self.tokenizer_path,
                 **spec,
-                "internal_states": [{"avg_spec_accept_length": avg}],
+                "max_running_requests": None,  # not given: SGLang's own choice
+                "internal_states": [
+                    {"avg_spec_accept_length": avg, "max_running_requests": self.max_running}
+                ],
             }
         )
 

@@ -1,5 +1,6 @@
 """Host checks: GPUs (count, compute capability, free memory and who holds it), the
-server port, and IOMMU/ACS hints for peer-to-peer traffic over PCIe.
+server port, IOMMU/ACS hints for peer-to-peer traffic over PCIe, and NCCL settings of
+the server's environment known to break multi-GPU launches.
 
 GPU facts come from nvidia-smi (no CUDA context is created, so a check never
 takes GPU memory itself); without it the GPU checks are skipped with a note.
@@ -12,6 +13,7 @@ import io
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,3 +256,39 @@ def check_p2p(
             )
         )
     return found
+
+
+def check_nccl_env(env: Mapping[str, str], tp: int) -> list[Finding]:
+    """The server's environment (preset and shell): an empty NCCL_GRAPH_FILE, and two NCCL
+    libraries in one process (SGLang's pynccl loads SGLANG_NCCL_SO_PATH, torch's process
+    group the one LD_PRELOAD names): the rules of the RTX PRO 6000 community's runbooks."""
+    if tp < 2:
+        return []
+    found = []
+    if "NCCL_GRAPH_FILE" in env and not env["NCCL_GRAPH_FILE"].strip():
+        found.append(
+            Finding(
+                "host.nccl-graph-file",
+                WARNING,
+                "NCCL_GRAPH_FILE is set but empty: NCCL takes it as a topology file to read "
+                "(never set it empty, as the RTX PRO 6000 runbooks say).",
+                "unset NCCL_GRAPH_FILE, or give it the path of a topology XML",
+            )
+        )
+    so = env.get("SGLANG_NCCL_SO_PATH", "").strip()
+    preloaded = [x for x in re.split(r"[: ]", env.get("LD_PRELOAD", "")) if "libnccl" in x]
+    if so and preloaded and all(_real(x) != _real(so) for x in preloaded):
+        found.append(
+            Finding(
+                "host.nccl-library",
+                WARNING,
+                f"two NCCL libraries in each rank: SGLang's pynccl loads SGLANG_NCCL_SO_PATH "
+                f"{so}, torch's process group the LD_PRELOAD one ({preloaded[0]}).",
+                "point SGLANG_NCCL_SO_PATH and LD_PRELOAD at the same libnccl .so",
+            )
+        )
+    return found
+
+
+def _real(path: str) -> str:
+    return str(Path(path).resolve())

@@ -464,6 +464,7 @@ def run(
         if device == "cuda":
             report.add(*_safely(report, "host", [], host.check_gpus, env, tp, hardware, fraction))
             report.add(*_safely(report, "host", [], host.check_p2p, tp))
+            report.add(*_safely(report, "host", [], host.check_nccl_env, env, tp))
         report.add(
             *_safely(
                 report,

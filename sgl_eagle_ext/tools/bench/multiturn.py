@@ -14,6 +14,7 @@ import asyncio
 import random
 import time
 
+from sgl_eagle_ext.common import interrupts
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench.datasets import Conversation, out_len
 from sgl_eagle_ext.tools.bench.lengths import LengthSpec
@@ -76,14 +77,7 @@ async def replay(
 
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, len(convs))))]
-    interrupted = False
-    try:
-        await asyncio.gather(*tasks)
-    except asyncio.CancelledError:
-        interrupted = True
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    interrupted = await interrupts.gather_or_cancel(tasks)
     order = sorted(range(len(results)), key=lambda i: results[i].index)
     return (
         [results[i] for i in order],

@@ -96,8 +96,12 @@ class Server:
         self.release_how = ""
 
     def get(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
+        return self._call(path, timeout)
+
+    def _call(self, path: str, timeout: float, body: dict | None = None) -> http.Reply:
         return http.request(
             self.base_url + path,
+            body,
             api_key=self.api_key,
             timeout=timeout,
             headers=self.headers,
@@ -110,14 +114,7 @@ class Server:
         return reply.text if reply.status == 200 else None
 
     def post(self, path: str, timeout: float = PROBE_TIMEOUT) -> http.Reply:
-        return http.request(
-            self.base_url + path,
-            {},
-            api_key=self.api_key,
-            timeout=timeout,
-            headers=self.headers,
-            tls=self.tls,
-        )
+        return self._call(path, timeout, {})
 
     def connect(self) -> Server:
         """Check the server answers; learn its model, args and release. Raises UserError."""

@@ -125,6 +125,14 @@ def server_provenance(server: probe.Server, ps: prompts.PromptSet, seed: int) ->
     }
 
 
+def batch_cap(info: dict) -> int | None:
+    """max_running_requests as the server's scheduler resolved it (/server_info), else given."""
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    caps = (first.get("max_running_requests"), info.get("max_running_requests"))
+    return next((c for c in caps if type(c) is int and c > 0), None)
+
+
 async def warm_and_sweep(
     client: cl.Client,
     server: probe.Server,
@@ -153,6 +161,13 @@ async def warm_and_sweep(
     def write(c: float, f: dict) -> None:
         rec.write("sweep", {**common, **loads.level_key(c, open_loop), **f}, prov)
 
+    cap = batch_cap(server.info)
+    over = [c for c in levels if open_loop is None and cap and c > cap]
+    if over:  # the level's figures are then a queue's, not a batch of that size
+        console.warn(
+            f"concurrency {', '.join(f'{c:g}' for c in over)}: the server runs at most {cap} "
+            f"requests at once (its max_running_requests); the rest wait in its queue, in TTFT"
+        )
     await sw.warm_up(client, ps, sweep.warmup, ld, console)
     return await sw.run_sweep(
         server,

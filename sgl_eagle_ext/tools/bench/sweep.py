@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sgl_eagle_ext.common import http
+from sgl_eagle_ext.common import http, interrupts
 from sgl_eagle_ext.tools.bench import client as cl
 from sgl_eagle_ext.tools.bench import probe, stats, tokens
 from sgl_eagle_ext.tools.bench.level_metrics import (
@@ -187,16 +187,8 @@ async def run_requests(
             if lags is not None:
                 lags.append(loop.time() - start - at)
             tasks.append(asyncio.create_task(send(i, p)))
-    interrupted = False
     try:
-        if asyncio.current_task().cancelling():
-            raise asyncio.CancelledError
-        await asyncio.gather(*tasks)
-    except asyncio.CancelledError:
-        interrupted = True
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        interrupted = await interrupts.gather_or_cancel(tasks)
     finally:
         bar.close()
     return sorted(results, key=lambda r: r.index), time.perf_counter() - t0, interrupted

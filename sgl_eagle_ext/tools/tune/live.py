@@ -230,6 +230,15 @@ def unreachable(levels: list[int], resolved) -> str | None:
     return None
 
 
+# The tuned server's own variables beside a --baseline-arm server: its profile windows
+# measure its cells (the recorder's cost: docs/profiling.md), the plain server is
+# measured by the load generator alone.
+PROFILED_ONLY = dict.fromkeys(
+    (profile_names.ENV, profile_names.ENV_FILE),
+    "the tuned server's profile windows measure its cells; the baseline server has none",
+)
+
+
 def check_servers(
     plans: dict[str, arms.ArmPlan], levels: list[int], *, allow_unequal: bool = False
 ) -> dict:
@@ -248,7 +257,8 @@ def check_servers(
                 f"--cuda-graph-max-bs {max(levels)} (or leave both to {PROG}, which sets them)",
             )
     release = next(iter(launches.values())).release
-    verdict = fairness.judge(resolved, release, allow_unequal)
+    envs = {name: launch.env for name, launch in launches.items()}
+    verdict = fairness.judge(resolved, release, allow_unequal, envs, PROFILED_ONLY)
     verdict.notes = notes
     for line in verdict.lines():
         _say(line)
