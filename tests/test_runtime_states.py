@@ -64,6 +64,11 @@ def test_for_launch_reads_the_final_arguments():
     assert off.batch_sizes == () and len(off.states) == 3
     assert runtime_states.for_launch([*base, "--speculative-adaptive"], buckets) is None  # GPU's
     assert runtime_states.for_launch(["--tp-size", "8"], buckets) is None  # not speculative
+    # an explicit list (every shipped preset pins one) as given, clamped to the request pool
+    listed = [*adaptive_args, "--cuda-graph-bs-decode", "1", "2", "4", "8", "16"]
+    assert runtime_states.for_launch(listed, buckets).batch_sizes == (1, 2, 4, 8, 16)
+    capped = runtime_states.for_launch([*listed, "--max-running-requests", "6"], buckets)
+    assert capped.batch_sizes == (1, 2, 4)
 
 
 def test_preflight_notes_the_states_of_the_adaptive_preset():
@@ -80,6 +85,14 @@ def test_preflight_notes_the_states_of_the_adaptive_preset():
     assert "--mem-fraction-static" in note.message
     plan = runtime_states.for_release(argv, R23)
     assert plan is not None and plan.extra_states == 4
+    # the shipped preset as launched (its graph sizes a list): the same note
+    from sgl_eagle_ext.launcher import plan as launch_plan
+
+    shipped = launch_plan.build(
+        launch_plan.LaunchRequest(preset="eagle3-adaptive", model_path="/m", draft_model_path="/d")
+    )
+    (note,) = [f for f in adaptive.check(shipped.argv, R23) if f.id == adaptive.STATES_ID]
+    assert note.data["states"] == 5 and note.data["steps"] == [3, 0, 1, 2, 5]
 
 
 ORACLE = r"""

@@ -170,6 +170,20 @@ def test_startup_timeout_default_is_sized_from_the_phases():
     assert readiness.default_startup_timeout(6) - one == 5 * readiness.CAPTURE_PER_STATE_S
     assert cli.parser().parse_args([]).startup_timeout is None  # None: sized per launch
     assert f"{one:.0f} for a fixed preset" in cli.parser().format_help().replace("\n", " ")
+    # the shipped presets pin their graph sizes as a list (cuda-graph-bs): the adaptive
+    # preset's states are counted from it, and its budget holds them
+    from sgl_eagle_ext.launcher import plan, running
+
+    def budget(preset: str) -> float:
+        req = plan.LaunchRequest(preset=preset, model_path="/m", draft_model_path="/d")
+        return running.default_startup_timeout(plan.build(req))
+
+    assert budget("eagle3-3step") == budget("baseline") == one
+    assert budget("eagle3-adaptive") == readiness.default_startup_timeout(5)  # 3,0,1,2,5
+    # bench and tune live wait for each server the launcher's estimate for it, unless told
+    from sgl_eagle_ext.common.server_flags import ServerFlags
+
+    assert ServerFlags.__dataclass_fields__["startup_timeout"].default is None
 
 
 def test_adaptive_state_builds_are_a_phase_of_their_own():

@@ -289,6 +289,13 @@ def test_live_servers_resolved_by_sglang_batch_every_level_alike(pair, tmp_path,
         plans[name] = live.plan_server(arm, opts, out / "a.log", extra)
     settings = live.check_servers(plans, levels)
     said = capsys.readouterr().out
+    # each server is waited for as long as the launcher's own estimate for it: the live
+    # one builds a runtime state per step (3, 0, 1), the fixed ones one
+    from sgl_eagle_ext.launcher import readiness, running
+
+    waits = {k: running.default_startup_timeout(p.launch) for k, p in plans.items()}
+    assert waits["live"] == readiness.default_startup_timeout(3)
+    assert waits["baseline"] == waits["eagle3-2step"] == readiness.default_startup_timeout(1)
     assert "by SGLang 0.5.23" in said and settings["fair"], said
     # the environments differ in the profile the live server measures with, and only
     # there (the schedule file and the adaptive preset's switches are speculative)

@@ -115,6 +115,24 @@ class ServerArgv(Sequence[str]):
         value = self.value(flag)
         return "" if value is None or value.startswith("--") else value
 
+    def ints(self, *flags: str) -> list[int]:
+        """The integers after the last of `flags` (a list flag: `--cuda-graph-bs 1 2 4`);
+        [] when absent or not all integers."""
+        found: list[str] = []
+        names = {_name(f) for f in flags}
+        for i, tok in enumerate(self.tokens):
+            name, eq, inline = tok[2:].partition("=")
+            if not tok.startswith("--") or name not in names:
+                continue
+            found, j = ([inline] if eq else []), i + 1
+            while not eq and j < len(self.tokens) and not self.tokens[j].startswith("--"):
+                found.append(self.tokens[j])
+                j += 1
+        try:
+            return [int(v) for v in found]
+        except ValueError:
+            return []
+
     def number(self, *flags: str, default: int | None = None) -> int | None:
         """`value(*flags)` as an int; `default` when absent or not a number."""
         try:

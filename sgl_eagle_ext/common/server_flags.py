@@ -31,11 +31,11 @@ class ServerFlags:
     )
     sglang_version: str | None = flag("--sglang-version", help="launcher --sglang-version")
     force: bool = flag("--force", default=False, action="store_true", help="launcher --force")
-    startup_timeout: float = flag(
+    startup_timeout: float | None = flag(
         "--startup-timeout",
-        default=3600.0,
         type=seconds(0),
-        help="seconds to wait for each server's READY (default 3600; 0: no limit)",
+        help="seconds to wait for each server's READY (default: the launcher's estimate "
+        "for that server, 3000 s plus 300 s per extra speculative runtime state; 0: no limit)",
     )
     allow_unequal: bool = flag(
         "--allow-unequal",

@@ -230,24 +230,6 @@ def expected(env: dict[str, str]) -> dict[str, str]:
 PCIE_MAX_NUMEL_ENV = "SGLANG_PCIE_IPC_MAX_NUMEL"
 
 
-def _listed(argv: ServerArgv, *flags: str) -> list[int]:
-    """The integers after the last of `flags` (a list flag: `--cuda-graph-bs 1 2 4`)."""
-    tokens, found = list(argv), []
-    names = {f.lstrip("-") for f in flags}
-    for i, tok in enumerate(tokens):
-        if tok.startswith("--") and tok[2:].partition("=")[0] in names:
-            found, j = [], i + 1
-            if "=" in tok:
-                found = [tok.partition("=")[2]]
-            while "=" not in tok and j < len(tokens) and not tokens[j].startswith("--"):
-                found.append(tokens[j])
-                j += 1
-    try:
-        return [int(v) for v in found]
-    except ValueError:
-        return []
-
-
 @dataclass(frozen=True)
 class VerifyShape:
     steps: int  # the runtime state
@@ -271,15 +253,9 @@ def pcie_bound(release: Release, server_args, env, hidden: int | None = None):
     if not release.pcie_allreduce:
         return None, []
     argv = ServerArgv.of(server_args)
-    sizes = _listed(argv, "cuda-graph-bs-decode", "cuda-graph-bs")
+    sizes = runtime_states.decode_capture_sizes(argv)
     if not sizes:
-        max_bs = argv.number("cuda-graph-max-bs-decode", "cuda-graph-max-bs")
-        if not max_bs:
-            return None, []  # SGLang's default for the GPU's memory
-        sizes = runtime_states.capture_batch_sizes(max_bs, bool(argv.speculative_algorithm))
-    cap = argv.number("max-running-requests")
-    if cap:  # SGLang clamps the captured sizes to its request pool
-        sizes = [b for b in sizes if b <= cap] or [cap]
+        return None, []  # SGLang's default for the GPU's memory
     steps = argv.num_steps
     if not argv.speculative_algorithm or steps is None:
         states = [(0, 1, tuple(sizes))]

@@ -122,13 +122,27 @@ def for_launch(argv, buckets: dict[int, list[int]] | None) -> GraphPlan | None:
         buckets = None
     if not graphs_on(argv):
         return count(steps, buckets, [])
-    if argv.has("cuda-graph-bs-decode") or argv.has("cuda-graph-bs"):
-        return None  # an explicit list: not predicted here
-    max_bs = argv.number("cuda-graph-max-bs-decode", "cuda-graph-max-bs")
-    if max_bs is None or max_bs < 1:
-        return None  # SGLang's default for the GPU's memory
-    sizes = capture_batch_sizes(max_bs, True, argv.has("disable-cuda-graph-padding"))
-    return count(steps, buckets, sizes)
+    sizes = decode_capture_sizes(argv)
+    return None if sizes is None else count(steps, buckets, sizes)
+
+
+def decode_capture_sizes(argv) -> list[int] | None:
+    """The decode batch sizes a launch captures: an explicit list (`--cuda-graph-bs`, as
+    every shipped preset pins) as given, else SGLang's list up to `--cuda-graph-max-bs`;
+    clamped to `--max-running-requests` (SGLang drops the sizes above its request pool).
+    None: SGLang picks them from the GPU's memory."""
+    argv = ServerArgv.of(argv)
+    sizes = argv.ints("cuda-graph-bs-decode", "cuda-graph-bs")
+    if not sizes:
+        max_bs = argv.number("cuda-graph-max-bs-decode", "cuda-graph-max-bs")
+        if max_bs is None or max_bs < 1:
+            return None
+        speculative = bool(argv.speculative_algorithm)
+        sizes = capture_batch_sizes(max_bs, speculative, argv.has("disable-cuda-graph-padding"))
+    cap = argv.number("max-running-requests")
+    if cap:
+        sizes = [b for b in sizes if b <= cap] or [cap]
+    return sorted(set(sizes))
 
 
 def for_release(argv, release) -> GraphPlan | None:

@@ -210,7 +210,9 @@ class LauncherProcess:
         server = self._starting.server.tail if self._starting else []
         return "\n  ".join([*self.lines, *server][-n:])
 
-    def wait_ready(self, timeout: float) -> str:
+    def wait_ready(self, timeout: float | None) -> str:
+        if timeout is None:  # the launcher's own estimate for this launch (its states)
+            timeout = running.default_startup_timeout(self.plan.launch)
         if not interrupts.wait(self._done, timeout or None):  # a signal stops the wait
             self.stop()
             raise ArmFailed(

@@ -97,19 +97,13 @@ def git_commit() -> dict:
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists() or not shutil.which("git"):
         return {}
+
+    def git(*args: str) -> str:
+        run = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=10)
+        return run.stdout.decode(errors="replace").strip()
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
+        head, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain")
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return {"commit": head, "dirty": bool(dirty)} if head else {}

@@ -56,7 +56,7 @@ class LogPhase:
         return self.phase
 
 
-def wait_ready(proc, label: str, log_file: str | None, timeout: float, console) -> str:
+def wait_ready(proc, label: str, log_file: str | None, timeout: float | None, console) -> str:
     """proc.wait_ready(timeout), printing each new phase (and a reminder every
     STILL_EVERY seconds) with the elapsed time. Returns the URL; raises what
     wait_ready raises."""

@@ -270,7 +270,7 @@ def connect(proc: arms.LauncherProcess) -> probe.Server:
     return probe.Server(proc.url, api_key=proc.api_key, tls=proc.tls).connect()
 
 
-def start_server(plan: arms.ArmPlan, startup_timeout: float) -> arms.LauncherProcess:
+def start_server(plan: arms.ArmPlan, startup_timeout: float | None) -> arms.LauncherProcess:
     """Start a planned launch and wait for READY."""
     proc = arms.LauncherProcess(plan)
     try:
