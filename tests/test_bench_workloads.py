@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
 import shutil
@@ -726,6 +727,30 @@ def test_report_bad_input(tmp_path, capsys):
     f.write_text(json.dumps(sweep_record("a", 1, 10, 10)) + "\n")
     assert main(["report", str(f), "--run-id", "nope"]) == 2
     assert "no records of run nope" in capsys.readouterr().err
+    # -o the results file itself would replace the records with HTML: refused, kept
+    before = f.read_bytes()
+    assert main(["report", str(f), "-o", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"-o {f}: is an input of this command" in err and f.read_bytes() == before
+    assert main(["report", str(f), "--profile-log", str(f), "-o", str(tmp_path / "x.html")]) == 2
+    assert "--profile-log is read with --requests" in capsys.readouterr().err
+    # plot and speculation: -o checked before anything is drawn; no traceback
+    req = tmp_path / "req.jsonl"
+    req.write_text("")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    for cmd, src in (("plot", f), ("speculation", req)):
+        for bad, says in (
+            (tmp_path, "is a directory"),
+            (tmp_path / "x.txt", "does not end in .png or .svg or .pdf"),
+            (src, "is an input of this command"),
+            *([(ro / "x.png", "permission denied")] if os.geteuid() != 0 else []),
+        ):
+            assert main([cmd, str(src), "-o", str(bad)]) == 2, (cmd, bad)
+            err = capsys.readouterr().err
+            assert says in err and "Traceback" not in err, (cmd, bad, err)
+    assert f.read_bytes() == before and req.read_text() == ""
 
 
 # ------------------------------------------------------------------ real CPU server

@@ -364,6 +364,20 @@ def test_bench_ab_stops_arms_whose_environment_differs(models, tmp_path, capsys,
     assert "Traceback" not in err and started == [] and not (tmp_path / "r.jsonl").exists()
 
 
+def test_bench_ab_checks_the_model_folders_once_before_any_arm(tmp_path, capsys, monkeypatch):
+    """A missing model folder is one error before the first arm starts, not one per arm
+    after each has started."""
+    from sgl_eagle_ext.tools.bench import arms, cli
+
+    started = []
+    monkeypatch.setattr(arms, "LauncherProcess", lambda plan: started.append(plan))
+    argv = ["ab", "--preset-b", "eagle3-3step", "--cpu", "--model-path", str(tmp_path / "m")]
+    argv += ["--draft-model-path", str(tmp_path / "m"), "--sglang-version", "0.5.21"]
+    assert cli.main([*argv, "--results", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("no such directory") == 1 and started == [], err
+
+
 def test_environment_differences_speculative_secret_and_inherent(models):
     """What an arm's environment may differ in: our speculative switches and SGLang's
     speculative variables pass; anything else is unequal (recorded with --allow-unequal,

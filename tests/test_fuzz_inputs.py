@@ -379,6 +379,16 @@ CASES = [
 ]
 
 
+def test_a_dry_run_sglang_refuses_prints_the_command_and_exits_2(files):
+    """The command and SGLang's refusal are printed; the exit says the launch would stop
+    at SGLang's own parser (a script checking presets with --dry-run sees it)."""
+    code, text = run(launch.main, launch_args(files, "--dry-run", "--cpu", extra=("--bogus", "1")))
+    assert code == 2 and "Traceback" not in text, text
+    assert "#   SGLang 0.5.23 refuses these arguments: " in text and "--bogus 1" in text
+    assert "sgl_eagle_ext.launch: error: SGLang 0.5.23 refuses these arguments" in text
+    assert "in_sglang.serve" in text  # the command, still printed
+
+
 @pytest.mark.parametrize("name, main, argv, words", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_one_clear_line_and_exit_2(files, name, main, argv, words):
     code, text = run(main, argv(files))
@@ -540,7 +550,7 @@ def deadline(seconds: int = 20):
 @pytest.fixture(scope="module")
 def odd(tmp_path_factory, files) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("odd")
-    o = {"fifo": tmp / "a.fifo", "zero": Path("/dev/zero")}
+    o = {"fifo": tmp / "a.fifo", "zero": Path("/dev/zero"), "model": files["model"]}
     os.mkfifo(o["fifo"])
     extends = tmp / "extends.toml"
     extends.write_text(f'extends = "{o["fifo"]}"\n')
@@ -589,14 +599,15 @@ def odd(tmp_path_factory, files) -> dict[str, Path]:
     return o
 
 
-def live_args(results, *more: str) -> list[str]:
-    """tune --live up to where it would start a server (refused before that)."""
+def live_args(results, *more: str, model="m") -> list[str]:
+    """tune --live up to where it would start a server (refused before that; the model
+    folders are checked after the options, before the run's files)."""
     return [
         "--live",
         "--model-path",
-        "m",
+        str(model),
         "--draft-model-path",
-        "d",
+        str(model),
         "--results",
         str(results),
         *more,
@@ -785,7 +796,7 @@ ODD = [
     (
         "tune --live resume file wrongly typed",
         tune.main,
-        lambda f, o: live_args(o["typed_results"], "--cpu"),
+        lambda f, o: live_args(o["typed_results"], "--cpu", model=o["model"]),
         "line 1 is not a tune --live record (field 'level'",
     ),
     (

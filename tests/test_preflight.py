@@ -237,6 +237,13 @@ def test_skip_waives_a_finding_knowingly(pair, capsys):
     )
     assert rc == 0 and "WAIVED  context.draft-shorter" in capsys.readouterr().out
     assert check(t, d, skip=["context"]).ok  # a prefix waives the group
+    # a typo waives nothing, and says so with the nearest id of the run
+    report = check(t, d, skip=["context.draft-short", "context"])
+    (typo,) = [f for f in report.findings if f.id == "preflight.skip-unmatched"]
+    assert typo.severity == "warning" and report.ok
+    assert "--skip context.draft-short matched no finding of this run; did you mean " in (
+        typo.message
+    )
 
 
 def test_json_output(pair, capsys):

@@ -617,9 +617,21 @@ def test_children_die_with_their_group():
             wait_until(gone, 10, f"grandchild {grandchild} of {script!r}")
 
 
-LIVE_STUB = r"""
+# a model folder beside the results (tune live checks the paths before it writes)
+MODEL_DIR = r"""
+import os
+MODEL = os.path.join(os.path.dirname(sys.argv[1]), "model")
+os.makedirs(MODEL, exist_ok=True)
+open(os.path.join(MODEL, "config.json"), "w").write("{}")
+"""
+
+LIVE_STUB = (
+    r"""
 import asyncio, sys, time
 from sgl_eagle_ext.tools.tune import cli, live
+"""
+    + MODEL_DIR
+    + r"""
 
 class Proc:
     url = "http://127.0.0.1:9"
@@ -649,10 +661,11 @@ live.probe.Server = Server
 live.ProfileTail = lambda *a, **k: None
 live.Driver = lambda *a, **k: None
 live._cells = cells
-sys.exit(cli.main(["--live", "--model-path", "m", "--draft-model-path", "d", "--cpu",
+sys.exit(cli.main(["--live", "--model-path", MODEL, "--draft-model-path", MODEL, "--cpu",
                    "--levels", "1", "--steps", "0,1", "--max-steps", "1",
                    "--results", sys.argv[1]]))
 """
+)
 
 
 @pytest.mark.parametrize(
@@ -699,10 +712,14 @@ def test_tune_live_stops_on_a_signal_without_a_traceback(tmp_path, sig, ignore_i
     assert "server stopped" in out
 
 
-STARTING_STUB = r"""
+STARTING_STUB = (
+    r"""
 import signal, sys, threading, time
 from sgl_eagle_ext.tools.bench import arms
 from sgl_eagle_ext.tools.tune import cli
+"""
+    + MODEL_DIR
+    + r"""
 
 class Starting(arms.LauncherProcess):  # the real wait_ready, on a start never ready
     def __init__(self, plan):
@@ -716,10 +733,11 @@ class Starting(arms.LauncherProcess):  # the real wait_ready, on a start never r
         print("server stopped", flush=True)
 
 arms.LauncherProcess = Starting
-sys.exit(cli.main(["live", "--model-path", "m", "--draft-model-path", "d", "--cpu",
+sys.exit(cli.main(["live", "--model-path", MODEL, "--draft-model-path", MODEL, "--cpu",
                    "--levels", "1", "--steps", "0,1", "--max-steps", "1",
                    "--startup-timeout", "0", "--results", sys.argv[1]]))
 """
+)
 
 
 def test_a_signal_to_another_thread_stops_tune_live_while_its_server_starts(tmp_path):

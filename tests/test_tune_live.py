@@ -343,3 +343,16 @@ def test_tune_live_reaches_its_server_as_the_launcher_trusts_it(tmp_path):
         rec = asyncio.run(driver.measure(2, rounds_at_most=1))
     got = rec["client"]
     assert (got["requests"], got["failed"], got["output_tokens"]) == (2, 0, 8), rec
+
+
+def test_missing_model_folders_are_refused_before_any_file_is_written(tmp_path, capsys):
+    """The run's preset, table and schedule go beside --results: a path typo is refused
+    first (as the launcher refuses it), and nothing of the run is left behind."""
+    from sgl_eagle_ext.tools.tune import cli as tune_cli
+
+    out = tmp_path / "run" / "r.jsonl"
+    argv = ["live", "--model-path", str(tmp_path / "nope"), "--draft-model-path", "d"]
+    assert tune_cli.main([*argv, "--cpu", "--results", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--model-path {tmp_path / 'nope'}: no such directory" in err and "Traceback" not in err
+    assert not out.parent.exists()

@@ -9,17 +9,32 @@ from pathlib import Path
 from sgl_eagle_ext.common.errors import UserError
 
 
-def check_writable_file(flag: str, path: str | Path, inside: str | Path | None = None) -> Path:
+def check_writable_file(
+    flag: str,
+    path: str | Path,
+    inside: str | Path | None = None,
+    *,
+    inputs: tuple = (),
+    suffixes: tuple[str, ...] = (),
+) -> Path:
     """The one check of a path a tool writes: a regular file or absent (not a
     directory, FIFO, device or broken link), its nearest existing parent a folder it
     may write in, and, for a tool that owns a tree (`inside`), resolving inside it
-    (no link or `..` leads out). Else a UserError naming the flag, the path and why.
-    Creates nothing."""
+    (no link or `..` leads out); never one of the command's `inputs` (it would be
+    replaced); ending in one of `suffixes` where the format follows the name. Else a
+    UserError naming the flag, the path and why. Creates nothing."""
     p = Path(path).expanduser()
     fix = f"give {flag} a file path in a folder you may write to"
     if "\x00" in str(path):
         raise UserError(f"{flag}: the path holds a NUL character.", fix=fix)
     try:
+        for given in inputs:
+            if given is not None and p.resolve() == Path(given).expanduser().resolve():
+                raise UserError(
+                    f"{flag} {path}: is an input of this command ({given}); writing it would "
+                    "replace what is read.",
+                    fix=f"give {flag} another path",
+                )
         if inside is not None and not p.resolve().is_relative_to(Path(inside).resolve()):
             raise UserError(
                 f"{flag} {path}: resolves outside {inside} (through a link or ..).",
@@ -27,6 +42,12 @@ def check_writable_file(flag: str, path: str | Path, inside: str | Path | None =
             )
         if str(path).endswith(os.sep) or p.is_dir():
             raise UserError(f"{flag} {path}: is a directory, not a file.", fix=fix)
+        if suffixes and p.suffix.lower() not in suffixes:
+            raise UserError(
+                f"{flag} {path}: the format follows the name, and it does not end in "
+                f"{' or '.join(suffixes)}.",
+                fix=f"give {flag} a path ending in {suffixes[0]}",
+            )
         if p.is_symlink() and not p.exists():  # written through, it would go nowhere known
             raise UserError(
                 f"{flag} {path}: a broken link (to {os.readlink(p)}).", fix="remove it or fix it"
@@ -68,19 +89,24 @@ def read_secret_file(flag: str, path: str | None) -> str | None:
 def write_text(
     flag: str,
     path: str | Path,
-    text: str,
+    text: str | bytes,
     inside: str | Path | None = None,
     errors: str = "strict",
+    inputs: tuple = (),
 ) -> Path:
-    """`text` written to `path` (checked first; `inside`: the tree the tool owns) in one
-    rename: a reader never sees half a file, and a link at `path` is replaced, never
-    written through."""
-    p = check_writable_file(flag, path, inside)
+    """`text` (or bytes) written to `path` (checked first; `inside`: the tree the tool
+    owns; `inputs`: the files the command read) in one rename: a reader never sees half
+    a file, and a link at `path` is replaced, never written through."""
+    p = check_writable_file(flag, path, inside, inputs=inputs)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "x", encoding="utf-8", errors=errors) as f:
-            f.write(text)
+        if isinstance(text, bytes):
+            with open(tmp, "xb") as f:
+                f.write(text)
+        else:
+            with open(tmp, "x", encoding="utf-8", errors=errors) as f:
+                f.write(text)
         os.replace(tmp, p)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -217,10 +217,11 @@ def _hidden(launch: plan.LaunchPlan) -> int | None:
         return None
 
 
-def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
+def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> int:
     """Runnable as printed (`launch --dry-run | sh`): every value it did not write goes
     through the one renderer (common/render.py), so none can end a `#` comment or the
-    command's line and start a line of its own."""
+    command's line and start a line of its own. Exit 2 where SGLang itself refuses the
+    arguments (the launch would stop there)."""
     preset, release = launch.preset, launch.release
     print(render.line(f"# preset: {preset.name} ({' -> '.join(map(str, preset.chain))})"))
     print(f"# sglang: {release.version} ({launch.how}); EAGLE worker {release.spec_worker}")
@@ -235,6 +236,10 @@ def print_dry_run(launch: plan.LaunchPlan, env: dict[str, str]) -> None:
         shown = REDACTED if is_secret_name(k) else v
         print(f"{render.line(k)}={render.shell_word(shown)}")
     print(render.command(launch.command()))
+    if res is not None and res.error:
+        print(f"{PROG}: error: {render.line(res.lines()[0])}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def spec_check(base_url: str, api_key: str | None, tls=None) -> None:
@@ -343,8 +348,7 @@ def _main(argv: list[str] | None) -> int:
     for w in nccl.pcie_bound_lines(release, launch.argv, env, _hidden(launch))[1]:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     if args.dry_run:
-        print_dry_run(launch, env)
-        return 0
+        return print_dry_run(launch, env)
 
     log_path = checked_log_path(args, preset.name)
     debug_dir = log_path.with_suffix(".nccl")

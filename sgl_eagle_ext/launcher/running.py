@@ -120,6 +120,14 @@ def default_startup_timeout(launch: plan.LaunchPlan) -> float:
     return readiness.default_startup_timeout(len(states.states) if states else 1)
 
 
+def model_paths(launch: plan.LaunchPlan) -> tuple[tuple[str, str | None], ...]:
+    """(SGLang's flag, path) of the launch's target and draft (None: not given)."""
+    return (
+        ("--model-path", launch.model_path),
+        ("--speculative-draft-model-path", launch.draft_model_path),
+    )
+
+
 def check_model_dir(flag: str, path: str) -> None:
     try:
         _check_model_dir(flag, path)
@@ -259,10 +267,7 @@ def prepare(
     built (Starting.begin() starts it)."""
     env, secrets = server_env(launch, options.secrets)
     api_key = secrets.get("api-key")
-    for flag, value in (
-        ("--model-path", launch.model_path),
-        ("--speculative-draft-model-path", launch.draft_model_path),
-    ):
+    for flag, value in model_paths(launch):
         if value and command is None:
             check_model_dir(flag, value)
     host, port = launch.host, launch.port

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,6 +51,19 @@ class Report:
         for f in self.findings:
             if any(matches(f.id, s) for s in skip):
                 f.waived = True
+        ids = sorted({f.id for f in self.findings})
+        for s in skip:  # a typo waives nothing: say so, with the nearest id of this run
+            if not any(matches(i, s) for i in ids):
+                near = difflib.get_close_matches(s, ids, n=1)
+                self.add(
+                    Finding(
+                        "preflight.skip-unmatched",
+                        WARNING,
+                        f"--skip {s} matched no finding of this run"
+                        + (f"; did you mean {near[0]}?" if near else "."),
+                        "the ids are the second column of this report (a group: its prefix)",
+                    )
+                )
 
     @property
     def errors(self) -> list[Finding]:

@@ -107,6 +107,8 @@ def check_fair(plans: list[ArmPlan], allow_unequal: bool, say) -> fairness.Verdi
     None: an arm without a launch plan (a test's stand-in server), nothing to resolve."""
     if any(p.launch is None for p in plans):
         return None
+    for flag, path in {(f, v) for p in plans for f, v in running.model_paths(p.launch) if v}:
+        running.check_model_dir(flag, path)  # once, before any arm starts
     names = [p.preset for p in plans]
     keys = names if len(set(names)) == len(names) else [p.label for p in plans]
     verdict = fairness.check(dict(zip(keys, (p.launch for p in plans), strict=True)), allow_unequal)

@@ -213,10 +213,7 @@ def load_sharegpt(path: str) -> list[Conversation]:
     p = Path(path).expanduser()
     if not p.is_file():
         raise UserError(f"--dataset sharegpt:{path}: no such file.", fix="give a .json or .jsonl")
-    try:
-        text = safe_files.read_text("--dataset", p, cap=safe_files.DATA_CAP)
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (byte {e.start}).", fix="save as UTF-8") from None
+    text = safe_files.read_text("--dataset", p, cap=safe_files.DATA_CAP)  # its own errors
     convs = []
     if text.lstrip().startswith("["):
         try:  # the decoder recurses per bracket: a deep file is refused before it

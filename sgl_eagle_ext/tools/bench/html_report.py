@@ -166,7 +166,10 @@ def requests_section(rows: list[dict], slo: dict, percentiles, profile_logs) -> 
 def write_report(opts: ReportOptions, console) -> int:
     """bench report: the records of RESULTS (and the per-request records of --requests)
     as one HTML file at -o (default: next to RESULTS, .html)."""
-    src = opts.results
+    src, out = opts.results, opts.output or opts.results.with_suffix(".html")
+    paths.check_writable_file("-o", out, inputs=(src, opts.requests, *opts.profile_logs))
+    if opts.profile_logs and opts.requests is None:
+        raise UserError("--profile-log is read with --requests.", fix="add --requests FILE")
     recs, problems = records.read_jsonl(src)
     for p in problems:
         console.warn(p)
@@ -203,7 +206,6 @@ def write_report(opts: ReportOptions, console) -> int:
         f"<title>benchmark report: {escape(src.name)}</title>"
         f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
-    out = opts.output or src.with_suffix(".html")
     # a non-UTF-8 label: its own bytes back (surrogateescape)
     paths.write_text("-o", out, html, errors="surrogateescape")
     console.out(f"wrote {out} ({len(html) // 1024} KiB, self-contained: open it in a browser)")

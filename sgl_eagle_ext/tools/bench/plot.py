@@ -12,6 +12,7 @@ import io
 from collections import defaultdict
 from pathlib import Path
 
+from sgl_eagle_ext.common import paths
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.tools.bench import records
 from sgl_eagle_ext.tools.bench.progress import Console
@@ -134,9 +135,17 @@ def image(fig, out: Path | None = None, dpi: int = 100) -> bytes:
     fig.savefig(buf, format=fmt, dpi=dpi)
     pyplot().close(fig)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(buf.getvalue())
+        paths.write_text("-o", out, buf.getvalue())
     return buf.getvalue()
+
+
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf")  # formats matplotlib writes without extras
+
+
+def check_out(out: Path | None, *inputs) -> None:
+    """-o, checked before anything is read or drawn: never one of the inputs."""
+    if out is not None:
+        paths.check_writable_file("-o", out, inputs=inputs, suffixes=IMAGE_SUFFIXES)
 
 
 def render(run_id: str, arms: dict[str, list[Level]], out: Path | None = None) -> bytes:
@@ -204,6 +213,7 @@ def render(run_id: str, arms: dict[str, list[Level]], out: Path | None = None) -
 def plot_run(src: Path, out: Path | None, run_id: str | None, console: Console) -> int:
     """bench plot: one run of `src` (`run_id`, else the latest with sweep records) as a
     PNG at `out` (None: next to `src`)."""
+    check_out(out, src)
     recs, problems = records.read_jsonl(src)
     for p in problems:
         console.warn(p)

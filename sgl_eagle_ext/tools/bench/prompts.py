@@ -161,17 +161,7 @@ def load(spec: str) -> PromptSet:
                 f"--prompts {spec}: no such file, and not a shipped set.",
                 fix=f"use one of {', '.join((*SHIPPED, MIXED))} or a JSONL file path",
             )
-        try:
-            text = safe_files.read_text("--prompts", path, cap=safe_files.DATA_CAP)
-        except UnicodeDecodeError as e:
-            raise UserError(
-                f"{spec}: not UTF-8 text (byte {e.start}).", fix="save the file as UTF-8 JSONL"
-            ) from None
-        except OSError as e:
-            raise UserError(
-                f"--prompts {spec}: cannot be read ({e.strerror or e}).",
-                fix="check the file's permissions",
-            ) from None
+        text = safe_files.read_text("--prompts", path, cap=safe_files.DATA_CAP)  # its own errors
         prompts = parse_jsonl(text, str(path))
         spec = str(path.resolve())
     return PromptSet(spec, tuple(prompts), digest(prompts))

@@ -253,6 +253,7 @@ def render_pareto(points: dict[str, list[Point]], out=None) -> bytes:
 def show(src: Path, out: Path | None, profile_logs: list[Path], console) -> int:
     """bench speculation REQUESTS.jsonl [--profile-log LOG ...] [-o PNG]: the tables,
     and the PNG at `out` (None: next to `src`)."""
+    plot.check_out(out, src, *profile_logs)
     rows, problems = request_log.read(src)
     for p in problems:
         console.warn(p)

@@ -52,7 +52,7 @@ from sgl_eagle_ext.common import (
 from sgl_eagle_ext.common.contract import SCHEDULE_FILE_ENV
 from sgl_eagle_ext.common.errors import UserError
 from sgl_eagle_ext.common.schedule_file import write_request
-from sgl_eagle_ext.launcher import fairness, presets
+from sgl_eagle_ext.launcher import fairness, presets, running
 from sgl_eagle_ext.launcher import plan as launch_plan
 from sgl_eagle_ext.launcher.preflight import ask_sglang
 from sgl_eagle_ext.profiling import names as profile_names
@@ -576,6 +576,7 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
         ("--max-tokens", opts.max_tokens),
         ("--max-rounds", opts.max_rounds),
         ("--validation-rounds", opts.validation_rounds),
+        ("--request-cycles", opts.request_cycles),
     ):
         if v < 1:
             raise UserError(f"{flag} {v}: must be at least 1.")
@@ -588,6 +589,11 @@ def run(opts: LiveOptions, extra: list[str]) -> int:
             "sgl_eagle_ext.tune logs LOG...)",
         )
     prompt_set = prompts.load(opts.prompts)
+    for flag, path in (
+        ("--model-path", opts.model_path),
+        ("--draft-model-path", opts.draft_model_path),
+    ):
+        running.check_model_dir(flag, path)  # before any file of the run is written
     out_dir = opts.results.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     setup = {
