@@ -58,7 +58,7 @@ def test_bench_reads_its_results_through_typed_views():
 
 # tools/bench's size: a ratchet that a change may lower, never raise unnoticed (issue 35's
 # goal is 6,500 lines; sglang.bench_serving is about 5,500 with its datasets)
-SIZE_LIMIT = 8_889
+SIZE_LIMIT = 8_886
 
 
 def test_bench_does_not_grow():

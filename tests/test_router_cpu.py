@@ -109,6 +109,7 @@ def test_usage_errors(start_router):
         (["--port", "1"], "no worker given"),
         (["--worker-url", "10.0.0.1:30000"], "not an http(s) URL"),
         (["--worker-url", "http://127.0.0.1:1", "--worker-url", "http://127.0.0.1:1/"], "twice"),
+        (["--worker-url", "http://127.0.0.1:9", "--metrics-port", "30080"], "--port too"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "sgl_eagle_ext.router", *args],

@@ -249,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("no worker given.", fix="pass --worker-url http://HOST:PORT per replica")
     if len(set(urls)) != len(urls):
         raise UserError("the same --worker-url is given twice.", fix="list each replica once")
+    if opts.metrics_port == opts.port:
+        raise UserError(
+            f"--metrics-port {opts.port} is the router's --port too.",
+            fix="give the router and its metrics two ports",
+        )
     # the arguments before the machine: a bad --log-file is refused whatever holds the ports
     log_path = check_writable_file(
         "--log-file", opts.log_file or f"logs/router-{datetime.now():%Y%m%d-%H%M%S}.log"
