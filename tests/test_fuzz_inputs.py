@@ -414,19 +414,19 @@ def test_log_file_in_a_read_only_folder_is_refused(files, tmp_path):
 def test_results_log_file_router_log_refused_before_anything(files, tmp_path):
     """The arguments before the machine: a bad --log-file is the one error even while
     something else holds the router's port (CI once met another test's server there)."""
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        port = held.getsockname()[1]
+    with socket.socket() as held, socket.socket() as held_too:
+        for s in (held, held_too):
+            s.bind(("127.0.0.1", 0))
+            s.listen()
         code, text = run(
             router.main,
             [
                 "--worker-url",
                 NOWHERE,
                 "--port",
-                str(port),
+                str(held.getsockname()[1]),
                 "--metrics-port",
-                str(port),
+                str(held_too.getsockname()[1]),
                 "--log-file",
                 str(files["dir"]),
             ],
