@@ -92,12 +92,11 @@ def write_text(
     text: str | bytes,
     inside: str | Path | None = None,
     errors: str = "strict",
-    inputs: tuple = (),
 ) -> Path:
     """`text` (or bytes) written to `path` (checked first; `inside`: the tree the tool
-    owns; `inputs`: the files the command read) in one rename: a reader never sees half
-    a file, and a link at `path` is replaced, never written through."""
-    p = check_writable_file(flag, path, inside, inputs=inputs)
+    owns) in one rename: a reader never sees half a file, and a link at `path` is
+    replaced, never written through."""
+    p = check_writable_file(flag, path, inside)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     try:

@@ -217,14 +217,23 @@ class Difference:
     flag: str  # the flag that pins it, this release's spelling
     inherent: str = ""  # the SGLang hook that forces it on speculative servers
 
+    @property
+    def is_env(self) -> bool:
+        return self.field.startswith(ENV_FIELD)
+
     def line(self) -> str:
         shown = ", ".join(f"{k} {_short(v)}" for k, v in self.values.items())
-        env = self.field.startswith(ENV_FIELD)
         if self.inherent:
-            tail = "" if env else "; part of what speculation costs"
+            tail = "" if self.is_env else "; part of what speculation costs"
             return f"{self.field} differs ({shown}): {self.inherent}{tail}"
-        pin = "in every arm's preset [env]" if env else f"with --{self.flag} for every arm"
+        pin = "in every arm's preset [env]" if self.is_env else f"with --{self.flag} for every arm"
         return f"{self.field} differs between arms ({shown}): pin it {pin}"
+
+    def fix(self) -> str:
+        """How to make the arms alike in it."""
+        if self.is_env:
+            return f"give {self.field[len(ENV_FIELD) :]} one value in every arm's preset [env]"
+        return f"pass -- --{self.flag} VALUE (the same for every arm)"
 
 
 def _short(v) -> str:
@@ -356,15 +365,10 @@ def judge(
     if verdict.unequal and not allow_unequal:
         d = verdict.unequal[0]
         more = f" (and {len(verdict.unequal) - 1} more)" if len(verdict.unequal) > 1 else ""
-        pin = (
-            f"give {d.field[len(ENV_FIELD) :]} one value in every arm's preset [env]"
-            if d.field.startswith(ENV_FIELD)
-            else f"pass -- --{d.flag} VALUE (the same for every arm)"
-        )
         raise UserError(
             f"arms are not comparable: {render.line(d.line())}{more}; resolved "
             f"{'; '.join(sorted(set(verdict.sources.values())))}.",
-            fix=f"{pin}, or --allow-unequal to run anyway with the differences recorded "
+            fix=f"{d.fix()}, or --allow-unequal to run anyway with the differences recorded "
             "beside every figure",
         )
     return verdict
